@@ -1,0 +1,1 @@
+"""Model definitions and loading (GGUF files, safetensors folders)."""

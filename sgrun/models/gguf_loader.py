@@ -1,0 +1,121 @@
+"""Read a GGUF file: metadata, config, dequantized weights in Hugging Face naming and layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+from sgrun.errors import ModelLoadError
+from sgrun.models.config import ModelConfig
+
+SUPPORTED_ARCHS = {"llama", "qwen2", "mistral"}
+_SUPPORTED_TYPES = {
+    GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16,
+    GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_1,
+    GGMLQuantizationType.Q5_0, GGMLQuantizationType.Q5_1, GGMLQuantizationType.Q4_K,
+    GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K,
+}
+
+_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+
+def read_metadata(reader: GGUFReader) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    for key, fld in reader.fields.items():
+        try:
+            meta[key] = fld.contents()
+        except Exception:  # noqa: BLE001 - an unreadable metadata field is skipped, not fatal
+            continue
+    return meta
+
+
+def config_from_metadata(meta: dict[str, Any], name: str) -> ModelConfig:
+    arch = meta.get("general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise ModelLoadError(f"GGUF architecture {arch!r} is not supported (supported: {sorted(SUPPORTED_ARCHS)})")
+
+    def get(key: str, default: Any = None) -> Any:
+        return meta.get(f"{arch}.{key}", default)
+
+    heads = int(get("attention.head_count"))
+    hidden = int(get("embedding_length"))
+    vocab = int(get("vocab_size") or len(meta["tokenizer.ggml.tokens"]))
+    scaling = None
+    if get("rope.scaling.type") == "linear":
+        scaling = {"rope_type": "linear", "factor": float(get("rope.scaling.factor"))}
+    return ModelConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=int(get("feed_forward_length")),
+        num_layers=int(get("block_count")),
+        num_heads=heads,
+        num_kv_heads=int(get("attention.head_count_kv") or heads),
+        head_dim=int(get("attention.key_length") or hidden // heads),
+        max_position=int(get("context_length", 4096)),
+        rms_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(get("rope.freq_base", 10000.0)),
+        rope_scaling=scaling,
+        qkv_bias=arch == "qwen2",
+        name=name,
+    )
+
+
+def _unpermute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp stores Q/K rows interleaved for its RoPE; undo it to Hugging Face's half-split layout."""
+    return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, Any], dict[str, torch.Tensor]]:
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # noqa: BLE001
+        raise ModelLoadError(f"{path} is not a readable GGUF file: {exc}") from exc
+    meta = read_metadata(reader)
+    cfg = config_from_metadata(meta, name=path.stem)
+    arch = meta["general.architecture"]
+    weights: dict[str, torch.Tensor] = {}
+    for t in reader.tensors:
+        if t.tensor_type not in _SUPPORTED_TYPES:
+            raise ModelLoadError(f"tensor {t.name} has GGML type {t.tensor_type.name}, which sgrun cannot dequantize")
+        arr = dequantize(t.data, t.tensor_type)
+        arr = np.asarray(arr, dtype=np.float32).reshape([int(d) for d in reversed(t.shape.tolist())])
+        name = t.name
+        if name.startswith("blk."):
+            _, layer, rest = name.split(".", 2)
+            if rest not in _LAYER_NAMES:
+                continue
+            hf = f"model.layers.{layer}.{_LAYER_NAMES[rest]}"
+            if arch in ("llama", "mistral") and rest in ("attn_q.weight", "attn_q.bias"):
+                arr = _unpermute_rope(arr, cfg.num_heads)
+            elif arch in ("llama", "mistral") and rest in ("attn_k.weight", "attn_k.bias"):
+                arr = _unpermute_rope(arr, cfg.num_kv_heads)
+        elif name == "token_embd.weight":
+            hf = "model.embed_tokens.weight"
+        elif name == "output_norm.weight":
+            hf = "model.norm.weight"
+        elif name == "output.weight":
+            hf = "lm_head.weight"
+        else:
+            continue
+        weights[hf] = torch.from_numpy(np.ascontiguousarray(arr)).to(dtype)
+    cfg.tie_embeddings = "lm_head.weight" not in weights
+    cfg.vocab_size = weights["model.embed_tokens.weight"].shape[0]
+    return cfg, meta, weights
