@@ -115,7 +115,7 @@ def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, An
             hf = "lm_head.weight"
         else:
             continue
-        weights[hf] = torch.from_numpy(np.ascontiguousarray(arr)).to(dtype)
+        weights[hf] = torch.from_numpy(np.array(arr, dtype=np.float32, copy=True)).to(dtype)
     cfg.tie_embeddings = "lm_head.weight" not in weights
     cfg.vocab_size = weights["model.embed_tokens.weight"].shape[0]
     return cfg, meta, weights

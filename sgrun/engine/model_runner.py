@@ -1,0 +1,51 @@
+"""ModelRunner: turns a scheduled batch into flat tensors, runs the model, returns logits."""
+
+from __future__ import annotations
+
+import torch
+
+from sgrun.engine.attention import Segment, TorchPagedAttention
+from sgrun.engine.page_pool import PagePool
+from sgrun.engine.scheduler import ScheduledBatch
+from sgrun.models.llama import LlamaModel
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaModel, pool: PagePool):
+        self.model = model
+        self.pool = pool
+        cfg = model.cfg
+        self.attn = TorchPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+        self.forward_calls = 0
+        self.page_offsets = torch.arange(pool.page_size)
+
+    def _slots(self, page_table: list[int], start: int, end: int) -> torch.Tensor:
+        ps = self.pool.page_size
+        first, last = start // ps, -(-end // ps)
+        pages = torch.tensor(page_table[first:last], dtype=torch.long)
+        slots = (pages[:, None] * ps + self.page_offsets[None, :]).reshape(-1)
+        return slots[start - first * ps: end - first * ps]
+
+    def forward(self, batch: ScheduledBatch, logit_rows_of: dict[int, list[int]]) -> torch.Tensor:
+        """logit_rows_of: seq_id -> offsets within that sequence's chunk that need logits.
+        Returns logits in the order of batch.items, offsets ascending."""
+        ids: list[int] = []
+        positions: list[torch.Tensor] = []
+        new_slots: list[torch.Tensor] = []
+        segments: list[Segment] = []
+        rows: list[int] = []
+        t = 0
+        for seq, n in batch.items:
+            start, end = seq.num_computed, seq.num_computed + n
+            ids.extend(seq.tokens[start:end])
+            positions.append(torch.arange(start, end))
+            ctx = self._slots(seq.page_table, 0, end)
+            new_slots.append(ctx[start:])
+            segments.append(Segment(q_start=t, q_len=n, ctx_len=end, ctx_slots=ctx))
+            rows.extend(t + off for off in logit_rows_of.get(seq.seq_id, ()))
+            t += n
+        slots = torch.cat(new_slots)
+        self.attn.prepare(slots, segments)
+        self.forward_calls += 1
+        return self.model.forward(torch.tensor(ids, dtype=torch.long), torch.cat(positions), self.attn,
+                                  torch.tensor(rows, dtype=torch.long))

@@ -1,0 +1,60 @@
+"""The paged KV pool: per layer one K and one V tensor of fixed-size pages, reference-counted.
+
+A page's reference count is the number of its holders: each request whose page table lists it,
+plus the radix cache when the page is in the tree. A page with no holder is free.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class PoolExhausted(Exception):
+    """Not enough free pages; the scheduler reacts by evicting cache or preempting."""
+
+
+class PagePool:
+    def __init__(self, num_layers: int, num_pages: int, page_size: int, kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: str | torch.device = "cpu"):
+        self.num_pages = num_pages
+        self.page_size = page_size
+        shape = (num_pages, page_size, kv_heads, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        # Flat [num_pages * page_size, kv_heads, head_dim] views: a token's slot is page * page_size + offset.
+        self.k_flat = [t.view(-1, kv_heads, head_dim) for t in self.k]
+        self.v_flat = [t.view(-1, kv_heads, head_dim) for t in self.v]
+        self.ref = [0] * num_pages
+        self._free: list[int] = list(range(num_pages - 1, -1, -1))
+
+    @staticmethod
+    def bytes_per_page(num_layers: int, page_size: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
+        return 2 * num_layers * page_size * kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def alloc(self, n: int) -> list[int]:
+        if n > len(self._free):
+            raise PoolExhausted(f"need {n} pages, {len(self._free)} free")
+        pages = [self._free.pop() for _ in range(n)]
+        for p in pages:
+            assert self.ref[p] == 0
+            self.ref[p] = 1
+        return pages
+
+    def incref(self, pages: list[int]) -> None:
+        for p in pages:
+            assert self.ref[p] > 0, f"incref of free page {p}"
+            self.ref[p] += 1
+
+    def decref(self, pages: list[int]) -> None:
+        for p in pages:
+            assert self.ref[p] > 0, f"decref of free page {p}"
+            self.ref[p] -= 1
+            if self.ref[p] == 0:
+                self._free.append(p)
+
+    def free_set(self) -> set[int]:
+        return set(self._free)

@@ -1,0 +1,192 @@
+"""Continuous batching at token granularity.
+
+Each step: every running decode gets its one token first, then unfinished prefills continue in
+chunks, then waiting requests are admitted (longest cached prefix first when the queue is
+long) while the token budget, the running cap and the pool allow. When the pool runs short,
+unlocked cache leaves are evicted, then the most recently admitted request is preempted (its
+pages freed; it is recomputed later from its tokens).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass
+
+from sgrun.engine.page_pool import PagePool
+from sgrun.engine.radix_cache import RadixCache
+from sgrun.engine.sequence import Sequence, Status
+
+# With more waiting requests than this, admission order follows the cached-prefix length.
+CACHE_AWARE_QUEUE_LEN = 8
+# A request passed over this many times is admitted next regardless of its cache hit.
+MAX_PASSED_OVER = 16
+# How many queued requests the cache-aware ordering looks at.
+CACHE_AWARE_WINDOW = 128
+
+
+@dataclass
+class ScheduledBatch:
+    items: list[tuple[Sequence, int]]   # (sequence, number of new tokens computed this step)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, n in self.items)
+
+
+class Scheduler:
+    def __init__(self, pool: PagePool, cache: RadixCache | None, max_running: int, max_batch_tokens: int):
+        self.pool = pool
+        self.cache = cache
+        self.ps = pool.page_size
+        self.max_running = max_running
+        self.max_batch_tokens = max_batch_tokens
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._admit_counter = itertools.count()
+        self.num_preemptions = 0
+        self.prompt_tokens_total = 0
+        self.cached_tokens_total = 0
+
+    # --- queue ----------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # --- pages ----------------------------------------------------------------------------
+    def _pages_needed(self, seq: Sequence, upto_tokens: int) -> int:
+        return max(0, -(-upto_tokens // self.ps) - len(seq.page_table))
+
+    def _reserve(self, n: int) -> bool:
+        if n <= self.pool.num_free:
+            return True
+        if self.cache is not None:
+            self.cache.evict(n - self.pool.num_free)
+        return n <= self.pool.num_free
+
+    def release(self, seq: Sequence, cache_tokens: bool = True) -> None:
+        """Give back a sequence's pages; cache its computed tokens first when the cache is on."""
+        if self.cache is not None and cache_tokens:
+            self.insert_into_cache(seq, seq.num_computed)
+        if self.cache is not None and seq.locked_node is not None:
+            self.cache.unlock(seq.locked_node)
+        seq.locked_node = None
+        self.pool.decref(seq.page_table)
+        seq.page_table = []
+        seq.num_computed = 0
+        seq.cache_inserted_len = 0
+
+    def insert_into_cache(self, seq: Sequence, num_tokens: int) -> None:
+        aligned = (num_tokens // self.ps) * self.ps
+        if self.cache is None or aligned <= seq.cache_inserted_len:
+            return
+        node = self.cache.insert(seq.tokens[:aligned], seq.page_table[: aligned // self.ps])
+        self.cache.lock(node)
+        if seq.locked_node is not None:
+            self.cache.unlock(seq.locked_node)
+        seq.locked_node = node
+        seq.cache_inserted_len = aligned
+        self.cache.enforce_capacity()
+
+    def _preempt(self, victim: Sequence) -> None:
+        self.running.remove(victim)
+        self.release(victim)
+        victim.status = Status.WAITING
+        victim.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(victim)
+
+    # --- one step -------------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        budget = self.max_batch_tokens
+        items: list[tuple[Sequence, int]] = []
+        scheduled: set[int] = set()
+        # Decodes first (one token each), then continuing prefills, oldest first.
+        order = sorted(self.running, key=lambda s: (len(s.tokens) - s.num_computed > 1, s.admit_order))
+        for seq in order:
+            if seq.status is not Status.RUNNING or budget <= 0:
+                continue
+            n = min(len(seq.tokens) - seq.num_computed, budget)
+            if n <= 0:
+                continue
+            while not self._reserve(self._pages_needed(seq, seq.num_computed + n)):
+                victim = max(self.running, key=lambda s: s.admit_order)
+                if victim.seq_id in scheduled:
+                    budget += sum(k for s, k in items if s is victim)
+                    items = [(s, k) for s, k in items if s is not victim]
+                    scheduled.discard(victim.seq_id)
+                self._preempt(victim)
+                if victim is seq:
+                    break
+            if seq.status is not Status.RUNNING:
+                continue
+            seq.page_table.extend(self.pool.alloc(self._pages_needed(seq, seq.num_computed + n)))
+            items.append((seq, n))
+            scheduled.add(seq.seq_id)
+            budget -= n
+        while self.waiting and budget > 0 and len(self.running) < self.max_running:
+            seq = self._next_waiting()
+            if not self._admit(seq, budget, items):
+                self.waiting.appendleft(seq)
+                break
+            budget -= items[-1][1]
+        return ScheduledBatch(items)
+
+    def _next_waiting(self) -> Sequence:
+        if self.cache is None or len(self.waiting) <= CACHE_AWARE_QUEUE_LEN:
+            return self.waiting.popleft()
+        window = list(itertools.islice(self.waiting, CACHE_AWARE_WINDOW))
+        starved = [s for s in window if s.passed_over >= MAX_PASSED_OVER]
+        best = starved[0] if starved else max(window, key=lambda s: self.cache.match_len(s.tokens))
+        for s in window:
+            if s is best:
+                break
+            s.passed_over += 1
+        self.waiting.remove(best)
+        return best
+
+    def _admit(self, seq: Sequence, budget: int, items: list[tuple[Sequence, int]]) -> bool:
+        matched_pages: list[int] = []
+        node = None
+        if self.cache is not None:
+            # Leave at least one token to compute: its logits give the next token.
+            limit = len(seq.tokens) - 1
+            if seq.score_from is not None:  # the logits before the first scored token are needed
+                limit = min(limit, seq.score_from - 1)
+            matched_pages, node = self.cache.match(seq.tokens, limit=limit)
+        matched = len(matched_pages) * self.ps
+        n = min(len(seq.tokens) - matched, budget)
+        need = -(-(matched + n) // self.ps) - len(matched_pages)
+        if self.cache is not None:
+            self.cache.lock(node)  # keep the matched path from being evicted by _reserve
+        if not self._reserve(need):
+            if self.cache is not None:
+                self.cache.unlock(node)
+            return False
+        self.pool.incref(matched_pages)
+        seq.page_table = matched_pages + self.pool.alloc(need)
+        seq.num_computed = matched
+        seq.locked_node = node
+        seq.cache_inserted_len = matched
+        if not seq.admitted:
+            seq.admitted = True
+            seq.cached_tokens = min(matched, seq.prompt_len)
+            if seq.score_from is None or seq.index == 0:
+                self.prompt_tokens_total += seq.prompt_len
+                self.cached_tokens_total += seq.cached_tokens
+        seq.admit_order = next(self._admit_counter)
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+        items.append((seq, n))
+        return True
+
+    def finish(self, seq: Sequence) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        if seq.page_table:
+            self.release(seq)
+        seq.status = Status.FINISHED

@@ -1,0 +1,114 @@
+"""Llama-family decoder (Llama, SmolLM, Mistral, Qwen2-style qkv bias) in plain torch.
+
+The model sees one flat batch of tokens from many requests (varlen, no padding) and reads and
+writes K/V through the paged pool; attention itself is delegated to an AttentionBackend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from sgrun.models.config import ModelConfig
+
+
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    dim = cfg.head_dim
+    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    scaling = cfg.rope_scaling or {}
+    kind = scaling.get("rope_type") or scaling.get("type")
+    if kind == "linear":
+        inv_freq = inv_freq / float(scaling["factor"])
+    elif kind == "llama3":
+        factor = float(scaling["factor"])
+        low = float(scaling.get("low_freq_factor", 1.0))
+        high = float(scaling.get("high_freq_factor", 4.0))
+        old_ctx = float(scaling.get("original_max_position_embeddings", 8192))
+        wavelen = 2 * math.pi / inv_freq
+        smooth = (old_ctx / wavelen - low) / (high - low)
+        scaled = torch.where(wavelen > old_ctx / low, inv_freq / factor, inv_freq)
+        mid = (wavelen <= old_ctx / low) & (wavelen >= old_ctx / high)
+        inv_freq = torch.where(mid, (1 - smooth) * inv_freq / factor + smooth * inv_freq, scaled)
+    return inv_freq.float()
+
+
+@dataclass
+class LayerWeights:
+    attn_norm: torch.Tensor
+    qkv: torch.Tensor            # [(H + 2*KV) * D, hidden]: q, k, v projections fused
+    qkv_bias: torch.Tensor | None
+    o: torch.Tensor
+    mlp_norm: torch.Tensor
+    gate_up: torch.Tensor        # [2 * intermediate, hidden]: gate and up fused
+    down: torch.Tensor
+
+
+class LlamaModel:
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype):
+        self.cfg = cfg
+        self.dtype = dtype
+
+        def w(name: str) -> torch.Tensor:
+            return weights[name].to(dtype).contiguous()
+
+        self.embed = w("model.embed_tokens.weight")
+        self.lm_head = self.embed if cfg.tie_embeddings else w("lm_head.weight")
+        self.final_norm = w("model.norm.weight")
+        self.layers: list[LayerWeights] = []
+        for i in range(cfg.num_layers):
+            p = f"model.layers.{i}."
+            bias = None
+            if cfg.qkv_bias and f"{p}self_attn.q_proj.bias" in weights:
+                bias = torch.cat([w(f"{p}self_attn.{n}_proj.bias") for n in "qkv"])
+            self.layers.append(LayerWeights(
+                attn_norm=w(f"{p}input_layernorm.weight"),
+                qkv=torch.cat([w(f"{p}self_attn.{n}_proj.weight") for n in "qkv"]).contiguous(),
+                qkv_bias=bias,
+                o=w(f"{p}self_attn.o_proj.weight"),
+                mlp_norm=w(f"{p}post_attention_layernorm.weight"),
+                gate_up=torch.cat([w(f"{p}mlp.gate_proj.weight"), w(f"{p}mlp.up_proj.weight")]).contiguous(),
+                down=w(f"{p}mlp.down_proj.weight"),
+            ))
+        freqs = torch.outer(torch.arange(cfg.max_position, dtype=torch.float32), rope_inv_freq(cfg))
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.cos = emb.cos().to(dtype)
+        self.sin = emb.sin().to(dtype)
+
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        # Computed in float32 as the reference implementations do, then cast back.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.cfg.rms_eps)
+        return weight * xf.to(x.dtype)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rot * sin
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
+        """input_ids, positions: [T]; attn: an AttentionBackend prepared for this batch;
+        logit_rows: which of the T rows need logits. Returns float32 logits [len(logit_rows), V]."""
+        cfg = self.cfg
+        T = input_ids.shape[0]
+        H, KV, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        cos = self.cos[positions].unsqueeze(1)
+        sin = self.sin[positions].unsqueeze(1)
+        h = self.embed[input_ids]
+        for li, lw in enumerate(self.layers):
+            x = self.rms_norm(h, lw.attn_norm)
+            qkv = F.linear(x, lw.qkv, lw.qkv_bias)
+            q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
+            q = self._rotate(q.view(T, H, D), cos, sin)
+            k = self._rotate(k.view(T, KV, D), cos, sin)
+            o = attn.forward(li, q, k, v.view(T, KV, D))
+            h = h + F.linear(o.reshape(T, H * D), lw.o)
+            x = self.rms_norm(h, lw.mlp_norm)
+            gate, up = F.linear(x, lw.gate_up).chunk(2, dim=-1)
+            h = h + F.linear(F.silu(gate) * up, lw.down)
+        h = self.rms_norm(h[logit_rows], self.final_norm)
+        return F.linear(h, self.lm_head).float()
