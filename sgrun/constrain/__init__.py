@@ -1,0 +1,15 @@
+"""Constraints -> token-level automata over a model's vocabulary: regex, JSON Schema, grammars
+(Lark / GBNF), choices; packed token bitmasks; jump-forward; the compiled-constraint cache."""
+
+from sgrun.constrain.bitmask import allocate_bitmask, apply_bitmask, num_words, unpack_bitmask
+from sgrun.constrain.cache import GLOBAL_CACHE, ConstraintCache
+from sgrun.constrain.compile import compile_constraint
+from sgrun.constrain.constraint import Constraint, Matcher
+from sgrun.constrain.errors import (ConstraintTooComplexError, GrammarError, InvalidSchemaError, RegexError,
+                                    UnsupportedSchemaError)
+
+__all__ = [
+    "compile_constraint", "Constraint", "Matcher", "apply_bitmask", "allocate_bitmask", "num_words",
+    "unpack_bitmask", "ConstraintCache", "GLOBAL_CACHE", "UnsupportedSchemaError", "InvalidSchemaError",
+    "RegexError", "GrammarError", "ConstraintTooComplexError",
+]

@@ -1,0 +1,179 @@
+"""Small eager DFAs over bytes, for leaves that need set operations (intersection, difference):
+string patterns with length bounds, numeric ranges with multipleOf, property-name exclusions.
+
+Edges are (byte mask, target) with disjoint masks; a missing byte means reject.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sgrun.constrain.byte_nfa import ALL_BYTES, ByteNFA
+from sgrun.constrain.errors import ConstraintTooComplexError
+from sgrun.constrain.regex_ast import Node
+
+DEFAULT_MAX_DFA_STATES = 50_000
+
+
+@dataclass
+class ByteDFA:
+    edges: list[list[tuple[int, int]]]
+    accepting: set[int]
+    start: int = 0
+    _key: tuple | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def num_states(self) -> int:
+        return len(self.edges)
+
+    def step(self, s: int, b: int) -> int | None:
+        for m, t in self.edges[s]:
+            if (m >> b) & 1:
+                return t
+        return None
+
+    def fullmatch(self, data: bytes) -> bool:
+        s: int | None = self.start
+        for b in data:
+            s = self.step(s, b)
+            if s is None:
+                return False
+        return s in self.accepting
+
+    def is_empty(self) -> bool:
+        return not self.accepting
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+
+def _partition(edge_list: list[tuple[int, object]]) -> list[tuple[int, frozenset]]:
+    """Split the union of masks into atoms, each with the set of targets it reaches."""
+    atoms: list[tuple[int, set]] = []
+    for mask, target in edge_list:
+        rest = mask
+        new_atoms = []
+        for am, ts in atoms:
+            inter = am & mask
+            if inter:
+                new_atoms.append((inter, ts | {target}))
+                if am & ~mask:
+                    new_atoms.append((am & ~mask, ts))
+                rest &= ~am
+            else:
+                new_atoms.append((am, ts))
+        if rest:
+            new_atoms.append((rest, {target}))
+        atoms = new_atoms
+    return [(m, frozenset(ts)) for m, ts in atoms]
+
+
+def dfa_from_node(node: Node, max_states: int = DEFAULT_MAX_DFA_STATES) -> ByteDFA:
+    """Subset construction of a call-free regex node."""
+    nfa = ByteNFA()
+    start = nfa.new_state()
+    end = nfa.build(node, start)
+
+    def closure(states: frozenset[int]) -> frozenset[int]:
+        out = set(states)
+        todo = list(states)
+        while todo:
+            s = todo.pop()
+            for t in nfa.eps[s]:
+                if t not in out:
+                    out.add(t)
+                    todo.append(t)
+            assert not nfa.calls[s], "dfa_from_node needs a call-free node"
+        return frozenset(x for x in out if nfa.edges[x] or x == end)
+
+    first = closure(frozenset([start]))
+    index = {first: 0}
+    sets = [first]
+    edges: list[list[tuple[int, int]]] = []
+    i = 0
+    while i < len(sets):
+        cur = sets[i]
+        i += 1
+        raw = [(m, t) for s in cur for m, t in nfa.edges[s]]
+        out: dict[frozenset, int] = {}
+        for mask, targets in _partition(raw):
+            nxt = closure(targets)
+            out[nxt] = out.get(nxt, 0) | mask
+        row = []
+        for nxt, mask in out.items():
+            if nxt not in index:
+                if len(sets) >= max_states:
+                    raise ConstraintTooComplexError(f"automaton exceeds {max_states} DFA states")
+                index[nxt] = len(sets)
+                sets.append(nxt)
+            row.append((mask, index[nxt]))
+        edges.append(row)
+    accepting = {k for k, s in enumerate(sets) if end in s}
+    return trim(ByteDFA(edges, accepting))
+
+
+def product(a: ByteDFA, b: ByteDFA, mode: str = "and", max_states: int = DEFAULT_MAX_DFA_STATES) -> ByteDFA:
+    """Intersection ("and") or difference ("minus": in a, not in b)."""
+    start = (a.start, b.start)
+    index = {start: 0}
+    pairs = [start]
+    edges: list[list[tuple[int, int]]] = []
+    i = 0
+    while i < len(pairs):
+        sa, sb = pairs[i]
+        i += 1
+        row = []
+        b_edges = b.edges[sb] if sb is not None else []
+        for ma, ta in a.edges[sa]:
+            covered = 0
+            for mb, tb in b_edges:
+                m = ma & mb
+                if m:
+                    row.append((m, (ta, tb)))
+                    covered |= m
+            if mode == "minus" and ma & ~covered:
+                row.append((ma & ~covered, (ta, None)))
+        out_row = []
+        for m, nxt in row:
+            if nxt not in index:
+                if len(pairs) >= max_states:
+                    raise ConstraintTooComplexError(f"automaton product exceeds {max_states} DFA states")
+                index[nxt] = len(pairs)
+                pairs.append(nxt)
+            out_row.append((m, index[nxt]))
+        edges.append(out_row)
+    if mode == "and":
+        acc = {k for k, (x, y) in enumerate(pairs) if x in a.accepting and y in b.accepting}
+    else:
+        acc = {k for k, (x, y) in enumerate(pairs) if x in a.accepting and (y is None or y not in b.accepting)}
+    return trim(ByteDFA(edges, acc))
+
+
+def trim(d: ByteDFA) -> ByteDFA:
+    """Remove states that cannot reach acceptance (so any live prefix can be completed)."""
+    n = d.num_states
+    rev: list[list[int]] = [[] for _ in range(n)]
+    for s in range(n):
+        for _, t in d.edges[s]:
+            rev[t].append(s)
+    live = set(d.accepting)
+    todo = list(live)
+    while todo:
+        s = todo.pop()
+        for p in rev[s]:
+            if p not in live:
+                live.add(p)
+                todo.append(p)
+    if d.start not in live:
+        return ByteDFA([[]], set())
+    order = [d.start] + [s for s in range(n) if s in live and s != d.start]
+    remap = {s: k for k, s in enumerate(order)}
+    edges = [[(m, remap[t]) for m, t in d.edges[s] if t in live] for s in order]
+    return ByteDFA(edges, {remap[s] for s in d.accepting if s in live})
+
+
+def universal_bytes() -> ByteDFA:
+    return ByteDFA([[(ALL_BYTES, 0)]], {0})

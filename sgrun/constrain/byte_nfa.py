@@ -1,0 +1,206 @@
+"""Byte-level NFA with sub-automaton calls (a recursive transition network).
+
+A constraint is a set of fragments, each an NFA with one start and one end state. Inside a
+fragment, edges consume one byte from a set (a 256-bit int mask) or are epsilon; a call edge
+enters another fragment and returns to a given state when that fragment reaches its end. Calls
+let a JSON Schema $ref (or any sub-schema) be compiled once however often it is used, and make
+recursion possible without unrolling: the runtime keeps a return stack (lazy_dfa).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sgrun.constrain.errors import ConstraintTooComplexError
+from sgrun.constrain.regex_ast import Node
+from sgrun.constrain.utf8_ranges import utf8_sequences
+
+ALL_BYTES = (1 << 256) - 1
+
+
+def byte_mask(lo: int, hi: int) -> int:
+    return ((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1)
+
+
+class ByteNFA:
+    def __init__(self, max_states: int = 2_000_000):
+        self.edges: list[list[tuple[int, int]]] = []
+        self.eps: list[list[int]] = []
+        self.calls: list[list[tuple[int, int]]] = []
+        self.frag_start: list[int] = []
+        self.frag_end: list[int] = []
+        self.end_of: dict[int, int] = {}  # end state -> fragment id
+        self.max_states = max_states
+        self._chars_cache: dict[Any, list[list[tuple[int, int]]]] = {}
+
+    # --- construction -----------------------------------------------------------------
+    def new_state(self) -> int:
+        if len(self.edges) >= self.max_states:
+            raise ConstraintTooComplexError(
+                f"constraint automaton exceeds {self.max_states} NFA states; reduce repeat counts, "
+                f"string length bounds or schema size")
+        self.edges.append([])
+        self.eps.append([])
+        self.calls.append([])
+        return len(self.edges) - 1
+
+    def new_fragment(self) -> int:
+        fid = len(self.frag_start)
+        start, end = self.new_state(), self.new_state()
+        self.frag_start.append(start)
+        self.frag_end.append(end)
+        self.end_of[end] = fid
+        return fid
+
+    def define_fragment(self, fid: int, node: Node) -> None:
+        end = self.build(node, self.frag_start[fid])
+        self.eps[end].append(self.frag_end[fid])
+
+    def build(self, node: Node, cur: int) -> int:
+        """Add `node` starting at state `cur`; return its end state."""
+        kind = node[0]
+        if kind == "bytes":
+            for b in node[1]:
+                nxt = self.new_state()
+                self.edges[cur].append((1 << b, nxt))
+                cur = nxt
+            return cur
+        if kind == "byteset":
+            nxt = self.new_state()
+            if node[1]:
+                self.edges[cur].append((node[1], nxt))
+            return nxt
+        if kind == "chars":
+            return self._build_chars(node[1], cur)
+        if kind == "seq":
+            for child in node[1]:
+                cur = self.build(child, cur)
+            return cur
+        if kind == "alt":
+            end = self.new_state()
+            for child in node[1]:
+                entry = self.new_state()  # fresh entry so loops in one branch never leak into another
+                self.eps[cur].append(entry)
+                self.eps[self.build(child, entry)].append(end)
+            return end
+        if kind == "rep":
+            _, child, lo, hi = node
+            for _ in range(lo):
+                cur = self.build(child, cur)
+            if hi is None:
+                loop = self.new_state()
+                self.eps[cur].append(loop)
+                self.eps[self.build(child, loop)].append(loop)
+                out = self.new_state()
+                self.eps[loop].append(out)
+                return out
+            end = self.new_state()
+            for _ in range(hi - lo):
+                self.eps[cur].append(end)
+                cur = self.build(child, cur)
+            self.eps[cur].append(end)
+            return end
+        if kind == "call":
+            nxt = self.new_state()
+            self.calls[cur].append((node[1], nxt))
+            return nxt
+        if kind == "dfa":
+            return self._embed_dfa(node[1], cur)
+        raise AssertionError(f"unknown regex node {kind!r}")
+
+    def _build_chars(self, ranges: tuple[tuple[int, int], ...], cur: int) -> int:
+        seqs = self._chars_cache.get(ranges)
+        if seqs is None:
+            seqs = [s for lo, hi in ranges for s in utf8_sequences(lo, hi)]
+            self._chars_cache[ranges] = seqs
+        end = self.new_state()
+        # Group by sequence length, single-byte sequences share one edge.
+        single = 0
+        for s in seqs:
+            if len(s) == 1:
+                single |= byte_mask(*s[0])
+                continue
+            st = cur
+            for i, (lo, hi) in enumerate(s):
+                nxt = end if i == len(s) - 1 else self.new_state()
+                self.edges[st].append((byte_mask(lo, hi), nxt))
+                st = nxt
+        if single:
+            self.edges[cur].append((single, end))
+        return end
+
+    def _embed_dfa(self, dfa: Any, cur: int) -> int:
+        ids = [self.new_state() for _ in range(dfa.num_states)]
+        end = self.new_state()
+        for s in range(dfa.num_states):
+            for mask, t in dfa.edges[s]:
+                self.edges[ids[s]].append((mask, ids[t]))
+            if s in dfa.accepting:
+                self.eps[ids[s]].append(end)
+        self.eps[cur].append(ids[dfa.start])
+        return end
+
+    # --- analysis -----------------------------------------------------------------------
+    def nonempty_fragments(self) -> set[int]:
+        """Fragments whose language is non-empty (fixpoint over call edges)."""
+        nonempty: set[int] = set()
+        changed = True
+        while changed:
+            changed = False
+            for fid in range(len(self.frag_start)):
+                if fid in nonempty:
+                    continue
+                if self._reaches(self.frag_start[fid], self.frag_end[fid], nonempty):
+                    nonempty.add(fid)
+                    changed = True
+        return nonempty
+
+    def _reaches(self, start: int, goal: int, ok_calls: set[int]) -> bool:
+        seen = {start}
+        todo = [start]
+        while todo:
+            s = todo.pop()
+            if s == goal:
+                return True
+            nxt = [t for _, t in self.edges[s]] + self.eps[s] + [r for f, r in self.calls[s] if f in ok_calls]
+            for t in nxt:
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return False
+
+    def trim(self) -> set[int]:
+        """Drop calls into empty fragments and edges into states that cannot reach their
+        fragment's end, so every live runtime configuration can still complete."""
+        nonempty = self.nonempty_fragments()
+        n = len(self.edges)
+        rev: list[list[int]] = [[] for _ in range(n)]
+        for s in range(n):
+            self.calls[s] = [(f, r) for f, r in self.calls[s] if f in nonempty]
+            for _, t in self.edges[s]:
+                rev[t].append(s)
+            for t in self.eps[s]:
+                rev[t].append(s)
+            for _, r in self.calls[s]:
+                rev[r].append(s)
+        alive = [False] * n
+        todo = list(self.frag_end)
+        for s in todo:
+            alive[s] = True
+        while todo:
+            s = todo.pop()
+            for p in rev[s]:
+                if not alive[p]:
+                    alive[p] = True
+                    todo.append(p)
+        for s in range(n):
+            if not alive[s]:
+                self.edges[s], self.eps[s], self.calls[s] = [], [], []
+                continue
+            self.edges[s] = [(m, t) for m, t in self.edges[s] if alive[t]]
+            self.eps[s] = [t for t in self.eps[s] if alive[t]]
+            self.calls[s] = [(f, r) for f, r in self.calls[s] if alive[r]]
+        return nonempty
+
+    def all_masks(self) -> set[int]:
+        return {m for es in self.edges for m, _ in es}

@@ -1,0 +1,95 @@
+"""compile_constraint: the one entry point from a user's constraint spec to a cached Constraint."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sgrun.constrain.automaton_constraint import AutomatonConstraint
+from sgrun.constrain.byte_nfa import ByteNFA
+from sgrun.constrain.cache import GLOBAL_CACHE
+from sgrun.constrain.constraint import Constraint
+from sgrun.constrain.errors import InvalidSchemaError
+from sgrun.constrain.lazy_dfa import LazyDFA
+from sgrun.constrain.regex_ast import Node, literal_choices
+from sgrun.constrain.regex_parser import parse_regex
+from sgrun.constrain.token_table import token_table
+from sgrun.errors import ConstraintError
+
+
+def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None = None, grammar: str | None = None,
+                       choices: list[str] | None = None, whitespace: str = "compact", lenient: bool = False,
+                       use_cache: bool = True) -> Constraint:
+    """Compile exactly one of json_schema / regex / grammar / choices over the tokenizer's vocabulary.
+
+    json_schema: dict, JSON text, or True (any JSON value; `{}` means the same, as in JSON Schema).
+    regex: the whole output must fullmatch it. grammar: Lark text, a shipped grammar name
+    (e.g. "json"), or GBNF text (detected by `::=`). choices: list of exact strings.
+    whitespace: "compact" (no insignificant whitespace in JSON), "flexible" (optional
+    whitespace where JSON allows it), or a regex string used at each such place.
+    lenient: drop unsupported JSON Schema keywords with a warning instead of raising.
+    """
+    given = [k for k, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar),
+                            ("choices", choices)) if v is not None and v is not False]
+    if len(given) != 1:
+        raise ConstraintError(f"give exactly one of json_schema, regex, grammar, choices (got {given or 'none'})")
+    kind = given[0]
+    if kind == "json_schema":
+        schema = _load_schema(json_schema)
+        spec = json.dumps(schema, sort_keys=False, separators=(",", ":"))
+        options: tuple = (whitespace, lenient)
+    elif kind == "regex":
+        if not isinstance(regex, str):
+            raise ConstraintError("regex must be a string")
+        spec, options = regex, ()
+    elif kind == "grammar":
+        if not isinstance(grammar, str):
+            raise ConstraintError("grammar must be a string (Lark/GBNF text or a shipped grammar name)")
+        spec, options = grammar, ()
+    else:
+        if not isinstance(choices, (list, tuple)) or not choices or not all(isinstance(c, str) for c in choices):
+            raise ConstraintError("choices must be a non-empty list of strings")
+        spec, options = json.dumps(list(choices)), ()
+
+    def build() -> Constraint:
+        table = token_table(tokenizer)
+        if kind == "grammar":
+            from sgrun.constrain.grammar import compile_grammar
+            c = compile_grammar(grammar, table)
+        else:
+            if kind == "json_schema":
+                from sgrun.constrain.json_schema import schema_to_nfa
+                nfa, root = schema_to_nfa(schema, whitespace=whitespace, lenient=lenient)
+            else:
+                node = parse_regex(regex).fullmatch_node() if kind == "regex" else literal_choices(list(choices))
+                nfa, root = nfa_from_node(node)
+            nfa.trim()
+            if root not in nfa.nonempty_fragments():
+                raise ConstraintError(f"the {kind} constraint admits no output at all")
+            c = AutomatonConstraint(kind, spec, LazyDFA(nfa, root), table)
+        c.attach_tokenizer(tokenizer)
+        return c
+
+    if not use_cache:
+        return build()
+    return GLOBAL_CACHE.get_or_compile((kind, spec, options, tokenizer.fingerprint), build)
+
+
+def nfa_from_node(node: Node) -> tuple[ByteNFA, int]:
+    nfa = ByteNFA()
+    root = nfa.new_fragment()
+    nfa.define_fragment(root, node)
+    return nfa, root
+
+
+def _load_schema(json_schema: Any) -> Any:
+    if json_schema is True:
+        return {}
+    if isinstance(json_schema, (str, bytes)):
+        try:
+            return json.loads(json_schema)
+        except json.JSONDecodeError as e:
+            raise InvalidSchemaError(f"json_schema is not valid JSON: {e}") from None
+    if isinstance(json_schema, (dict, bool)):
+        return json_schema
+    raise InvalidSchemaError(f"json_schema must be a dict, a JSON string or True, not {type(json_schema).__name__}")

@@ -1,0 +1,153 @@
+"""Lazy determinisation of a ByteNFA with calls: DFA states are built on first use.
+
+A runtime configuration is (NFA state, return stack); a DFA state is the frozenset of
+configurations reachable after some input, closed under epsilon / call / return moves.
+Bytes are grouped into classes (bytes no edge mask tells apart), and the transition table
+`table[state, class]` is a numpy array filled on demand, so the token-mask walk (token_walk)
+can step thousands of tokens at once and only drop into Python for unseen transitions.
+State 0 is the dead state.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from sgrun.constrain.byte_nfa import ALL_BYTES, ByteNFA
+from sgrun.constrain.errors import ConstraintTooComplexError
+
+Stack = tuple | None  # (return_state, depth, parent) linked list
+DEFAULT_MAX_DEPTH = 64  # nested calls (sub-schemas / $ref / array-object nesting) kept on the stack
+DEFAULT_MAX_DFA_STATES = 200_000
+_MAX_CLOSURE = 50_000
+
+
+def byte_classes(masks: set[int]) -> list[int]:
+    """Coarsest partition of 0..255 such that every mask is a union of classes."""
+    classes = [ALL_BYTES]
+    for m in masks:
+        nxt = []
+        for c in classes:
+            a, b = c & m, c & ~m
+            if a:
+                nxt.append(a)
+            if b:
+                nxt.append(b)
+        classes = nxt
+    classes.sort(key=lambda c: (c & -c).bit_length())
+    return classes
+
+
+class LazyDFA:
+    def __init__(self, nfa: ByteNFA, root: int, max_depth: int = DEFAULT_MAX_DEPTH,
+                 max_states: int = DEFAULT_MAX_DFA_STATES):
+        self.nfa = nfa
+        self.root = root
+        self.root_end = nfa.frag_end[root]
+        self.max_depth = max_depth
+        self.max_states = max_states
+        self.lock = threading.RLock()
+        classes = byte_classes(nfa.all_masks())
+        self.class_masks = classes
+        self.class_of = np.zeros(256, dtype=np.uint8 if len(classes) <= 256 else np.uint16)
+        self.class_rep: list[int] = []
+        for cid, m in enumerate(classes):
+            low = (m & -m).bit_length() - 1
+            self.class_rep.append(low)
+            for b in range(256):
+                if (m >> b) & 1:
+                    self.class_of[b] = cid
+        self.num_classes = len(classes)
+        self.class_size = [bin(m).count("1") for m in classes]
+        self._sets: list[frozenset] = []
+        self._index: dict[frozenset, int] = {}
+        self.accepting: list[bool] = []
+        self.table = np.full((64, self.num_classes), -1, dtype=np.int32)
+        self._intern(frozenset())  # dead state 0
+        self.table[0, :] = 0
+        self.initial = self._intern(self._closure([(nfa.frag_start[root], None)]))
+
+    # --- configuration sets -------------------------------------------------------------
+    def _closure(self, configs: list[tuple[int, Stack]]) -> frozenset:
+        nfa = self.nfa
+        seen = set(configs)
+        todo = list(configs)
+        while todo:
+            s, stk = todo.pop()
+            nxt: list[tuple[int, Stack]] = [(t, stk) for t in nfa.eps[s]]
+            depth = stk[1] if stk is not None else 0
+            for fid, ret in nfa.calls[s]:
+                if depth < self.max_depth:
+                    nxt.append((nfa.frag_start[fid], (ret, depth + 1, stk)))
+            if stk is not None and s in nfa.end_of:
+                nxt.append((stk[0], stk[2]))
+            for c in nxt:
+                if c not in seen:
+                    seen.add(c)
+                    todo.append(c)
+            if len(seen) > _MAX_CLOSURE:
+                raise ConstraintTooComplexError("constraint automaton closure too large (left recursion?)")
+        root_end = self.root_end
+        return frozenset(c for c in seen if nfa.edges[c[0]] or (c[0] == root_end and c[1] is None))
+
+    def _intern(self, configs: frozenset) -> int:
+        sid = self._index.get(configs)
+        if sid is not None:
+            return sid
+        if not configs and self._sets:
+            return 0
+        sid = len(self._sets)
+        if sid >= self.max_states:
+            raise ConstraintTooComplexError(f"constraint automaton exceeds {self.max_states} states")
+        self._sets.append(configs)
+        self._index[configs] = sid
+        self.accepting.append(any(s == self.root_end and stk is None for s, stk in configs))
+        if sid >= self.table.shape[0]:
+            grown = np.full((self.table.shape[0] * 2, self.num_classes), -1, dtype=np.int32)
+            grown[: self.table.shape[0]] = self.table
+            self.table = grown
+        return sid
+
+    def _compute(self, sid: int, cls: int) -> int:
+        b = self.class_rep[cls]
+        moved = []
+        edges = self.nfa.edges
+        for s, stk in self._sets[sid]:
+            for m, t in edges[s]:
+                if (m >> b) & 1:
+                    moved.append((t, stk))
+        return self._intern(self._closure(moved)) if moved else 0
+
+    # --- public -------------------------------------------------------------------------
+    @property
+    def num_states(self) -> int:
+        return len(self._sets)
+
+    def step(self, sid: int, byte: int) -> int:
+        cls = self.class_of[byte]
+        nxt = self.table[sid, cls]
+        if nxt < 0:
+            nxt = self.fill(sid, int(cls))
+        return int(nxt)
+
+    def fill(self, sid: int, cls: int) -> int:
+        with self.lock:
+            nxt = int(self.table[sid, cls])
+            if nxt < 0:
+                nxt = self._compute(sid, cls)
+                self.table[sid, cls] = nxt
+            return nxt
+
+    def fill_pairs(self, sids: np.ndarray, classes: np.ndarray) -> None:
+        for sid, cls in zip(sids.tolist(), classes.tolist()):
+            self.fill(sid, cls)
+
+    def row(self, sid: int) -> np.ndarray:
+        """All transitions of one state (filled)."""
+        r = self.table[sid]
+        if (r < 0).any():
+            for cls in np.nonzero(r < 0)[0].tolist():
+                self.fill(sid, cls)
+            r = self.table[sid]
+        return r
