@@ -1,0 +1,91 @@
+"""OpenAI-shaped API errors: one exception type the handlers raise, and the mapping from
+project exceptions and msgspec decode errors to it."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+from starlette.responses import Response
+
+from sgrun.errors import ConstraintError, InvalidRequestError, ModelLoadError
+
+
+class ErrorBody(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(msgspec.Struct):
+    error: ErrorBody
+
+
+class APIError(Exception):
+    """An error a client caused (or a server fault) with its HTTP status and OpenAI error fields."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> ErrorResponse:
+        return ErrorResponse(ErrorBody(self.message, self.type, self.param, self.code))
+
+    def to_response(self) -> Response:
+        return Response(msgspec.json.encode(self.body()), status_code=self.status,
+                        media_type="application/json")
+
+    def to_sse(self) -> bytes:
+        return b"data: " + msgspec.json.encode(self.body()) + b"\n\n"
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+    return APIError(400, message, "invalid_request_error", param, code)
+
+
+# msgspec says e.g. "Expected `int`, got `str` - at `$.messages[0].role`".
+_PATH = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+
+
+def from_decode_error(exc: msgspec.DecodeError) -> APIError:
+    """Turn a msgspec decode/validation error into a 400 naming the offending field."""
+    text = str(exc)
+    m = _PATH.search(text)
+    param = m.group("path") if m and m.group("path") else None
+    if isinstance(exc, msgspec.ValidationError):
+        detail = text[: m.start()] if m else text
+        where = f" at '{param}'" if param else ""
+        return bad_request(f"invalid request body{where}: {detail}", param=param, code="invalid_type")
+    return bad_request(f"request body is not valid JSON: {text}", code="invalid_json")
+
+
+def from_exception(exc: BaseException, param_prefix: str = "", field_names: dict[str, str] | None = None) -> APIError:
+    """Map exceptions raised while validating or submitting a request to API errors.
+
+    `field_names` renames engine field names to the API's (e.g. max_new_tokens -> max_tokens)."""
+    if isinstance(exc, APIError):
+        return exc
+    if isinstance(exc, ConstraintError):
+        return APIError(400, str(exc), "invalid_request_error", param=_param(getattr(exc, "field", None), param_prefix, field_names),
+                        code="constraint_error")
+    if isinstance(exc, InvalidRequestError):
+        return APIError(400, str(exc), "invalid_request_error",
+                        param=_param(exc.field, param_prefix, field_names), code="invalid_value")
+    if isinstance(exc, msgspec.DecodeError):
+        return from_decode_error(exc)
+    if isinstance(exc, ModelLoadError):
+        return APIError(400, str(exc), "invalid_request_error", code="model_error")
+    return APIError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
+
+
+def _param(field: str | None, prefix: str, names: dict[str, str] | None) -> str | None:
+    if field is None:
+        return None
+    field = (names or {}).get(field, field)
+    return prefix + field

@@ -1,0 +1,207 @@
+"""The native protocol (docs/native-api.md): /generate, /score, /model_info and helpers, for
+the DSL's remote backend. Shaped like SGLang's /generate."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+
+from sgrun.engine.outputs import StreamEvent, TokenLogprob
+from sgrun.engine.sampling_params import SamplingParams
+from sgrun.errors import InvalidRequestError, SgrunError
+from sgrun.server.engine_bridge import RunningRequest, SampleState, merged_events, submit
+from sgrun.server.errors import APIError, bad_request, from_exception
+from sgrun.server.protocol import (GenerateMetaInfo, GenerateRequest, GenerateResult, GenerateStreamEvent,
+                                   ModelInfo, ScoreRequest, ScoreResponse)
+from sgrun.server.state import ServerState
+from sgrun.server.streaming import DONE, sse
+
+MAX_BATCH = 256
+DEFAULT_MAX_NEW_TOKENS = 128
+
+
+def generate_prompts(req: GenerateRequest) -> tuple[list[str | list[int]], bool]:
+    """(prompts, is_batch) from `text` or `input_ids`."""
+    if (req.text is None) == (req.input_ids is None):
+        raise bad_request("give exactly one of 'text' and 'input_ids'", param="text")
+    if req.text is not None:
+        if isinstance(req.text, str):
+            return [req.text], False
+        if not req.text:
+            raise bad_request("text must not be an empty list", param="text")
+        return list(req.text), True
+    ids = req.input_ids or []
+    if not ids:
+        raise bad_request("input_ids must not be empty", param="input_ids")
+    if all(isinstance(t, int) for t in ids):
+        return [list(ids)], False  # type: ignore[arg-type]
+    if all(isinstance(t, list) for t in ids):
+        return [list(t) for t in ids], True  # type: ignore[misc]
+    raise bad_request("input_ids must be a list of token ids or a list of such lists", param="input_ids")
+
+
+def generate_params(req: GenerateRequest) -> SamplingParams:
+    raw: dict[str, Any] = dict(req.sampling_params or {})
+    if "ebnf" in raw:  # SGLang's name for a grammar
+        if raw.get("grammar") is not None:
+            raise bad_request("give either 'ebnf' or 'grammar'", param="sampling_params.ebnf")
+        raw["grammar"] = raw.pop("ebnf")
+    raw.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+    if req.top_logprobs_num and not 0 <= req.top_logprobs_num <= 20:
+        raise bad_request(f"top_logprobs_num must be in [0, 20], got {req.top_logprobs_num}", param="top_logprobs_num")
+    if req.return_logprob:
+        raw["logprobs"] = req.top_logprobs_num
+    for key in ("stop",):
+        if isinstance(raw.get(key), str):
+            raw[key] = [raw[key]]
+    try:
+        return SamplingParams.from_dict(raw)
+    except InvalidRequestError as exc:
+        raise from_exception(exc, "sampling_params.") from exc
+    except TypeError as exc:  # a field of the wrong type that dataclass construction rejected
+        raise bad_request(f"sampling_params: {exc}", param="sampling_params") from exc
+
+
+def _rids(req: GenerateRequest, count: int) -> list[str]:
+    if req.rid is None:
+        return ["gen-" + uuid.uuid4().hex for _ in range(count)]
+    rids = [req.rid] if isinstance(req.rid, str) else list(req.rid)
+    if len(rids) != count:
+        raise bad_request(f"rid must hold one id per prompt ({count}), got {len(rids)}", param="rid")
+    return rids
+
+
+async def start_generate(state: ServerState, req: GenerateRequest) -> tuple[list[RunningRequest], bool]:
+    try:
+        prompts, is_batch = generate_prompts(req)
+        if len(prompts) > MAX_BATCH:
+            raise bad_request(f"at most {MAX_BATCH} prompts per request", param="text")
+        params = generate_params(req)
+        rids = _rids(req, len(prompts))
+        ids = await asyncio.to_thread(lambda: [state.tokenizer.encode(p) if isinstance(p, str) else p for p in prompts])
+    except (APIError, SgrunError) as exc:
+        err = from_exception(exc)
+        state.metrics.observe_error(err)
+        raise err from exc
+    constraint_param = next((f"sampling_params.{k}" for k in ("json_schema", "regex", "grammar", "choices")
+                             if getattr(params, k) is not None), None)
+    runs: list[RunningRequest] = []
+    try:
+        for rid, p in zip(rids, ids):
+            # Each prompt gets its own params copy: the engine may normalise fields in place.
+            runs.append(await submit(state.engine, p, params.replace(), state.metrics, "generate", request_id=rid,
+                                     param_prefix="sampling_params.", constraint_param=constraint_param))
+    except BaseException:
+        for r in runs:
+            r.abort()
+        raise
+    return runs, is_batch or params.n > 1
+
+
+def _lp_entries(items: list[TokenLogprob]) -> tuple[list[tuple[float, int, str]], list[list[tuple[float, int, str]]]]:
+    return ([(t.logprob, t.token_id, t.token) for t in items],
+            [[(lp, tid, tok) for tid, tok, lp in t.top] for t in items])
+
+
+def _meta(run: RunningRequest, completion_tokens: int, cached: int, finish: str | None = None,
+          matched: str | int | None = None, logprob_items: list[TokenLogprob] | None = None,
+          latency: float | None = None) -> GenerateMetaInfo:
+    meta = GenerateMetaInfo(id=run.request_id, prompt_tokens=run.prompt_tokens, completion_tokens=completion_tokens,
+                            cached_tokens=cached, finish_reason=finish, matched_stop=matched, e2e_latency=latency)
+    if logprob_items is not None:
+        meta.output_token_logprobs, meta.output_top_logprobs = _lp_entries(logprob_items)
+    return meta
+
+
+def _check_failures(state: ServerState, samples: list[SampleState]) -> None:
+    for s in samples:
+        if s.error:
+            err = APIError(500, f"generation failed: {s.error}", "internal_error")
+            state.metrics.observe_error(err)
+            raise err
+
+
+async def generate(state: ServerState, req: GenerateRequest, request: Request) -> GenerateResult | list[GenerateResult]:
+    runs, as_list = await start_generate(state, req)
+    try:
+        all_samples = await asyncio.gather(*(r.run_to_end(request) for r in runs))
+    finally:
+        for r in runs:
+            r.abort()
+    results = []
+    for run, samples in zip(runs, all_samples):
+        _check_failures(state, samples)
+        final = await run.final_output()
+        cached = final.cached_tokens if final else 0
+        latency = time.perf_counter() - run.arrival
+        for s in samples:
+            results.append(GenerateResult(text=s.text, output_ids=s.token_ids, meta_info=_meta(
+                run, len(s.token_ids), cached, s.finish_reason, s.matched_stop,
+                s.logprobs if req.return_logprob else None, latency)))
+    return results if as_list else results[0]
+
+
+async def generate_stream(state: ServerState, req: GenerateRequest, runs: list[RunningRequest]) -> AsyncIterator[bytes]:
+    n = runs[0].params.n
+    counts = [0] * (len(runs) * n)
+    try:
+        async for pi, ev in merged_events(runs):
+            if ev.error:
+                err = APIError(500, f"generation failed: {ev.error}", "internal_error")
+                state.metrics.observe_error(err)
+                yield err.to_sse()
+                yield DONE
+                return
+            run = runs[pi]
+            index = pi * n + ev.index
+            counts[index] += len(ev.token_ids)
+            yield sse(_stream_event(run, index, ev, counts[index], req.return_logprob))
+        yield DONE
+    finally:
+        for r in runs:
+            r.abort()
+
+
+def _stream_event(run: RunningRequest, index: int, ev: StreamEvent, completion_tokens: int,
+                  return_logprob: bool) -> GenerateStreamEvent:
+    done = ev.finish_reason is not None
+    # cached_tokens is known once the request is admitted; report it at the end from the handle.
+    cached = sum(getattr(s, "cached_tokens", 0) for s in getattr(run.handle, "seqs", [])) if done else 0
+    meta = _meta(run, completion_tokens, cached, ev.finish_reason, ev.matched_stop if done else None,
+                 ev.logprobs if return_logprob else None, time.perf_counter() - run.arrival if done else None)
+    return GenerateStreamEvent(index=index, text=ev.text, output_ids=list(ev.token_ids), meta_info=meta)
+
+
+async def score(state: ServerState, req: ScoreRequest) -> ScoreResponse:
+    if (req.text is None) == (req.input_ids is None):
+        raise bad_request("give exactly one of 'text' and 'input_ids' for the prompt", param="text")
+    if not req.continuations:
+        raise bad_request("continuations must not be empty", param="continuations")
+    prompt: str | list[int] = req.text if req.text is not None else list(req.input_ids or [])
+    try:
+        prompt_ids = await asyncio.to_thread(
+            lambda: state.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
+        scores = await asyncio.to_thread(state.engine.score, prompt, list(req.continuations))
+    except (APIError, SgrunError) as exc:
+        err = from_exception(exc)
+        state.metrics.observe_error(err)
+        raise err from exc
+    scores = [list(map(float, s)) for s in scores]
+    return ScoreResponse(logprobs=scores, sum_logprobs=[sum(s) for s in scores], num_tokens=[len(s) for s in scores],
+                         prompt_tokens=len(prompt_ids))
+
+
+def model_info(state: ServerState) -> ModelInfo:
+    tok = state.tokenizer
+    tmpl = tok.chat_template
+    return ModelInfo(model_name=state.model_name, model_path=getattr(state.engine, "model_path", None),
+                     chat_template=tmpl.source if tmpl else None,
+                     chat_template_accepts_tools=bool(tmpl and tmpl.accepts_tools),
+                     eos_token_ids=sorted(tok.eos_token_ids), bos_token_id=tok.bos_token_id,
+                     vocab_size=tok.vocab_size, max_context=state.max_context,
+                     special_tokens=dict(tok.special_tokens), tokenizer_fingerprint=tok.fingerprint)

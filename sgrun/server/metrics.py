@@ -1,0 +1,121 @@
+"""Prometheus metrics for one server app, in a registry of its own (so several apps in one
+process, as in tests, never collide). Engine-side figures are read from engine.stats() at
+scrape time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class ServerMetrics:
+    def __init__(self, engine: Any = None):
+        self.engine = engine
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("sgrun_requests", "Finished requests by endpoint kind and outcome",
+                                ["kind", "status"], registry=r)
+        self.prompt_tokens = Counter("sgrun_prompt_tokens", "Prompt tokens of finished requests", registry=r)
+        self.completion_tokens = Counter("sgrun_completion_tokens", "Generated tokens", registry=r)
+        self.ttft = Histogram("sgrun_time_to_first_token_seconds", "Time from arrival to first output token",
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.tpot = Histogram("sgrun_time_per_output_token_seconds", "Mean time between output tokens after the first",
+                              buckets=_TPOT_BUCKETS, registry=r)
+        self.e2e = Histogram("sgrun_request_latency_seconds", "Time from arrival to the last token",
+                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.errors = Counter("sgrun_errors", "Requests refused or failed, by error type and HTTP status",
+                              ["type", "status"], registry=r)
+        self.constraint_submit = Histogram(
+            "sgrun_constraint_compile_seconds",
+            "Time to validate and compile (or fetch from cache) a constrained request's automaton",
+            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0), registry=r)
+        self.running = Gauge("sgrun_requests_running", "Requests in the running batch", registry=r)
+        self.waiting = Gauge("sgrun_requests_waiting", "Requests waiting to be scheduled", registry=r)
+        self.pages = Gauge("sgrun_kv_pages", "KV pool pages by state", ["state"], registry=r)
+        self.kv_usage = Gauge("sgrun_kv_pool_usage_ratio", "Fraction of KV pages in use by running requests", registry=r)
+        self.cache_hit_rate = Gauge("sgrun_radix_cache_hit_rate", "Prompt tokens served from the radix cache / prompt tokens",
+                                    registry=r)
+        self.cached_tokens = Gauge("sgrun_cached_prompt_tokens_total", "Prompt tokens served from the radix cache",
+                                   registry=r)
+        self.engine_prompt_tokens = Gauge("sgrun_engine_prompt_tokens_total", "Prompt tokens the engine has admitted",
+                                          registry=r)
+        self.constraint_cache_hits = Gauge("sgrun_constraint_cache_hits_total", "Compiled-constraint cache hits",
+                                           registry=r)
+        self.constraint_cache_misses = Gauge("sgrun_constraint_cache_misses_total", "Compiled-constraint cache misses",
+                                             registry=r)
+
+    # --- recorded by handlers ------------------------------------------------------------
+    def observe_request(self, kind: str, prompt_tokens: int, completion_tokens: int,
+                        ttft: float | None, tpot: float | None, status: str, e2e: float | None = None) -> None:
+        self.requests.labels(kind, status).inc()
+        self.prompt_tokens.inc(prompt_tokens)
+        self.completion_tokens.inc(completion_tokens)
+        if ttft is not None:
+            self.ttft.observe(ttft)
+        if tpot is not None:
+            self.tpot.observe(tpot)
+        if e2e is not None:
+            self.e2e.observe(e2e)
+
+    def observe_error(self, err: Any) -> None:
+        self.errors.labels(getattr(err, "type", "internal_error"), str(getattr(err, "status", 500))).inc()
+
+    def observe_constraint_submit(self, seconds: float) -> None:
+        self.constraint_submit.observe(seconds)
+
+    # --- scrape ---------------------------------------------------------------------------
+    def render(self) -> bytes:
+        self._refresh_engine_gauges()
+        return generate_latest(self.registry)
+
+    def _refresh_engine_gauges(self) -> None:
+        if self.engine is None:
+            return
+        try:
+            s: dict[str, Any] = self.engine.stats()
+        except Exception:  # a scrape must never fail because the engine is busy or closing
+            return
+        self.running.set(s.get("running", 0))
+        self.waiting.set(s.get("waiting", 0))
+        for state in ("total", "free", "in_use", "cached", "evictable"):
+            if f"pages_{state}" in s:
+                self.pages.labels(state).set(s[f"pages_{state}"])
+        total = s.get("pages_total") or 0
+        if total:
+            self.kv_usage.set(s.get("pages_in_use", 0) / total)
+        self.cache_hit_rate.set(s.get("cache_hit_rate", 0.0) or 0.0)
+        self.cached_tokens.set(s.get("cached_tokens_total", 0))
+        self.engine_prompt_tokens.set(s.get("prompt_tokens_total", 0))
+        hits, misses = _constraint_cache_counts(s)
+        if hits is not None:
+            self.constraint_cache_hits.set(hits)
+        if misses is not None:
+            self.constraint_cache_misses.set(misses)
+
+
+def _constraint_cache_counts(stats: dict[str, Any]) -> tuple[int | None, int | None]:
+    """Constraint-cache hits/misses from engine.stats() if it reports them, else from the
+    constraint compiler's own cache counters."""
+    if "constraint_cache_hits" in stats:
+        return stats.get("constraint_cache_hits"), stats.get("constraint_cache_misses")
+    try:
+        import sgrun.constrain as constrain
+        info = getattr(constrain, "cache_info", None)
+        if callable(info):
+            ci = info()
+            if isinstance(ci, dict):
+                return ci.get("hits"), ci.get("misses")
+            return getattr(ci, "hits", None), getattr(ci, "misses", None)
+        compile_fn = getattr(constrain, "compile_constraint", None)
+        if compile_fn is not None and hasattr(compile_fn, "cache_info"):
+            ci = compile_fn.cache_info()
+            return ci.hits, ci.misses
+    except Exception:  # metrics are best effort
+        pass
+    return None, None
