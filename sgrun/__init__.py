@@ -7,15 +7,31 @@ from sgrun.errors import ConstraintError, InvalidRequestError, ModelLoadError, S
 __version__ = "0.1.0"
 
 
+# The frontend DSL (sgrun.lang), loaded on first use like Engine: name -> defining module.
+_DSL_EXPORTS = {
+    "function": "sgrun.lang.function", "gen": "sgrun.lang.ir", "select": "sgrun.lang.ir",
+    "system": "sgrun.lang.ir", "user": "sgrun.lang.ir", "assistant": "sgrun.lang.ir", "role": "sgrun.lang.ir",
+    "system_begin": "sgrun.lang.ir", "system_end": "sgrun.lang.ir", "user_begin": "sgrun.lang.ir",
+    "user_end": "sgrun.lang.ir", "assistant_begin": "sgrun.lang.ir", "assistant_end": "sgrun.lang.ir",
+    "fork": "sgrun.lang.state", "ProgramState": "sgrun.lang.state", "ProgramError": "sgrun.lang.program_error",
+    "Runtime": "sgrun.lang.runtime_backend", "RuntimeEndpoint": "sgrun.lang.endpoint_backend",
+    "set_default_backend": "sgrun.lang.backend", "Agent": "sgrun.lang.agent", "AgentResult": "sgrun.lang.agent",
+    "ToolCall": "sgrun.lang.agent", "function_to_tool": "sgrun.lang.tool_schema",
+}
+
+
 def __getattr__(name: str):
     # Heavy pieces load on first use so `import sgrun` stays cheap.
     if name == "Engine":
         from sgrun.engine.engine import Engine
         return Engine
+    if name in _DSL_EXPORTS:
+        import importlib
+        return getattr(importlib.import_module(_DSL_EXPORTS[name]), name)
     raise AttributeError(f"module 'sgrun' has no attribute {name!r}")
 
 
 __all__ = [
     "Engine", "SamplingParams", "RequestOutput", "CompletionOutput", "StreamEvent", "TokenLogprob",
-    "SgrunError", "ConstraintError", "InvalidRequestError", "ModelLoadError",
+    "SgrunError", "ConstraintError", "InvalidRequestError", "ModelLoadError", *_DSL_EXPORTS,
 ]
