@@ -189,7 +189,7 @@ class ChatChunkChoice(msgspec.Struct):
     logprobs: ChatLogprobs | None = None
 
 
-class ChatCompletionChunk(msgspec.Struct, omit_defaults=True):
+class ChatCompletionChunk(msgspec.Struct):
     id: str
     created: int
     model: str
@@ -245,7 +245,7 @@ class CompletionChoice(msgspec.Struct):
     logprobs: CompletionLogprobs | None = None
 
 
-class CompletionResponse(msgspec.Struct, omit_defaults=True):
+class CompletionResponse(msgspec.Struct):
     id: str
     created: int
     model: str
