@@ -20,7 +20,7 @@ class AutomatonConstraint(Constraint):
         self.table = table
         self._masks: dict[int, torch.Tensor] = {}
         self._forced: dict[int, bytes] = {}
-        self._class_columns: np.ndarray | None = None
+        self._node_class: np.ndarray | None = None
 
     @property
     def initial_state(self) -> int:
@@ -55,41 +55,44 @@ class AutomatonConstraint(Constraint):
         return m
 
     def allowed_token_ids(self, state: int) -> np.ndarray:
-        """Non-special token ids whose bytes keep the automaton alive from `state`."""
-        if self._class_columns is None:
-            self._class_columns = self.dfa.class_of[self.table.columns]
-        cols = self._class_columns
+        """Non-special token ids whose bytes keep the automaton alive from `state`: a
+        breadth-first walk of the token trie, all live nodes of one depth per numpy step."""
+        t = self.table
+        if self._node_class is None:
+            self._node_class = self.dfa.class_of[t.node_byte].astype(np.int64)
+        node_class = self._node_class
         dfa = self.dfa
-        count_longer = self.table.count_longer
-        n = int(count_longer[0]) if len(count_longer) else 0
-        if n == 0:
-            return np.zeros(0, dtype=np.int64)
-        # Step 0 from a single state: one row lookup for the whole vocabulary.
+        ncls = dfa.num_classes
+        alive_nodes = np.zeros(t.num_nodes, dtype=np.bool_)
         row = dfa.row(state)
-        cur = row[cols[0, :n]]
-        keep = np.nonzero(cur)[0]
-        alive = keep
-        cur = cur[keep]
-        for j in range(1, cols.shape[0]):
-            k = int(np.searchsorted(alive, count_longer[j]))  # alive tokens longer than j
-            if k == 0:
+        st = row[node_class[t.depth1]]
+        keep = st != 0
+        nodes = t.depth1[keep]
+        st = st[keep]
+        while len(nodes):
+            alive_nodes[nodes] = True
+            cs = t.child_start[nodes]
+            cnt = t.child_end[nodes] - cs
+            has = cnt > 0
+            if not has.all():
+                cs, cnt, st = cs[has], cnt[has], st[has]
+            total = int(cnt.sum())
+            if total == 0:
                 break
-            act = alive[:k]
-            cls = cols[j, act]
-            src = cur[:k]
-            nxt = dfa.table[src, cls]
+            offsets = np.cumsum(cnt) - cnt
+            children = np.repeat(cs - offsets, cnt) + np.arange(total)
+            src = np.repeat(st, cnt)
+            flat = src.astype(np.int64) * ncls + node_class[children]
+            nxt = dfa.table.ravel()[flat]
             unknown = nxt < 0
             if unknown.any():
-                pairs = np.unique(src[unknown].astype(np.int64) * dfa.num_classes + cls[unknown])
-                dfa.fill_pairs(pairs // dfa.num_classes, pairs % dfa.num_classes)
-                nxt = dfa.table[src, cls]
-            ok = nxt != 0
-            if ok.all():
-                cur[:k] = nxt
-                continue
-            alive = np.concatenate([act[ok], alive[k:]])
-            cur = np.concatenate([nxt[ok], cur[k:]])
-        return self.table.order[alive]
+                pairs = np.unique(flat[unknown])
+                dfa.fill_pairs(pairs // ncls, pairs % ncls)
+                nxt = dfa.table.ravel()[flat]
+            keep = nxt != 0
+            nodes = children[keep]
+            st = nxt[keep]
+        return t.token_ids[alive_nodes[t.token_node]]
 
     def forced_bytes(self, state: int) -> bytes:
         got = self._forced.get(state)

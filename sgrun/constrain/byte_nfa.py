@@ -106,7 +106,36 @@ class ByteNFA:
             return nxt
         if kind == "dfa":
             return self._embed_dfa(node[1], cur)
+        if kind == "members":
+            return self._build_members(node, cur)
         raise AssertionError(f"unknown regex node {kind!r}")
+
+    def _build_members(self, node: Node, cur: int) -> int:
+        """Object members in a fixed order, each required or optional, then any number of
+        `extra` members, separated by `sep`. Two lanes (nothing emitted yet / something
+        emitted) decide whether a separator comes first; linear in the member count."""
+        _, members, extra, sep = node
+        none_yet, some = cur, self.new_state()
+        for member, required in members:
+            nxt_none, nxt_some = self.new_state(), self.new_state()
+            self.eps[self.build(member, none_yet)].append(nxt_some)
+            entry = self.new_state()
+            self.eps[some].append(entry)
+            self.eps[self.build(member, self.build(sep, entry))].append(nxt_some)
+            if not required:
+                self.eps[none_yet].append(nxt_none)
+                self.eps[some].append(nxt_some)
+            none_yet, some = nxt_none, nxt_some
+        end = self.new_state()
+        self.eps[none_yet].append(end)
+        self.eps[some].append(end)
+        if extra is not None:
+            loop = self.new_state()
+            self.eps[self.build(extra, none_yet)].append(loop)
+            self.eps[some].append(loop)
+            self.eps[self.build(extra, self.build(sep, loop))].append(loop)
+            self.eps[loop].append(end)
+        return end
 
     def _build_chars(self, ranges: tuple[tuple[int, int], ...], cur: int) -> int:
         seqs = self._chars_cache.get(ranges)

@@ -1,6 +1,6 @@
-"""The model vocabulary as a column-major byte matrix, for stepping every token through an
-automaton at once: tokens sorted by byte length (longest first), so the tokens still running at
-byte position j are always a prefix of the order. Built once per tokenizer fingerprint."""
+"""The model vocabulary as a token trie laid out level by level in flat numpy arrays, so one
+automaton state's token mask is a breadth-first walk where every step handles all live trie
+nodes of a depth at once (whole subtrees die with their parent). Built once per tokenizer."""
 
 from __future__ import annotations
 
@@ -12,18 +12,26 @@ import numpy as np
 
 @dataclass
 class TokenTable:
-    vocab_size: int                 # width of the logits / bitmask
-    order: np.ndarray               # token ids of non-empty tokens, longest first
-    lengths: np.ndarray             # byte length of order[k]
-    columns: np.ndarray             # [max_len, n] uint8: byte j of token order[k] (0 past its end)
-    count_longer: np.ndarray        # count_longer[j] = number of tokens with length > j
-    token_bytes: list[bytes]        # per id; b"" for specials and ids past the vocab
+    vocab_size: int              # width of the logits / bitmask
+    token_bytes: list[bytes]     # per id; b"" for specials and ids past the vocab
     eos_ids: np.ndarray
     fingerprint: str
+    # trie: nodes are non-empty byte prefixes of tokens, numbered depth by depth; the children of
+    # a node are contiguous (child_start..child_end) in the next depth.
+    node_byte: np.ndarray        # [num_nodes] uint8, the last byte of the node's prefix
+    child_start: np.ndarray      # [num_nodes] int64
+    child_end: np.ndarray        # [num_nodes] int64
+    depth1: np.ndarray           # node ids of depth 1 (single-byte prefixes)
+    token_ids: np.ndarray        # non-empty token ids
+    token_node: np.ndarray       # trie node of each token in token_ids
 
     @property
     def words(self) -> int:
         return (self.vocab_size + 31) // 32
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_byte)
 
 
 _tables: dict[str, TokenTable] = {}
@@ -44,17 +52,30 @@ def _build(tokenizer) -> TokenTable:
     specials = set(tokenizer.special_token_ids) | set(tokenizer.eos_token_ids)
     vocab_size = int(tokenizer.vocab_size)
     raw = list(tokenizer.token_bytes)[:vocab_size]
-    tb = [b"" if (i in specials) else bytes(raw[i]) for i in range(len(raw))]
+    tb = [b"" if i in specials else bytes(raw[i]) for i in range(len(raw))]
     tb += [b""] * (vocab_size - len(tb))
-    lengths_all = np.fromiter((len(b) for b in tb), dtype=np.int64, count=len(tb))
-    ids = np.nonzero(lengths_all > 0)[0]
-    order = ids[np.argsort(-lengths_all[ids], kind="stable")]
-    lengths = lengths_all[order]
-    max_len = int(lengths[0]) if len(lengths) else 0
-    flat = b"".join(tb[i].ljust(max_len, b"\0") for i in order.tolist())
-    mat = np.frombuffer(flat, dtype=np.uint8).reshape(len(order), max_len)
-    columns = np.ascontiguousarray(mat.T)
-    count_longer = np.array([int((lengths > j).sum()) for j in range(max_len)], dtype=np.int64)
+    # Level-by-level numbering: sort prefixes by (length, bytes) so siblings are contiguous and
+    # ordered like their parents.
+    prefixes: set[bytes] = set()
+    for b in tb:
+        for i in range(1, len(b) + 1):
+            prefixes.add(b[:i])
+    ordered = sorted(prefixes, key=lambda p: (len(p), p))
+    node_of = {p: k for k, p in enumerate(ordered)}
+    n = len(ordered)
+    node_byte = np.fromiter((p[-1] for p in ordered), dtype=np.uint8, count=n)
+    child_start = np.zeros(n, dtype=np.int64)
+    child_end = np.zeros(n, dtype=np.int64)
+    for k, p in enumerate(ordered):
+        if len(p) > 1:
+            par = node_of[p[:-1]]
+            if child_end[par] == 0:
+                child_start[par] = k
+            child_end[par] = k + 1
+    depth1 = np.array([node_of[p] for p in ordered if len(p) == 1], dtype=np.int64)
+    ids = [i for i, b in enumerate(tb) if b]
+    token_ids = np.array(ids, dtype=np.int64)
+    token_node = np.array([node_of[tb[i]] for i in ids], dtype=np.int64)
     eos = np.array(sorted(i for i in tokenizer.eos_token_ids if i < vocab_size), dtype=np.int64)
-    return TokenTable(vocab_size, order.astype(np.int64), lengths, columns, count_longer, tb, eos,
-                      tokenizer.fingerprint)
+    return TokenTable(vocab_size, tb, eos, tokenizer.fingerprint, node_byte, child_start, child_end,
+                      depth1, token_ids, token_node)

@@ -1,0 +1,732 @@
+"""JSON Schema -> byte NFA with calls (see byte_nfa). Each distinct sub-schema becomes one
+fragment, compiled once and entered by a call edge wherever it is used, so $ref recursion works
+to any depth the runtime stack allows (lazy_dfa.DEFAULT_MAX_DEPTH nested calls) and big schemas
+stay linear in size. Leaves (strings with pattern/format, bounded numbers) are small eager DFAs.
+
+Output form: properties in schema order (then any additional properties), compact whitespace by
+default, integers without fraction/exponent, bounded numbers without exponent.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
+from sgrun.constrain.byte_nfa import ByteNFA
+from sgrun.constrain.errors import InvalidSchemaError, RegexError, UnsupportedSchemaError
+from sgrun.constrain.json_string import (any_text_dfa, constrained_string_node, excluded_dfa, length_dfa,
+                                         string_node)
+from sgrun.constrain.numbers import integer_bounds, integer_with_multiple, number_node
+from sgrun.constrain.regex_ast import EMPTY, NOTHING, Node, alt, chars, lit, opt, rep, seq
+from sgrun.constrain.regex_parser import parse_regex
+from sgrun.constrain.schema_merge import canonical, merge_schemas, merge_types
+from sgrun.constrain.schema_refs import SchemaIndex
+from sgrun.constrain.string_formats import FORMAT_REGEXES
+
+ANNOTATIONS = frozenset({
+    "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
+    "$schema", "$id", "id", "$anchor", "$defs", "definitions", "contentMediaType", "contentEncoding",
+    "contentSchema", "$vocabulary", "$dynamicAnchor", "$recursiveAnchor", "discriminator", "example",
+})
+ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
+_ECMA_DOT_EXCLUDES = (0x0A, 0x0D, 0x2028, 0x2029)
+_MAX_PATTERN_PROPERTIES = 4
+_MAX_EXPAND = 64
+
+
+@lru_cache(maxsize=4096)
+def pattern_search_dfa(pattern: str) -> ByteDFA:
+    try:
+        parsed = parse_regex(pattern, dot_excludes=_ECMA_DOT_EXCLUDES)
+    except RegexError as e:
+        raise UnsupportedSchemaError("pattern", "", str(e)) from None
+    return dfa_from_node(parsed.search_node(chars((0, 0x10FFFF))))
+
+
+def pattern_matches(pattern: str, text: str) -> bool:
+    return pattern_search_dfa(pattern).fullmatch(text.encode("utf-8"))
+
+
+def canonical_json(value: Any) -> str:
+    """Our output form of a JSON value: compact, integral floats as integers, keys as given."""
+    return json.dumps(_canon_numbers(value), separators=(",", ":"), ensure_ascii=False)
+
+
+def _canon_numbers(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, list):
+        return [_canon_numbers(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _canon_numbers(x) for k, x in v.items()}
+    return v
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+class SchemaCompiler:
+    def __init__(self, root: Any, whitespace: str = "compact", lenient: bool = False):
+        self.root = root
+        self.lenient = lenient
+        self.nfa = ByteNFA()
+        self.index = SchemaIndex(root)
+        draft = root.get("$schema", "") if isinstance(root, dict) else ""
+        self.legacy_ref = any(d in str(draft) for d in ("draft-03", "draft-04", "draft-06", "draft-07"))
+        self._fragments: dict[tuple[int, str], int] = {}
+        self._keep: list[Any] = []  # keeps merged dicts alive so id() keys stay unique
+        self._any_fid: int | None = None
+        self._any_key_fid: int | None = None
+        if whitespace == "compact":
+            self.ws: Node = EMPTY
+        elif whitespace == "flexible":
+            self.ws = rep(chars((0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)), 0, None)
+        else:
+            self.ws = parse_regex(whitespace).fullmatch_node()
+
+    # --- fragments ----------------------------------------------------------------------
+    def compile_root(self) -> int:
+        return self.fragment(self.root, "#", self.index.base_for(self.root, "https://sgrun.invalid/root.json"))
+
+    def fragment(self, schema: Any, ptr: str, base: str) -> int:
+        key = (id(schema), base)
+        fid = self._fragments.get(key)
+        if fid is not None:
+            return fid
+        self._keep.append(schema)
+        fid = self.nfa.new_fragment()
+        self._fragments[key] = fid
+        self.nfa.define_fragment(fid, self.value_node(schema, ptr, base))
+        return fid
+
+    def call(self, schema: Any, ptr: str, base: str) -> Node:
+        if schema is False:
+            return NOTHING
+        if schema is True or schema == {}:
+            return ("call", self.any_value_fid())
+        return ("call", self.fragment(schema, ptr, self.index.base_for(schema, base)))
+
+    # --- one schema ---------------------------------------------------------------------
+    def value_node(self, schema: Any, ptr: str, base: str) -> Node:
+        if schema is True:
+            return ("call", self.any_value_fid())
+        if schema is False:
+            return NOTHING
+        if not isinstance(schema, dict):
+            raise InvalidSchemaError(f"schema at {ptr} must be an object or a boolean, not {type(schema).__name__}")
+        branches = self.expand(schema, ptr, base, 0, allow_call=True)
+        if isinstance(branches, tuple):  # a bare $ref: call its target (recursion-safe)
+            return branches[1]
+        return alt(*(self.plain_node(s, ptr, base) for s in branches))
+
+    def expand(self, schema: dict, ptr: str, base: str, depth: int, allow_call: bool = False) -> list[dict] | tuple:
+        """Resolve $ref / allOf / anyOf / oneOf at the top of `schema` into alternatives of plain
+        dicts (no applicators left at their top level), or ("call", node) for a bare $ref."""
+        if depth > _MAX_EXPAND:
+            raise UnsupportedSchemaError("$ref", ptr, "reference cycle without progress (infinite recursion)")
+        base = self.index.base_for(schema, base)
+        s = dict(schema)
+        for k in ("$dynamicRef", "$recursiveRef"):
+            if k in s:
+                self.refuse(k, ptr, "dynamic references are not supported", s)
+        if "$ref" in s:
+            ref = s.pop("$ref")
+            if not isinstance(ref, str):
+                raise InvalidSchemaError(f"$ref at {ptr} must be a string")
+            target, tptr, tbase = self.index.resolve(ref, base, ptr)
+            if self.legacy_ref:
+                s = {}
+            rest = {k: v for k, v in s.items() if k not in ANNOTATIONS}
+            if not rest and allow_call:
+                if target is False:
+                    return [{"not": {}}]
+                return ("call", self.call(target, tptr, tbase))
+            if target is False:
+                return []
+            parts = [] if target is True else [target]
+            return self._all_of([rest] + parts, [ptr, tptr], [base, tbase], depth)
+        if "allOf" in s:
+            parts = s.pop("allOf")
+            if not isinstance(parts, list):
+                raise InvalidSchemaError(f"allOf at {ptr} must be a list")
+            return self._all_of([s] + parts, [ptr] + [f"{ptr}/allOf/{i}" for i in range(len(parts))],
+                                [base] * (len(parts) + 1), depth)
+        for key in ("anyOf", "oneOf"):
+            if key in s:
+                branches_raw = s.pop(key)
+                if not isinstance(branches_raw, list) or not branches_raw:
+                    raise InvalidSchemaError(f"{key} at {ptr} must be a non-empty list")
+                rest = {k: v for k, v in s.items() if k not in ANNOTATIONS}
+                out: list[dict] = []
+                per_branch: list[list[dict]] = []
+                for i, b in enumerate(branches_raw):
+                    bptr = f"{ptr}/{key}/{i}"
+                    if b is False:
+                        per_branch.append([])
+                        continue
+                    b = {} if b is True else b
+                    got = self._all_of([rest, b], [ptr, bptr], [base, base], depth) if rest else \
+                        self.expand(b, bptr, base, depth + 1, allow_call=True)
+                    if isinstance(got, tuple):  # a bare $ref branch stays a call (recursion-safe)
+                        got = [{"$sgrun_call": got[1]}]
+                    per_branch.append(got)
+                if key == "oneOf":
+                    self._check_disjoint(per_branch, ptr)
+                for g in per_branch:
+                    out.extend(g)
+                return out
+        return [s]
+
+    def _all_of(self, parts: list[Any], ptrs: list[str], bases: list[str], depth: int) -> list[dict]:
+        alternatives: list[dict] = [{}]
+        for part, p, b in zip(parts, ptrs, bases):
+            if part is True:
+                continue
+            if part is False:
+                return []
+            if not isinstance(part, dict):
+                raise InvalidSchemaError(f"schema at {p} must be an object or a boolean")
+            got = self.expand(part, p, b, depth + 1)
+            nxt = []
+            for a in alternatives:
+                for g in got:
+                    nxt.append(merge_schemas(a, g, p, pattern_matches))
+            if len(nxt) > 256:
+                raise UnsupportedSchemaError("allOf", p, "too many anyOf/oneOf combinations to merge")
+            alternatives = nxt
+        return alternatives
+
+    def _check_disjoint(self, per_branch: list[list[dict]], ptr: str) -> None:
+        """oneOf is enforced as anyOf, which is exact only when no value matches two branches."""
+        sigs = [[self._signature(s) for s in br] for br in per_branch]
+        for i in range(len(sigs)):
+            for j in range(i + 1, len(sigs)):
+                for a in sigs[i]:
+                    for b in sigs[j]:
+                        if not _disjoint(a, b):
+                            raise UnsupportedSchemaError(
+                                "oneOf", ptr, f"branches {i} and {j} may both match one value; only oneOf "
+                                              f"with provably exclusive branches (different types, consts or "
+                                              f"required/forbidden properties) is supported, use anyOf")
+
+    def _signature(self, s: dict) -> dict:
+        if "$sgrun_call" in s:
+            return {"types": None}
+        types = self._types(s, "#")
+        sig: dict[str, Any] = {"types": set(types)}
+        if "const" in s or "enum" in s:
+            vals = [s["const"]] if "const" in s else list(s["enum"])
+            sig["values"] = {canonical_json(v) for v in vals}
+        if "object" in types:
+            props = s.get("properties", {})
+            consts = {}
+            for name in s.get("required", []):
+                p = props.get(name)
+                if isinstance(p, dict) and ("const" in p or "enum" in p):
+                    consts[name] = {canonical_json(v) for v in ([p["const"]] if "const" in p else p["enum"])}
+            sig["consts"] = consts
+            sig["required"] = set(s.get("required", []))
+            closed = s.get("additionalProperties", True) is False and not s.get("patternProperties")
+            sig["allowed"] = set(props) if closed else None
+        if "integer" in types or "number" in types:
+            sig["int_only"] = "number" not in types
+        return sig
+
+    # --- a plain schema: a union over the JSON types it admits -----------------------------
+    def refuse(self, keyword: str, ptr: str, reason: str, s: dict | None = None) -> None:
+        if self.lenient:
+            warnings.warn(f"sgrun: dropping unsupported JSON Schema keyword {keyword!r} at {ptr}: {reason}",
+                          stacklevel=3)
+            if s is not None:
+                s.pop(keyword, None)
+            return
+        raise UnsupportedSchemaError(keyword, ptr, reason)
+
+    def _types(self, s: dict, ptr: str) -> list[str]:
+        t = s.get("type")
+        if t is None:
+            return list(ALL_TYPES)
+        ts = [t] if isinstance(t, str) else list(t)
+        for x in ts:
+            if x not in ALL_TYPES and x != "integer":
+                raise InvalidSchemaError(f"unknown type {x!r} at {ptr}")
+        if "number" in ts and "integer" in ts:
+            ts.remove("integer")
+        return ts
+
+    def plain_node(self, s: dict, ptr: str, base: str) -> Node:
+        if "$sgrun_call" in s:
+            return s["$sgrun_call"]
+        s = self._normalize_numbers(dict(s), ptr)
+        self._check_keywords(s, ptr)
+        if "not" in s:
+            s = self._apply_not(s, ptr)
+            if s is None:
+                return NOTHING
+        types = self._types(s, ptr)
+        if "enum" in s or "const" in s:
+            return self._enum_node(s, types, ptr, base)
+        parts = []
+        for t in types:
+            if t == "null":
+                parts.append(lit("null"))
+            elif t == "boolean":
+                parts.append(alt(lit("true"), lit("false")))
+            elif t in ("integer", "number"):
+                parts.append(self._number_node(s, t == "integer", ptr))
+            elif t == "string":
+                parts.append(self._string_node(s, ptr))
+            elif t == "array":
+                parts.append(self._array_node(s, ptr, base))
+            elif t == "object":
+                parts.append(self._object_node(s, ptr, base))
+        return alt(*parts)
+
+    _KNOWN = frozenset({
+        "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "items",
+        "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength",
+        "pattern", "$sgrun_patterns", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+        "multipleOf", "minProperties", "maxProperties", "not", "propertyNames", "contains", "minContains",
+        "maxContains", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+        "unevaluatedProperties", "unevaluatedItems",
+    })
+
+    def _check_keywords(self, s: dict, ptr: str) -> None:
+        types = set(self._types(s, ptr))
+        if "number" in types:
+            types.add("integer")
+        if "if" in s and ("then" in s or "else" in s):
+            self.refuse("if", ptr, "conditional schemas (if/then/else) are not supported", s)
+        for k in ("if", "then", "else"):
+            s.pop(k, None)
+        if "contains" in s and "array" in types:
+            self.refuse("contains", ptr, "array 'contains' is not supported", s)
+        s.pop("contains", None)
+        s.pop("minContains", None)
+        s.pop("maxContains", None)
+        for k in ("dependentRequired", "dependentSchemas", "dependencies"):
+            if k in s and s[k] and "object" in types:
+                self.refuse(k, ptr, "property dependencies are not supported", s)
+            s.pop(k, None)
+        if "uniqueItems" in s:
+            if s["uniqueItems"] is True and "array" in types and s.get("maxItems", 2) > 1:
+                self.refuse("uniqueItems", ptr, "uniqueItems: true is not supported (add maxItems: 1 or drop it)", s)
+            s.pop("uniqueItems", None)
+        for k in ("unevaluatedProperties", "unevaluatedItems"):
+            if k in s:
+                if s[k] is True or s[k] == {}:
+                    s.pop(k)
+                elif k == "unevaluatedProperties" and "additionalProperties" not in s \
+                        and not s.get("patternProperties"):
+                    s["additionalProperties"] = s.pop(k)
+                elif k == "unevaluatedItems" and "items" not in s and "additionalItems" not in s \
+                        and not isinstance(s.get("items"), list):
+                    if "prefixItems" in s or True:
+                        s["items"] = s.pop(k)
+                else:
+                    self.refuse(k, ptr, f"{k} together with other applicators is not supported", s)
+                    s.pop(k, None)
+        if "propertyNames" in s:
+            pn = s["propertyNames"]
+            if pn is True or pn == {} or "object" not in types:
+                s.pop("propertyNames")
+            elif not (isinstance(pn, dict) or pn is False):
+                raise InvalidSchemaError(f"propertyNames at {ptr} must be a schema")
+        if "minProperties" in s and "object" in types:
+            if s["minProperties"] > len(set(s.get("required", []))):
+                self.refuse("minProperties", ptr, "minProperties above the number of required properties", s)
+        s.pop("minProperties", None)
+        if "maxProperties" in s and "object" in types:
+            declared = set(s.get("properties", {})) | set(s.get("required", []))
+            open_ = s.get("additionalProperties", True) is not False or s.get("patternProperties")
+            if open_ or len(declared) > s["maxProperties"]:
+                if s["maxProperties"] == 0 and not s.get("required"):
+                    s["properties"] = {}
+                    s["additionalProperties"] = False
+                    s.pop("patternProperties", None)
+                else:
+                    self.refuse("maxProperties", ptr, "maxProperties below the number of possible properties", s)
+        s.pop("maxProperties", None)
+        for k in list(s):
+            if k not in self._KNOWN and k not in ANNOTATIONS and not k.startswith("$sgrun"):
+                pass  # unknown keywords are annotations in JSON Schema (no validation meaning)
+
+    def _normalize_numbers(self, s: dict, ptr: str) -> dict:
+        # Draft-4 boolean exclusive bounds -> numeric (draft-6+) form.
+        for bound, excl in (("minimum", "exclusiveMinimum"), ("maximum", "exclusiveMaximum")):
+            if isinstance(s.get(excl), bool):
+                if s.pop(excl) and bound in s:
+                    s[excl] = s.pop(bound)
+        return s
+
+    def _apply_not(self, s: dict, ptr: str) -> dict | None:
+        n = s.pop("not")
+        if n is False:
+            return s
+        if n is True or n == {}:
+            return None
+        if isinstance(n, dict):
+            inner = {k: v for k, v in n.items() if k not in ANNOTATIONS}
+            if set(inner) == {"type"}:
+                banned = set(self._types(inner, ptr + "/not"))
+                if "number" in banned:
+                    banned.add("integer")
+                keep = [t for t in self._types(s, ptr) if t not in banned]
+                if "number" in keep and "integer" in banned:
+                    self.refuse("not", ptr, "'not integer' for numbers is not supported", s)
+                s["type"] = keep
+                return s if keep else None
+            if set(inner) in ({"enum"}, {"const"}):
+                vals = inner.get("enum", [inner.get("const")])
+                if all(isinstance(v, str) for v in vals) and (s.get("type") in ("string", ["string"])):
+                    s["$sgrun_exclude"] = [v for v in vals]
+                    return s
+        self.refuse("not", ptr, "only 'not' of a type (or of string values on a string) is supported", s)
+        return s
+
+    def _enum_node(self, s: dict, types: list[str], ptr: str, base: str) -> Node:
+        values = [s["const"]] if "const" in s else s["enum"]
+        if not isinstance(values, list):
+            raise InvalidSchemaError(f"enum at {ptr} must be a list")
+        allowed = set(types)
+        if "number" in allowed:
+            allowed.add("integer")
+        rest = {k: v for k, v in s.items() if k not in ("enum", "const", "type") and k not in ANNOTATIONS}
+        out = []
+        seen = set()
+        for v in values:
+            if _json_type(v) not in allowed:
+                continue
+            if rest and not self._scalar_ok(v, rest):
+                continue
+            text = canonical_json(v)
+            if text not in seen:
+                seen.add(text)
+                out.append(lit(text))
+        return alt(*out) if out else NOTHING
+
+    def _scalar_ok(self, v: Any, s: dict) -> bool:
+        """Check an enum value against its sibling keywords (scalars exactly; containers by a
+        standalone compile of the sibling schema)."""
+        t = _json_type(v)
+        if t in ("integer", "number"):
+            x = Decimal(str(v))
+            if "minimum" in s and x < Decimal(str(s["minimum"])):
+                return False
+            if "maximum" in s and x > Decimal(str(s["maximum"])):
+                return False
+            if "exclusiveMinimum" in s and x <= Decimal(str(s["exclusiveMinimum"])):
+                return False
+            if "exclusiveMaximum" in s and x >= Decimal(str(s["exclusiveMaximum"])):
+                return False
+            if "multipleOf" in s and x % Decimal(str(s["multipleOf"])) != 0:
+                return False
+            return True
+        if t == "string":
+            n = len(v)
+            if n < s.get("minLength", 0) or n > s.get("maxLength", n):
+                return False
+            pats = ([s["pattern"]] if "pattern" in s else []) + list(s.get("$sgrun_patterns", []))
+            if any(not pattern_matches(p, v) for p in pats):
+                return False
+            fmt = s.get("format")
+            if fmt in FORMAT_REGEXES and not dfa_from_node(parse_regex(FORMAT_REGEXES[fmt]).fullmatch_node()) \
+                    .fullmatch(v.encode()):
+                return False
+            return v not in s.get("$sgrun_exclude", [])
+        if t in ("array", "object"):
+            sub = SchemaCompiler({**{k: self.root[k] for k in ("$defs", "definitions") if isinstance(self.root, dict)
+                                     and k in self.root}, **s})
+            nfa_root = sub.compile_root()
+            from sgrun.constrain.lazy_dfa import LazyDFA
+            sub.nfa.trim()
+            if nfa_root not in sub.nfa.nonempty_fragments():
+                return False
+            d = LazyDFA(sub.nfa, nfa_root)
+            st = d.initial
+            for b in canonical_json(v).encode():
+                st = d.step(st, b)
+                if st == 0:
+                    return False
+            return d.accepting[st]
+        return True
+
+    # --- numbers ------------------------------------------------------------------------
+    def _number_node(self, s: dict, integer: bool, ptr: str) -> Node:
+        def dec(key: str) -> Decimal | None:
+            v = s.get(key)
+            if v is None:
+                return None
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise InvalidSchemaError(f"{key} at {ptr} must be a number")
+            return Decimal(str(v)) if isinstance(v, float) else Decimal(v)
+
+        lo, lo_x, hi, hi_x = dec("minimum"), False, dec("maximum"), False
+        ex_lo, ex_hi = dec("exclusiveMinimum"), dec("exclusiveMaximum")
+        if ex_lo is not None and (lo is None or ex_lo >= lo):
+            lo, lo_x = ex_lo, True
+        if ex_hi is not None and (hi is None or ex_hi <= hi):
+            hi, hi_x = ex_hi, True
+        mult = s.get("multipleOf")
+        if mult is not None:
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
+                raise InvalidSchemaError(f"multipleOf at {ptr} must be a positive number")
+            if float(mult).is_integer():
+                integer = True
+                mult = int(mult)
+            else:
+                self.refuse("multipleOf", ptr, "non-integer multipleOf is not supported", s)
+                mult = None
+        if integer:
+            ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
+            return integer_with_multiple(ilo, ihi, mult)
+        return number_node(lo, lo_x, hi, hi_x)
+
+    # --- strings ------------------------------------------------------------------------
+    def _string_node(self, s: dict, ptr: str) -> Node:
+        lo = int(s.get("minLength", 0))
+        hi = s.get("maxLength")
+        hi = int(hi) if hi is not None else None
+        patterns = ([s["pattern"]] if "pattern" in s else []) + list(s.get("$sgrun_patterns", []))
+        fmt = s.get("format")
+        if fmt is not None and fmt not in FORMAT_REGEXES:
+            self.refuse("format", ptr, f"format {fmt!r} is not enforced (supported: {', '.join(FORMAT_REGEXES)})", s)
+            fmt = None
+        exclude = s.get("$sgrun_exclude", [])
+        if not patterns and fmt is None and not exclude:
+            return string_node(lo, hi)
+        d = any_text_dfa() if (lo == 0 and hi is None) else length_dfa(lo, hi)
+        for p in patterns:
+            try:
+                d = product(d, pattern_search_dfa(p))
+            except UnsupportedSchemaError as e:
+                raise UnsupportedSchemaError("pattern", ptr, str(e).split(": ", 1)[-1]) from None
+        if fmt is not None:
+            d = product(d, _format_dfa(fmt))
+        d = excluded_dfa(d, exclude)
+        return constrained_string_node(d)
+
+    # --- arrays -------------------------------------------------------------------------
+    def _array_node(self, s: dict, ptr: str, base: str) -> Node:
+        items = s.get("items", True)
+        prefix: list[Any] = list(s.get("prefixItems", []))
+        if isinstance(items, list):  # draft 4-2019: items as a tuple, additionalItems for the rest
+            prefix, rest_schema, rest_ptr = items, s.get("additionalItems", True), f"{ptr}/additionalItems"
+            prefix_ptr = f"{ptr}/items"
+        else:
+            rest_schema, rest_ptr, prefix_ptr = items, f"{ptr}/items", f"{ptr}/prefixItems"
+        lo = int(s.get("minItems", 0))
+        hi = s.get("maxItems")
+        hi = int(hi) if hi is not None else None
+        if rest_schema is False:
+            hi = len(prefix) if hi is None else min(hi, len(prefix))
+        if hi is not None and lo > hi:
+            return NOTHING
+        sep = seq(self.ws, lit(","), self.ws)
+        elems = [self.call(p, f"{prefix_ptr}/{i}", base) for i, p in enumerate(prefix)]
+        rest = self.call(rest_schema, rest_ptr, base) if rest_schema is not False else NOTHING
+
+        def elem(i: int) -> Node:
+            return elems[i] if i < len(prefix) else rest
+
+        # Build the non-empty body back to front: optional tail after the required prefix.
+        tail: Node = EMPTY
+        if hi is None or hi > len(prefix):
+            start = max(len(prefix), lo, 1)
+            extra_max = None if hi is None else hi - start
+            if extra_max is None or extra_max > 0:
+                tail = rep(seq(sep, rest), 0, extra_max)
+        for i in range(min(len(prefix), hi if hi is not None else len(prefix)) - 1, 0, -1):
+            if i >= lo:
+                tail = opt(seq(sep, elem(i), tail))
+        required = [elem(0)] + [seq(sep, elem(i)) for i in range(1, lo)]
+        body = seq(*required, tail) if (hi is None or hi >= 1) else NOTHING
+        inner = alt(body, EMPTY) if lo == 0 else body
+        return seq(lit("["), self.ws, inner, self.ws, lit("]"))
+
+    # --- objects ------------------------------------------------------------------------
+    def _object_node(self, s: dict, ptr: str, base: str) -> Node:
+        props = s.get("properties", {})
+        if not isinstance(props, dict):
+            raise InvalidSchemaError(f"properties at {ptr} must be an object")
+        required = list(s.get("required", []))
+        pattern_props = s.get("patternProperties", {}) or {}
+        additional = s.get("additionalProperties", True)
+        names_schema = s.get("propertyNames")
+        names = list(props) + [r for r in required if r not in props]
+        key_filter = None
+        if names_schema is not None:
+            key_filter = self._property_names_dfa(names_schema, f"{ptr}/propertyNames")
+        colon = seq(self.ws, lit(":"), self.ws)
+        members: list[tuple[Node, bool]] = []
+        for name in names:
+            is_required = name in required
+            if key_filter is not None and not key_filter.fullmatch(name.encode()):
+                if is_required:
+                    return NOTHING
+                continue
+            parts = []
+            if name in props:
+                parts.append((props[name], f"{ptr}/properties/{_esc(name)}"))
+            for pat, sub in pattern_props.items():
+                if pattern_matches(pat, name):
+                    parts.append((sub, f"{ptr}/patternProperties/{_esc(pat)}"))
+            if not parts:
+                parts.append((additional, f"{ptr}/additionalProperties"))
+            value = self._all_of_call(parts, base)
+            if value == NOTHING:
+                if is_required:
+                    return NOTHING
+                continue
+            key = lit(json.dumps(name, ensure_ascii=False))
+            members.append((seq(key, colon, value), is_required))
+        extra = self._additional_member(names, pattern_props, additional, key_filter, colon, ptr, base)
+        body = ("members", tuple(members), extra, seq(self.ws, lit(","), self.ws))
+        return seq(lit("{"), self.ws, body, self.ws, lit("}"))
+
+    def _all_of_call(self, parts: list[tuple[Any, str]], base: str) -> Node:
+        schemas = [p for p, _ in parts if p is not True and p != {}]
+        if any(p is False for p in schemas):
+            return NOTHING
+        if not schemas:
+            return ("call", self.any_value_fid())
+        if len(schemas) == 1:
+            return self.call(schemas[0], parts[0][1] if parts[0][0] is schemas[0] else parts[-1][1], base)
+        merged = {"allOf": schemas}
+        self._keep.append(merged)
+        return self.call(merged, parts[0][1], base)
+
+    def _property_names_dfa(self, pn: Any, ptr: str) -> ByteDFA:
+        if pn is False:
+            return ByteDFA([[]], set())
+        allowed = {"type", "pattern", "minLength", "maxLength", "format", "enum", "const"}
+        extra = set(k for k in pn if k not in ANNOTATIONS) - allowed
+        if extra or pn.get("type", "string") not in ("string", ["string"]):
+            self.refuse("propertyNames", ptr, "only string keywords (pattern, length, format, enum) are supported")
+            return any_text_dfa()
+        d = length_dfa(int(pn.get("minLength", 0)), pn.get("maxLength"))
+        if "pattern" in pn:
+            d = product(d, pattern_search_dfa(pn["pattern"]))
+        if "format" in pn:
+            if pn["format"] not in FORMAT_REGEXES:
+                self.refuse("format", ptr, f"format {pn['format']!r} is not enforced")
+            else:
+                d = product(d, _format_dfa(pn["format"]))
+        if "enum" in pn or "const" in pn:
+            vals = [v for v in (pn["enum"] if "enum" in pn else [pn["const"]]) if isinstance(v, str)]
+            d = product(d, dfa_from_node(alt(*(lit(v) for v in vals)) if vals else NOTHING))
+        return d
+
+    def _additional_member(self, names: list[str], pattern_props: dict, additional: Any, key_filter: ByteDFA | None,
+                           colon: Node, ptr: str, base: str) -> Node | None:
+        if not pattern_props:
+            if additional is False:
+                return None
+            if not names and key_filter is None:
+                key = string_node()
+            else:
+                d = any_text_dfa() if key_filter is None else key_filter
+                key = constrained_string_node(excluded_dfa(d, names))
+            value = self.call(additional, f"{ptr}/additionalProperties", base)
+            return seq(key, colon, value) if value != NOTHING and key != NOTHING else None
+        pats = list(pattern_props)
+        if len(pats) > _MAX_PATTERN_PROPERTIES:
+            self.refuse("patternProperties", ptr, f"more than {_MAX_PATTERN_PROPERTIES} patterns")
+        alts = []
+        for mask in range(1 << len(pats)):
+            chosen = [p for i, p in enumerate(pats) if mask >> i & 1]
+            d = any_text_dfa() if key_filter is None else key_filter
+            for i, p in enumerate(pats):
+                d = product(d, pattern_search_dfa(p), "and" if mask >> i & 1 else "minus")
+                if not d.accepting:
+                    break
+            if not d.accepting:
+                continue
+            d = excluded_dfa(d, names)
+            if not d.accepting:
+                continue
+            if chosen:
+                value = self._all_of_call([(pattern_props[p], f"{ptr}/patternProperties/{_esc(p)}") for p in chosen],
+                                          base)
+            else:
+                value = self.call(additional, f"{ptr}/additionalProperties", base)
+            if value == NOTHING:
+                continue
+            alts.append(seq(constrained_string_node(d), colon, value))
+        return alt(*alts) if alts else None
+
+    # --- any JSON value -------------------------------------------------------------------
+    def any_value_fid(self) -> int:
+        if self._any_fid is None:
+            self._any_fid = self.nfa.new_fragment()
+            value = ("call", self._any_fid)
+            sep = seq(self.ws, lit(","), self.ws)
+            colon = seq(self.ws, lit(":"), self.ws)
+            member = seq(string_node(), colon, value)
+            obj = seq(lit("{"), self.ws, opt(seq(member, rep(seq(sep, member), 0, None))), self.ws, lit("}"))
+            arr = seq(lit("["), self.ws, opt(seq(value, rep(seq(sep, value), 0, None))), self.ws, lit("]"))
+            node = alt(lit("null"), lit("true"), lit("false"), number_node(None, False, None, False), string_node(),
+                       obj, arr)
+            self.nfa.define_fragment(self._any_fid, node)
+        return self._any_fid
+
+
+@lru_cache(maxsize=None)
+def _format_dfa(fmt: str) -> ByteDFA:
+    return dfa_from_node(parse_regex(FORMAT_REGEXES[fmt]).fullmatch_node())
+
+
+def _esc(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _disjoint(a: dict, b: dict) -> bool:
+    if a["types"] is None or b["types"] is None:
+        return False
+    ta, tb = set(a["types"]), set(b["types"])
+    for t in (ta, tb):
+        if "number" in t:
+            t.add("integer")
+    common = ta & tb
+    if not common:
+        return True
+    if "values" in a and "values" in b and not (a["values"] & b["values"]):
+        return True
+    if "values" in a and "values" in b:
+        return False
+    if common == {"object"} or common <= {"object"}:
+        for name in set(a.get("consts", {})) & set(b.get("consts", {})):
+            if not (a["consts"][name] & b["consts"][name]):
+                return True
+        if a.get("allowed") is not None and (b.get("required", set()) - a["allowed"]):
+            return True
+        if b.get("allowed") is not None and (a.get("required", set()) - b["allowed"]):
+            return True
+    if common <= {"integer", "number"} and "integer" in common:
+        pass
+    return False
+
+
+def schema_to_nfa(schema: Any, whitespace: str = "compact", lenient: bool = False) -> tuple[ByteNFA, int]:
+    if not isinstance(schema, (dict, bool)):
+        raise InvalidSchemaError("a JSON Schema must be an object or a boolean")
+    compiler = SchemaCompiler(schema, whitespace=whitespace, lenient=lenient)
+    root = compiler.compile_root()
+    return compiler.nfa, root

@@ -1,0 +1,147 @@
+"""allOf: merging object-shaped schema dicts into one (intersection semantics), so properties
+from several parts are generated as one object. Keywords we cannot merge exactly are refused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from sgrun.constrain.errors import UnsupportedSchemaError
+
+_MAX_KEYS = ("maximum", "maxLength", "maxItems", "maxProperties")
+_MIN_KEYS = ("minimum", "minLength", "minItems", "minProperties")
+_TYPE_ORDER = ("null", "boolean", "object", "array", "number", "string", "integer")
+
+
+def canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _types(s: dict) -> set[str] | None:
+    t = s.get("type")
+    if t is None:
+        return None
+    return {t} if isinstance(t, str) else set(t)
+
+
+def merge_types(a: set[str] | None, b: set[str] | None) -> set[str] | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    out = a & b
+    if "integer" in a and "number" in b or "integer" in b and "number" in a:
+        out.add("integer")
+    return out
+
+
+def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, str], bool]) -> dict:
+    """Intersection of two schema dicts without $ref/allOf/anyOf/oneOf at their top level."""
+    out = dict(a)
+    for key, bv in b.items():
+        if key not in out:
+            out[key] = bv
+            continue
+        av = out[key]
+        if canonical(av) == canonical(bv) and key not in ("additionalProperties", "patternProperties", "properties"):
+            continue
+        if key == "type":
+            t = merge_types(_types(a), _types(b))
+            out["type"] = sorted(t, key=_TYPE_ORDER.index)
+        elif key in _MAX_KEYS:
+            out[key] = min(av, bv)
+        elif key in _MIN_KEYS:
+            out[key] = max(av, bv)
+        elif key == "exclusiveMaximum" and not isinstance(av, bool) and not isinstance(bv, bool):
+            out[key] = min(av, bv)
+        elif key == "exclusiveMinimum" and not isinstance(av, bool) and not isinstance(bv, bool):
+            out[key] = max(av, bv)
+        elif key == "required":
+            out[key] = list(dict.fromkeys(list(av) + list(bv)))
+        elif key in ("enum", "const"):
+            aset = av if key == "enum" else [av]
+            bset = {canonical(x) for x in (bv if key == "enum" else [bv])}
+            both = [x for x in aset if canonical(x) in bset]
+            out.pop("const", None)
+            out["enum"] = both
+        elif key == "pattern":
+            out["pattern"] = av
+            out.setdefault("$sgrun_patterns", []).append(bv)
+        elif key == "$sgrun_patterns":
+            out[key] = list(av) + list(bv)
+        elif key == "multipleOf" and isinstance(av, int) and isinstance(bv, int):
+            from math import lcm
+            out[key] = lcm(av, bv)
+        elif key == "uniqueItems":
+            out[key] = bool(av) or bool(bv)
+        elif key in ("properties", "patternProperties", "additionalProperties"):
+            pass  # handled together below
+        elif key == "items" and isinstance(av, (dict, bool)) and isinstance(bv, (dict, bool)):
+            out[key] = _all_of(av, bv)
+        elif key in ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
+                     "writeOnly", "$schema", "$id", "$defs", "definitions", "$anchor"):
+            pass
+        elif key == "not":
+            out[key] = {"anyOf": [av, bv]}
+        else:
+            raise UnsupportedSchemaError("allOf", ptr, f"cannot merge differing {key!r} values")
+    if any(k in a or k in b for k in ("properties", "patternProperties", "additionalProperties")):
+        _merge_objects(a, b, out, ptr, pattern_matches)
+    for key in ("enum",):
+        if key in a and "const" in b or key in b and "const" in a:
+            pass
+    if "const" in a and "const" in b and canonical(a["const"]) != canonical(b["const"]):
+        out.pop("const", None)
+        out["enum"] = []
+    return out
+
+
+def _all_of(x: Any, y: Any) -> Any:
+    if x is True or x == {}:
+        return y
+    if y is True or y == {}:
+        return x
+    if x is False or y is False:
+        return False
+    return {"allOf": [x, y]}
+
+
+def _value_schema(s: dict, name: str, pattern_matches: Callable[[str, str], bool]) -> Any:
+    """What schema `s` requires of the value of property `name`."""
+    props = s.get("properties", {})
+    parts = []
+    if name in props:
+        parts.append(props[name])
+    matched = [v for p, v in s.get("patternProperties", {}).items() if pattern_matches(p, name)]
+    parts.extend(matched)
+    if name not in props and not matched:
+        parts.append(s.get("additionalProperties", True))
+    out: Any = True
+    for p in parts:
+        out = _all_of(out, p)
+    return out
+
+
+def _merge_objects(a: dict, b: dict, out: dict, ptr: str, pattern_matches: Callable[[str, str], bool]) -> None:
+    a_pat, b_pat = a.get("patternProperties", {}), b.get("patternProperties", {})
+    a_add, b_add = a.get("additionalProperties", True), b.get("additionalProperties", True)
+    names = list(dict.fromkeys(list(a.get("properties", {})) + list(b.get("properties", {}))))
+    props = {n: _all_of(_value_schema(a, n, pattern_matches), _value_schema(b, n, pattern_matches)) for n in names}
+    if props:
+        out["properties"] = props
+    else:
+        out.pop("properties", None)
+    if a_pat and b_pat and canonical(a_pat) != canonical(b_pat):
+        raise UnsupportedSchemaError("allOf", ptr, "cannot merge two different patternProperties")
+    if (a_pat and b_add not in (True, {})) or (b_pat and a_add not in (True, {})):
+        raise UnsupportedSchemaError("allOf", ptr, "cannot merge patternProperties with another additionalProperties")
+    pat = a_pat or b_pat
+    if pat:
+        out["patternProperties"] = pat
+    else:
+        out.pop("patternProperties", None)
+    add = _all_of(a_add, b_add)
+    if add is True:
+        out.pop("additionalProperties", None)
+    else:
+        out["additionalProperties"] = add
