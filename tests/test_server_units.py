@@ -1,0 +1,147 @@
+"""Server pieces that need no engine: tool-call parsing (whole and streamed), the tool-call
+constraint regex, message rendering, error mapping, SSE framing and the request guard."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import msgspec
+import pytest
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from sgrun.server.chat import template_messages
+from sgrun.server.errors import APIError, from_decode_error, from_exception
+from sgrun.server.guards import RequestGuard
+from sgrun.server.protocol import (ChatCompletionRequest, ChatMessage, FunctionCall, FunctionDef, ToolCall,
+                                   ToolChoiceFunction, ToolChoiceNamed, ToolDef)
+from sgrun.server.streaming import DONE, sse
+from sgrun.server.tools import (StreamingToolParser, parse_tool_calls, plan_tools, render_call, tool_call_regex)
+from sgrun.errors import InvalidRequestError
+
+WEATHER = ToolDef(FunctionDef("get_weather", "weather", {"type": "object", "properties": {"city": {"type": "string"}},
+                                                         "required": ["city"]}))
+ADD = ToolDef(FunctionDef("add", None, {"type": "object", "properties": {"a": {"type": "integer"},
+                                                                        "b": {"type": "integer"}},
+                                        "required": ["a", "b"]}))
+TWO_CALLS = ('<tool_call>{"name":"get_weather","arguments":{"city":"Paris \\"x\\" {"}}</tool_call>\n'
+             '<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>')
+
+
+def test_parse_tool_calls_whole():
+    calls = parse_tool_calls(TWO_CALLS)
+    assert [c.function.name for c in calls] == ["get_weather", "add"]
+    assert json.loads(calls[0].function.arguments) == {"city": 'Paris "x" {'}
+    assert calls[0].id != calls[1].id
+    assert parse_tool_calls("Hello there") is None
+    assert parse_tool_calls('<tool_call>{"name":"add","arguments":{"a":1') is None  # truncated
+    assert parse_tool_calls('<tool_call>{"name":"add","arguments":{}}</tool_call> trailing') is None
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 5, 11, 1000])
+def test_streaming_tool_parser_matches_whole_parse(step):
+    parser = StreamingToolParser()
+    content, pieces = "", []
+    for i in range(0, len(TWO_CALLS), step):
+        c, p = parser.feed(TWO_CALLS[i:i + step])
+        content += c
+        pieces += p
+    c, p = parser.finish()
+    content += c
+    pieces += p
+    assert content == ""
+    names = [(p.index, p.name) for p in pieces if p.name]
+    assert names == [(0, "get_weather"), (1, "add")]
+    args: dict[int, str] = {}
+    for p in pieces:
+        args[p.index] = args.get(p.index, "") + (p.arguments or "")
+    whole = parse_tool_calls(TWO_CALLS)
+    assert [json.loads(args[i]) for i in (0, 1)] == [json.loads(c.function.arguments) for c in whole]
+
+
+def test_streaming_tool_parser_passes_text_through():
+    parser = StreamingToolParser()
+    out = ""
+    for ch in "  Hello <tool_call> world":
+        out += parser.feed(ch)[0]
+    out += parser.finish()[0]
+    assert out == "  Hello <tool_call> world"
+    parser = StreamingToolParser()
+    assert parser.feed("<tool")[0] == ""          # could still become a call: held back
+    assert parser.finish()[0] == "<tool"          # ...but never did
+
+
+def test_tool_call_regex_modes():
+    auto = tool_call_regex(plan_tools([WEATHER, ADD], "auto", None))
+    required = tool_call_regex(plan_tools([WEATHER, ADD], "required", None))
+    single = tool_call_regex(plan_tools([WEATHER, ADD], "required", False))
+    named = tool_call_regex(plan_tools([WEATHER, ADD], ToolChoiceNamed(ToolChoiceFunction("add")), None))
+    one = '<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>'
+    assert re.fullmatch(auto, "Just text.") and re.fullmatch(auto, TWO_CALLS) and not re.fullmatch(auto, "<b>")
+    assert re.fullmatch(required, TWO_CALLS) and not re.fullmatch(required, "Just text.")
+    assert re.fullmatch(single, one) and not re.fullmatch(single, TWO_CALLS)
+    assert re.fullmatch(named, one) and not re.fullmatch(named, TWO_CALLS.split("\n")[0])
+    assert not re.fullmatch(required, '<tool_call>{"name":"add","arguments":{"a":1}}</tool_call>')
+
+
+def test_plan_tools_errors():
+    with pytest.raises(APIError) as e:
+        plan_tools([WEATHER], ToolChoiceNamed(ToolChoiceFunction("nope")), None)
+    assert e.value.param == "tool_choice"
+    with pytest.raises(APIError):
+        plan_tools(None, "required", None)
+    with pytest.raises(APIError):
+        plan_tools([WEATHER, WEATHER], "auto", None)
+    assert plan_tools([WEATHER], "none", None).tools == []
+    assert plan_tools([WEATHER], None, None).mode == "auto"
+
+
+def test_template_messages_without_tool_support():
+    call = ToolCall(id="call_1", function=FunctionCall(name="add", arguments='{"a": 1, "b": 2}'))
+    msgs = [ChatMessage(role="user", content="add"), ChatMessage(role="assistant", tool_calls=[call]),
+            ChatMessage(role="tool", content="3", tool_call_id="call_1")]
+    out = template_messages(msgs, [ADD], template_takes_tools=False)
+    assert out[0]["role"] == "system" and "<tools>" in out[0]["content"] and '"name": "add"' in out[0]["content"]
+    assert out[2] == {"role": "assistant", "content": render_call("add", '{"a": 1, "b": 2}')}
+    assert out[2]["content"] == '<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>'
+    assert out[3] == {"role": "tool", "content": "3"}
+    with pytest.raises(APIError) as e:
+        template_messages([ChatMessage(role="wizard", content="x")], [], False)
+    assert e.value.param == "messages[0].role"
+
+
+def test_decode_errors_name_the_field():
+    with pytest.raises(msgspec.ValidationError) as e:
+        msgspec.json.decode(b'{"model": "m", "messages": [], "max_tokens": "x"}', type=ChatCompletionRequest)
+    err = from_decode_error(e.value)
+    assert err.status == 400 and err.param == "max_tokens"
+    with pytest.raises(msgspec.DecodeError) as e2:
+        msgspec.json.decode(b'{"model": ', type=ChatCompletionRequest)
+    assert from_decode_error(e2.value).code == "invalid_json"
+    mapped = from_exception(InvalidRequestError("bad", field="max_new_tokens"), "", {"max_new_tokens": "max_tokens"})
+    assert mapped.status == 400 and mapped.param == "max_tokens"
+    assert from_exception(RuntimeError("boom")).status == 500
+
+
+def test_sse_framing():
+    assert sse({"a": 1}) == b'data: {"a":1}\n\n'
+    assert DONE == b"data: [DONE]\n\n"
+    body = json.loads(APIError(400, "nope", param="x").to_sse()[6:])
+    assert body == {"error": {"message": "nope", "type": "invalid_request_error", "param": "x", "code": None}}
+
+
+def test_request_guard_key_and_size():
+    async def echo(request):
+        return JSONResponse({"n": len(await request.body())})
+
+    inner = Starlette(routes=[Route("/v1/x", echo, methods=["POST"]), Route("/health", echo, methods=["POST"])])
+    client = TestClient(RequestGuard(inner, api_key="k", max_body_bytes=100))
+    assert client.post("/v1/x", content=b"{}").status_code == 401
+    assert client.post("/v1/x", content=b"{}", headers={"Authorization": "Bearer nope"}).status_code == 401
+    assert client.post("/v1/x", content=b"{}", headers={"Authorization": "Bearer k"}).json() == {"n": 2}
+    assert client.post("/health", content=b"{}").status_code == 200
+    r = client.post("/v1/x", content=b"x" * 101, headers={"Authorization": "Bearer k"})
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
