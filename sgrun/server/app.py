@@ -63,8 +63,7 @@ def error_boundary(state: ServerState) -> Callable[[Handler], Handler]:
             try:
                 return await fn(request)
             except APIError as err:
-                if err.status == 400 and err.code in ("invalid_json", "invalid_type"):
-                    state.metrics.observe_error(err)
+                state.metrics.observe_error(err)
                 return err.to_response()
             except asyncio.CancelledError:
                 raise
@@ -78,7 +77,7 @@ def error_boundary(state: ServerState) -> Callable[[Handler], Handler]:
 
 
 def served_names(engine: Any, extra: list[str] | None) -> set[str]:
-    names = {engine.model_name}
+    names = {engine.model_name, engine.model_name.split(".")[0]}  # also without the quantisation suffix
     path = getattr(engine, "model_path", None)
     if path:
         base = os.path.basename(str(path).rstrip("/"))

@@ -195,7 +195,6 @@ async def start_chat(state: ServerState, req: ChatCompletionRequest) -> tuple[Pr
         prepared = await asyncio.to_thread(prepare_chat, state, req)
     except (APIError, SgrunError) as exc:
         err = from_exception(exc)
-        state.metrics.observe_error(err)
         raise err from exc
     run = await submit(state.engine, prepared.prompt_ids, prepared.params, state.metrics, "chat",
                        request_id=prepared.request_id, param_names=OPENAI_FIELD_NAMES,
@@ -243,7 +242,6 @@ async def chat_completion(state: ServerState, req: ChatCompletionRequest, reques
     prepared, run = await start_chat(state, req)
     samples = await run.run_to_end(request)
     if (err := engine_failure(samples)) is not None:
-        state.metrics.observe_error(err)
         raise err
     final = await run.final_output()
     choices = []

@@ -120,7 +120,6 @@ async def start_completions(state: ServerState, req: CompletionRequest
                        for p in prompts]
     except (APIError, SgrunError) as exc:
         err = from_exception(exc)
-        state.metrics.observe_error(err)
         raise err from exc
     rid = "cmpl-" + uuid.uuid4().hex
     constraint_param = next(iter(constraint), None)
@@ -149,7 +148,6 @@ async def completion(state: ServerState, req: CompletionRequest, request: Reques
     n = runs[0].params.n
     for pi, (p, run, samples) in enumerate(zip(prompts, runs, results)):
         if (err := engine_failure(samples)) is not None:
-            state.metrics.observe_error(err)
             raise err
         final = await run.final_output()
         prompt_total += run.prompt_tokens

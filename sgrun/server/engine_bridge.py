@@ -152,7 +152,6 @@ async def submit(engine: Any, prompt: list[int], params: SamplingParams, metrics
         err = from_exception(exc, param_prefix, param_names)
         if isinstance(exc, ConstraintError) and err.param is None:
             err.param = constraint_param
-        metrics.observe_error(err)
         raise err from exc
     if params.has_constraint:
         metrics.observe_constraint_submit(time.perf_counter() - started)

@@ -86,7 +86,6 @@ async def start_generate(state: ServerState, req: GenerateRequest) -> tuple[list
         ids = await asyncio.to_thread(lambda: [state.tokenizer.encode(p) if isinstance(p, str) else p for p in prompts])
     except (APIError, SgrunError) as exc:
         err = from_exception(exc)
-        state.metrics.observe_error(err)
         raise err from exc
     constraint_param = next((f"sampling_params.{k}" for k in ("json_schema", "regex", "grammar", "choices")
                              if getattr(params, k) is not None), None)
@@ -122,7 +121,6 @@ def _check_failures(state: ServerState, samples: list[SampleState]) -> None:
     for s in samples:
         if s.error:
             err = APIError(500, f"generation failed: {s.error}", "internal_error")
-            state.metrics.observe_error(err)
             raise err
 
 
@@ -189,7 +187,6 @@ async def score(state: ServerState, req: ScoreRequest) -> ScoreResponse:
         scores = await asyncio.to_thread(state.engine.score, prompt, list(req.continuations))
     except (APIError, SgrunError) as exc:
         err = from_exception(exc)
-        state.metrics.observe_error(err)
         raise err from exc
     scores = [list(map(float, s)) for s in scores]
     return ScoreResponse(logprobs=scores, sum_logprobs=[sum(s) for s in scores], num_tokens=[len(s) for s in scores],
