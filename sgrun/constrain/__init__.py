@@ -5,11 +5,11 @@ from sgrun.constrain.bitmask import allocate_bitmask, apply_bitmask, num_words, 
 from sgrun.constrain.cache import GLOBAL_CACHE, ConstraintCache
 from sgrun.constrain.compile import compile_constraint
 from sgrun.constrain.constraint import Constraint, Matcher
-from sgrun.constrain.errors import (ConstraintTooComplexError, GrammarError, InvalidSchemaError, RegexError,
+from sgrun.constrain.errors import (ConstraintTooComplexError, EmptyConstraintError, GrammarError, InvalidSchemaError, RegexError,
                                     UnsupportedSchemaError)
 
 __all__ = [
     "compile_constraint", "Constraint", "Matcher", "apply_bitmask", "allocate_bitmask", "num_words",
     "unpack_bitmask", "ConstraintCache", "GLOBAL_CACHE", "UnsupportedSchemaError", "InvalidSchemaError",
-    "RegexError", "GrammarError", "ConstraintTooComplexError",
+    "RegexError", "GrammarError", "ConstraintTooComplexError", "EmptyConstraintError",
 ]

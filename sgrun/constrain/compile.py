@@ -9,7 +9,7 @@ from sgrun.constrain.automaton_constraint import AutomatonConstraint
 from sgrun.constrain.byte_nfa import ByteNFA
 from sgrun.constrain.cache import GLOBAL_CACHE
 from sgrun.constrain.constraint import Constraint
-from sgrun.constrain.errors import InvalidSchemaError
+from sgrun.constrain.errors import EmptyConstraintError, InvalidSchemaError
 from sgrun.constrain.lazy_dfa import LazyDFA
 from sgrun.constrain.regex_ast import Node, literal_choices
 from sgrun.constrain.regex_parser import parse_regex
@@ -30,7 +30,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     lenient: drop unsupported JSON Schema keywords with a warning instead of raising.
     """
     given = [k for k, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar),
-                            ("choices", choices)) if v is not None and v is not False]
+                            ("choices", choices)) if v is not None]
     if len(given) != 1:
         raise ConstraintError(f"give exactly one of json_schema, regex, grammar, choices (got {given or 'none'})")
     kind = given[0]
@@ -65,7 +65,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
                 nfa, root = nfa_from_node(node)
             nfa.trim()
             if root not in nfa.nonempty_fragments():
-                raise ConstraintError(f"the {kind} constraint admits no output at all")
+                raise EmptyConstraintError(f"the {kind} constraint admits no output at all")
             c = AutomatonConstraint(kind, spec, LazyDFA(nfa, root), table)
         c.attach_tokenizer(tokenizer)
         return c

@@ -31,3 +31,7 @@ class GrammarError(ConstraintError):
 
 class ConstraintTooComplexError(ConstraintError):
     """The automaton would exceed the state/time budget; simplify the constraint."""
+
+
+class EmptyConstraintError(ConstraintError):
+    """The constraint admits no output at all (e.g. a `false` schema or contradictory keywords)."""

@@ -36,6 +36,9 @@ ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
 _ECMA_DOT_EXCLUDES = (0x0A, 0x0D, 0x2028, 0x2029)
 _MAX_PATTERN_PROPERTIES = 4
 _MAX_EXPAND = 64
+_KNOWN_DRAFTS = ("json-schema.org/draft-04/", "json-schema.org/draft-06/", "json-schema.org/draft-07/",
+                 "json-schema.org/draft/2019-09/", "json-schema.org/draft/2020-12/", "json-schema.org/schema")
+_MAX_PERMUTED_KEYS = 5
 
 
 @lru_cache(maxsize=4096)
@@ -89,6 +92,9 @@ class SchemaCompiler:
         self.nfa = ByteNFA()
         self.index = SchemaIndex(root)
         draft = root.get("$schema", "") if isinstance(root, dict) else ""
+        if draft and not any(d in str(draft) for d in _KNOWN_DRAFTS):
+            raise UnsupportedSchemaError("$schema", "#", f"unknown meta-schema {draft!r} (custom vocabularies "
+                                                        f"are not supported; use a json-schema.org draft)")
         self.legacy_ref = any(d in str(draft) for d in ("draft-03", "draft-04", "draft-06", "draft-07"))
         self._fragments: dict[tuple[int, str], int] = {}
         self._keep: list[Any] = []  # keeps merged dicts alive so id() keys stay unique
@@ -312,6 +318,9 @@ class SchemaCompiler:
         types = set(self._types(s, ptr))
         if "number" in types:
             types.add("integer")
+        if "if" in s and ("unevaluatedProperties" in s or "unevaluatedItems" in s):
+            self.refuse("unevaluatedProperties" if "unevaluatedProperties" in s else "unevaluatedItems", ptr,
+                        "unevaluated* next to 'if' is not supported", s)
         if "if" in s and ("then" in s or "else" in s):
             self.refuse("if", ptr, "conditional schemas (if/then/else) are not supported", s)
         for k in ("if", "then", "else"):
@@ -419,7 +428,7 @@ class SchemaCompiler:
             text = canonical_json(v)
             if text not in seen:
                 seen.add(text)
-                out.append(lit(text))
+                out.append(json_literal_node(v))
         return alt(*out) if out else NOTHING
 
     def _scalar_ok(self, v: Any, s: dict) -> bool:
@@ -686,6 +695,31 @@ class SchemaCompiler:
                        obj, arr)
             self.nfa.define_fragment(self._any_fid, node)
         return self._any_fid
+
+
+def json_literal_node(v: Any) -> Node:
+    """One JSON value in compact form; objects with few keys in any key order (a const or enum
+    object is the same value whatever order its keys come in)."""
+    if isinstance(v, dict) and 1 < len(v) <= _MAX_PERMUTED_KEYS:
+        from itertools import permutations
+        members = {k: seq(lit(json.dumps(k, ensure_ascii=False) + ":"), json_literal_node(x)) for k, x in v.items()}
+        return alt(*(seq(lit("{"), *_join(lit(","), [members[k] for k in order]), lit("}"))
+                     for order in permutations(v)))
+    if isinstance(v, dict):
+        return seq(lit("{"), *_join(lit(","), [seq(lit(json.dumps(k, ensure_ascii=False) + ":"), json_literal_node(x))
+                                                for k, x in v.items()]), lit("}"))
+    if isinstance(v, list):
+        return seq(lit("["), *_join(lit(","), [json_literal_node(x) for x in v]), lit("]"))
+    return lit(canonical_json(v))
+
+
+def _join(sep: Node, items: list[Node]) -> list[Node]:
+    out: list[Node] = []
+    for i, x in enumerate(items):
+        if i:
+            out.append(sep)
+        out.append(x)
+    return out
 
 
 @lru_cache(maxsize=None)

@@ -37,8 +37,20 @@ def merge_types(a: set[str] | None, b: set[str] | None) -> set[str] | None:
 
 def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, str], bool]) -> dict:
     """Intersection of two schema dicts without $ref/allOf/anyOf/oneOf at their top level."""
+    _ANN = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
+            "$schema", "$id", "$defs", "definitions", "$anchor")
+    for x, y in ((a, b), (b, a)):
+        for k in ("unevaluatedProperties", "unevaluatedItems"):
+            if k in x and any(key not in _ANN for key in y):
+                raise UnsupportedSchemaError(k, ptr, f"{k} combined with applicators (allOf/anyOf/oneOf/$ref) "
+                                                     f"is not supported")
     out = dict(a)
+    array_keys = ("items", "prefixItems", "additionalItems")
+    if any(k in a for k in array_keys) and any(k in b for k in array_keys):
+        _merge_arrays(a, b, out)
     for key, bv in b.items():
+        if key in array_keys and any(k in a for k in array_keys):
+            continue
         if key not in out:
             out[key] = bv
             continue
@@ -94,6 +106,26 @@ def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, st
         out.pop("const", None)
         out["enum"] = []
     return out
+
+
+def _array_parts(s: dict) -> tuple[list, Any]:
+    if isinstance(s.get("items"), list):
+        return list(s["items"]), s.get("additionalItems", True)
+    return list(s.get("prefixItems", [])), s.get("items", True)
+
+
+def _merge_arrays(a: dict, b: dict, out: dict) -> None:
+    """Position-wise intersection: an `items` without prefixItems constrains every element."""
+    (ap, ar), (bp, br) = _array_parts(a), _array_parts(b)
+    n = max(len(ap), len(bp))
+    prefix = [_all_of(ap[i] if i < len(ap) else ar, bp[i] if i < len(bp) else br) for i in range(n)]
+    for k in ("items", "prefixItems", "additionalItems"):
+        out.pop(k, None)
+    if prefix:
+        out["prefixItems"] = prefix
+    rest = _all_of(ar, br)
+    if rest is not True:
+        out["items"] = rest
 
 
 def _all_of(x: Any, y: Any) -> Any:
