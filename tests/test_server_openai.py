@@ -383,10 +383,13 @@ def test_error_cases(server, model, engine):
     assert_error(httpx.post(url, json={**ok, "max_tokens": engine.max_context}), 400, param="max_tokens",
                  code="context_length_exceeded")
     err = assert_error(httpx.post(url, json={**ok, "response_format": {"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "format": "no-such-format",
-                                                                       "not": {"const": "b"}}}}}}}), 400,
-        param="response_format.json_schema.schema", code="constraint_error")
-    assert "#/properties/a" in err["message"]
+        "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "string", "format": "no-such-format"}}}}}}),
+        400, param="response_format.json_schema.schema", code="constraint_error")
+    assert "'format'" in err["message"] and "#/properties/a" in err["message"]  # the keyword and its path
+    err = assert_error(httpx.post(url, json={**ok, "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"xs": {"type": "array", "contains": {}}}}}}],
+        "tool_choice": "required"}), 400, param="tools[0].function.parameters", code="constraint_error")
+    assert "'contains'" in err["message"] and "#/properties/xs" in err["message"]
     assert_error(httpx.post(url, json={**ok, "ebnf": "start: (  \"a\" "}), 400, param="ebnf", code="constraint_error")
     assert_error(httpx.post(url, json={**ok, "regex": "(unclosed"}), 400, param="regex", code="constraint_error")
     assert_error(httpx.post(url, json={**ok, "tools": [WEATHER_TOOL], "tool_choice": {

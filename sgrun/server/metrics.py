@@ -100,22 +100,9 @@ class ServerMetrics:
 
 
 def _constraint_cache_counts(stats: dict[str, Any]) -> tuple[int | None, int | None]:
-    """Constraint-cache hits/misses from engine.stats() if it reports them, else from the
-    constraint compiler's own cache counters."""
+    """Constraint-cache hits/misses: from engine.stats() if it reports them, else from the
+    constraint compiler's process-wide cache."""
     if "constraint_cache_hits" in stats:
         return stats.get("constraint_cache_hits"), stats.get("constraint_cache_misses")
-    try:
-        import sgrun.constrain as constrain
-        info = getattr(constrain, "cache_info", None)
-        if callable(info):
-            ci = info()
-            if isinstance(ci, dict):
-                return ci.get("hits"), ci.get("misses")
-            return getattr(ci, "hits", None), getattr(ci, "misses", None)
-        compile_fn = getattr(constrain, "compile_constraint", None)
-        if compile_fn is not None and hasattr(compile_fn, "cache_info"):
-            ci = compile_fn.cache_info()
-            return ci.hits, ci.misses
-    except Exception:  # metrics are best effort
-        pass
-    return None, None
+    from sgrun.constrain import GLOBAL_CACHE
+    return GLOBAL_CACHE.hits, GLOBAL_CACHE.misses
