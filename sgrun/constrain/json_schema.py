@@ -20,7 +20,8 @@ from sgrun.constrain.byte_nfa import ByteNFA
 from sgrun.constrain.errors import InvalidSchemaError, RegexError, UnsupportedSchemaError
 from sgrun.constrain.json_string import (any_text_dfa, constrained_string_node, excluded_dfa, length_dfa,
                                          string_node)
-from sgrun.constrain.numbers import integer_bounds, integer_with_multiple, number_node
+from sgrun.constrain.numbers import (as_decimal_ratio, decimal_multiple_dfa, integer_bounds,
+                                     integer_with_multiple, number_node)
 from sgrun.constrain.regex_ast import EMPTY, NOTHING, Node, alt, chars, lit, opt, rep, seq
 from sgrun.constrain.regex_parser import parse_regex
 from sgrun.constrain.schema_merge import canonical, merge_schemas, merge_types
@@ -497,12 +498,22 @@ class SchemaCompiler:
         if mult is not None:
             if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
                 raise InvalidSchemaError(f"multipleOf at {ptr} must be a positive number")
-            if float(mult).is_integer():
+            if float(mult).is_integer() and abs(mult) < 10 ** 15:
                 integer = True
                 mult = int(mult)
             else:
-                self.refuse("multipleOf", ptr, "non-integer multipleOf is not supported", s)
-                mult = None
+                p, q = as_decimal_ratio(Decimal(str(mult)))
+                if q > 12 or p > 10 ** 6:
+                    self.refuse("multipleOf", ptr, f"multipleOf {mult} is too fine or too large to enforce", s)
+                    mult = None
+                else:
+                    base_node = integer_with_multiple(*integer_bounds(lo, lo_x, hi, hi_x), None) if integer \
+                        else number_node(lo, lo_x, hi, hi_x, exponent=False)
+                    if base_node == NOTHING:
+                        return NOTHING
+                    d = product(dfa_from_node(base_node) if base_node[0] != "dfa" else base_node[1],
+                                decimal_multiple_dfa(p, q))
+                    return ("dfa", d) if d.accepting else NOTHING
         if integer:
             ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
             return integer_with_multiple(ilo, ihi, mult)

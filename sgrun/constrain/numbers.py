@@ -169,8 +169,11 @@ def _upper(hi: Decimal, strict: bool) -> Node:
     return seq(lit("-"), _magnitude_ge(-hi, strict))
 
 
-def number_node(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool) -> Node:
+def number_node(lo: Decimal | None, lo_strict: bool, hi: Decimal | None, hi_strict: bool,
+                exponent: bool = True) -> Node:
     """JSON numbers in the interval; unbounded -> full JSON number grammar."""
+    if lo is None and hi is None and not exponent:
+        return seq(opt(lit("-")), NATURAL, opt(FRACTION))
     if lo is None and hi is None:
         return seq(opt(lit("-")), NATURAL, opt(FRACTION), opt(EXPONENT))
     if lo is not None and hi is not None and (lo > hi or (lo == hi and (lo_strict or hi_strict))):
@@ -224,3 +227,71 @@ def integer_with_multiple(lo: int | None, hi: int | None, k: int | None) -> Node
         return node
     d = product(dfa_from_node(node), multiple_of_dfa(k))
     return ("dfa", d) if d.accepting else NOTHING
+
+
+def decimal_multiple_dfa(p: int, q: int) -> ByteDFA:
+    """Decimal strings (optional '-', no exponent) whose value is a multiple of p / 10**q:
+    value * 10**q must be an integer (at most q significant fraction digits) divisible by p."""
+    # states: 0 start, 1 after '-', 2 int part "0", 3+r int digits (remainder r);
+    # then fraction: (r, j) after j fraction digits (j <= q), and zeros-only after q digits.
+    index: dict[tuple, int] = {}
+    edges: list[list[tuple[int, int]]] = []
+    accepting: set[int] = set()
+    pow10 = [pow(10, q - j, p) for j in range(q + 1)]
+
+    def sid(key: tuple) -> int:
+        if key not in index:
+            index[key] = len(edges)
+            edges.append([])
+        return index[key]
+
+    dig = {d: 1 << (0x30 + d) for d in range(10)}
+    start = sid(("start",))
+    todo = [("start",)]
+    seen = {("start",)}
+    while todo:
+        key = todo.pop()
+        s = sid(key)
+        out: dict[tuple, int] = {}
+        kind = key[0]
+        if kind == "start":
+            out[("neg",)] = 1 << 0x2D
+        if kind in ("start", "neg"):
+            out[("int", 0, True)] = dig[0]
+            for d in range(1, 10):
+                out[("int", d % p, False)] = out.get(("int", d % p, False), 0) | dig[d]
+        elif kind == "int":
+            r, zero = key[1], key[2]
+            if not zero:
+                for d in range(10):
+                    k2 = ("int", (r * 10 + d) % p, False)
+                    out[k2] = out.get(k2, 0) | dig[d]
+            out[("dot", r)] = 1 << 0x2E
+            if (r * pow10[0]) % p == 0:
+                accepting.add(s)
+        elif kind in ("dot", "frac"):
+            r, j = key[1], (key[2] if kind == "frac" else 0)
+            if j < q:
+                for d in range(10):
+                    k2 = ("frac", (r * 10 + d) % p, j + 1)
+                    out[k2] = out.get(k2, 0) | dig[d]
+            else:
+                out[("frac", r, j)] = dig[0]
+            if kind == "frac" and (r * pow10[j]) % p == 0:
+                accepting.add(s)
+        for k2, m in out.items():
+            t = sid(k2)
+            edges[s].append((m, t))
+            if k2 not in seen:
+                seen.add(k2)
+                todo.append(k2)
+    return ByteDFA(edges, accepting, start)
+
+
+def as_decimal_ratio(m: Decimal) -> tuple[int, int]:
+    """m = p / 10**q with integers p, q >= 0."""
+    sign, digits, exp = m.normalize().as_tuple()
+    p = int("".join(map(str, digits)))
+    if exp >= 0:
+        return p * 10 ** exp, 0
+    return p, -exp

@@ -4,7 +4,8 @@ Remote references (documents we were not given) are refused."""
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import unquote, urldefrag, urljoin
+from urllib.parse import unquote, urldefrag
+from urllib.parse import urljoin as _http_join
 
 from sgrun.constrain.errors import InvalidSchemaError, UnsupportedSchemaError
 
@@ -84,6 +85,17 @@ class SchemaIndex:
             cur_ptr = f"{cur_ptr}/{_escape(part)}"
             cur_base = self.base_of.get(id(node), cur_base)
         return node, cur_ptr, cur_base
+
+
+def urljoin(base: str, ref: str) -> str:
+    """RFC 3986 reference resolution, plus URN bases (urljoin ignores non-hierarchical schemes)."""
+    if ":" in ref.split("/", 1)[0] and not ref.startswith("#"):
+        return ref  # already absolute (http:, urn:, tag: ...)
+    if ref.startswith("#"):
+        return urldefrag(base)[0] + ref
+    if base.startswith("urn:"):
+        return ref
+    return _http_join(base, ref)
 
 
 def _escape(key: str) -> str:

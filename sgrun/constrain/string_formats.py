@@ -34,4 +34,6 @@ FORMAT_REGEXES: dict[str, str] = {
     "ipv4": _IPV4,
     "ipv6": _IPV6,
     "hostname": rf"{_LABEL}(\.{_LABEL})*",
+    "json-pointer": r"(/([^/~]|~[01])*)*",
+    "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^/~]|~[01])*)*)",
 }
