@@ -55,6 +55,22 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return table[dtype]
 
 
+_MODELS: dict[tuple[str, torch.dtype], tuple[LlamaModel, Any, str]] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load(model: str | os.PathLike | None, dtype: torch.dtype):
+    """Load (model, tokenizer, path) once per process: weights are read-only at inference, so
+    several engines on the same file (tests, benchmarks comparing settings) share them."""
+    from sgrun.models.fetch import resolve_model_path
+    key = (str(resolve_model_path(model).resolve()), dtype)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            loaded = load_model_files(key[0], torch.float32)
+            _MODELS[key] = (LlamaModel(loaded.config, loaded.weights, dtype), loaded.tokenizer, loaded.path)
+        return _MODELS[key]
+
+
 class Engine:
     def __init__(self, model: str | os.PathLike | None = None, *, dtype: str | torch.dtype = "auto",
                  num_threads: int | None = None, page_size: int = 16, max_pages: int | None = None,
@@ -64,14 +80,9 @@ class Engine:
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         self.dtype = resolve_dtype(dtype)
-        loaded = load_model_files(model, torch.float32)
-        self.config = loaded.config
-        self.tokenizer = loaded.tokenizer
-        self.model_path = loaded.path
-        self.model_name = loaded.config.name
-        self.model = LlamaModel(loaded.config, loaded.weights, self.dtype)
-        del loaded
-        cfg = self.config
+        self.model, self.tokenizer, self.model_path = _load(model, self.dtype)
+        self.config = cfg = self.model.cfg
+        self.model_name = cfg.name
         if max_pages is None:
             per_page = PagePool.bytes_per_page(cfg.num_layers, page_size, cfg.num_kv_heads, cfg.head_dim, self.dtype)
             max_pages = max(4, int((memory_gb or DEFAULT_KV_MEMORY_GB) * (1 << 30) // per_page))
@@ -381,6 +392,7 @@ class Engine:
     def _sample_and_append(self, items: list[tuple[Sequence, int]], logits: torch.Tensor) -> None:
         seqs = [s for s, _ in items]
         rows = logits[torch.tensor([r for _, r in items])]
+        raw = rows.clone() if any(s.params.logprobs is not None for s in seqs) else None
         params = [s.params for s in seqs]
         apply_logit_bias(rows, params)
         apply_penalties(rows, params, [s.tokens[:s.prompt_len] for s in seqs], [s.output_ids for s in seqs])
@@ -390,7 +402,7 @@ class Engine:
         for i, s in enumerate(seqs):
             if s.params.ignore_eos and s.matcher is None:
                 rows[i, list(self.tokenizer.eos_token_ids)] = float("-inf")
-        result = sample(rows, params, [s.generator for s in seqs], [s.params.logprobs for s in seqs])
+        result = sample(rows, params, [s.generator for s in seqs], [s.params.logprobs for s in seqs], raw)
         now = time.monotonic()
         for i, seq in enumerate(seqs):
             try:

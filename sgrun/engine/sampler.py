@@ -1,6 +1,6 @@
 """Vectorised sampling over a batch of logit rows.
 
-Order: logit_bias, penalties, constraint mask -> (logprobs reported here) -> temperature,
+Order: logit_bias, penalties, constraint mask -> temperature,
 top-k, top-p, min-p -> greedy argmax or a draw from each row's own generator, so a seeded
 request samples the same tokens whatever else shares the batch.
 """
@@ -94,12 +94,13 @@ def _filter(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator | None],
-           want_logprobs: list[int | None]) -> SampleResult:
-    """logits: [B, V] float32, already biased, penalised and masked."""
+           want_logprobs: list[int | None], raw_logits: torch.Tensor | None = None) -> SampleResult:
+    """logits: [B, V] float32, already biased, penalised and masked. Reported logprobs are those
+    of the model itself (`raw_logits`, before any processing), as OpenAI reports them."""
     B = logits.shape[0]
     logprobs = top = None
     if any(k is not None for k in want_logprobs):
-        lp = torch.log_softmax(logits, dim=-1)
+        lp = torch.log_softmax(logits if raw_logits is None else raw_logits, dim=-1)
     tokens = torch.empty(B, dtype=torch.long)
     greedy = [i for i, p in enumerate(params) if p.greedy]
     sampled = [i for i, p in enumerate(params) if not p.greedy]

@@ -1,0 +1,45 @@
+"""Shared fixtures: one float32 engine on the real SmolLM2 weights for the whole session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def model_path():
+    from sgrun.models.fetch import default_model_path
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(model_path):
+    from sgrun.models.loader import load_tokenizer
+    return load_tokenizer(str(model_path))
+
+
+@pytest.fixture(scope="session")
+def shared_engine(model_path):
+    import sgrun
+    engine = sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=1.0)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def engine(shared_engine):
+    """The session engine; after each test no request may still hold pages."""
+    yield shared_engine
+    assert shared_engine.run_on_loop(shared_engine.request_pages) == 0, "a request still holds KV pages"
+    assert shared_engine.stats()["running"] == 0
+
+
+@pytest.fixture(scope="session")
+def chat_prompt(tokenizer):
+    def render(question: str, system: str | None = None) -> str:
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+        return tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+    return render
