@@ -222,6 +222,5 @@ def test_select_picks_the_highest_normalised_loglikelihood(runtime, shared_engin
     meta = state.get_meta_info("city")
     prompt = state.text()[: state.text().index("The capital of France is ") + len("The capital of France is ")]
     expected = [reference_normalised_logprob(shared_engine, prompt, c) for c in choices]
-    print(meta["normalized_logprobs"], expected)
     assert meta["normalized_logprobs"] == pytest.approx(expected, abs=2e-3)
     assert state["city"] == choices[max(range(len(choices)), key=expected.__getitem__)]
