@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 
 import httpx
@@ -171,10 +172,13 @@ def test_json_object(client, model):
         assert choice.message.content.lstrip().startswith("{")
 
 
-def test_regex_extra_field(client, model):
+def test_regex_and_ebnf_extra_fields(client, model):
     r = chat(client, model, extra_body={"regex": "(yes|no), [0-9]{2}"}, max_tokens=10)
-    import re
     assert re.fullmatch("(yes|no), [0-9]{2}", r.choices[0].message.content)
+    grammar = 'start: answer " because " reason\nanswer: "yes" | "no"\nreason: /[a-z ]{1,20}/'
+    r = chat(client, model, extra_body={"ebnf": grammar}, max_tokens=24)
+    assert r.choices[0].finish_reason == "stop"
+    assert re.fullmatch("(yes|no) because [a-z ]{1,20}", r.choices[0].message.content)
 
 
 # --------------------------------------------------------------------------- tools
