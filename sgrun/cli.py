@@ -1,0 +1,66 @@
+"""`sgrun generate | serve | bench ...`"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_engine_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="a local .gguf file or model folder (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has native bf16), float32, bfloat16")
+    p.add_argument("--num-threads", type=int, default=None, help="torch compute threads (default: all cores)")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    import sgrun
+
+    with sgrun.Engine(args.model, dtype=args.dtype, num_threads=args.num_threads) as engine:
+        prompt = args.prompt
+        if args.chat:
+            messages = ([{"role": "system", "content": args.system}] if args.system else [])
+            prompt = engine.tokenizer.apply_chat_template(messages + [{"role": "user", "content": prompt}])
+        params = sgrun.SamplingParams(max_new_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+        for delta in engine.stream(prompt, params):
+            sys.stdout.write(delta)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sgrun", description="structured-generation LLM serving runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    g = sub.add_parser("generate", help="generate text for one prompt, streaming to stdout")
+    g.add_argument("prompt")
+    g.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
+                   help="wrap the prompt in the model's chat template (default: on)")
+    g.add_argument("--system", default=None, help="system message (with --chat)")
+    g.add_argument("--max-tokens", type=int, default=256)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--seed", type=int, default=None)
+    add_engine_options(g)
+    g.set_defaults(func=cmd_generate)
+    from sgrun.server.cli_commands import add_bench_parser, add_serve_parser
+    add_serve_parser(sub)
+    add_bench_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:  # noqa: BLE001 - users see a one-line error, not a traceback
+        from sgrun.errors import SgrunError
+        if not isinstance(exc, SgrunError):
+            raise
+        print(f"sgrun: error: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
