@@ -1,0 +1,290 @@
+"""Context-free grammar constraints: a Lark grammar compiled to an LALR(1) table, run
+incrementally byte by byte with a contextual, longest-match lexer whose terminals are byte DFAs.
+
+State = (LALR state stack, the current partial token as (terminal, DFA state) candidates, whether
+a token has started). Longest match: a token ends only when the next byte cannot extend it, as
+lark's lexer does, so every accepted output tokenizes and parses the same way with lark.
+Token masks: the parser is exposed as a lazily explored DFA over byte classes (GrammarAutomaton),
+so masks come from the same vectorised vocabulary-trie walk as regex/JSON constraints; the parser
+only runs for transitions not seen before; masks are cached per state.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import torch
+
+import threading
+
+from sgrun.constrain.automaton_constraint import AutomatonConstraint
+from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node
+from sgrun.constrain.errors import ConstraintTooComplexError, GrammarError, RegexError
+from sgrun.constrain.regex_parser import parse_regex
+from sgrun.constrain.token_table import TokenTable
+
+_END = "$END"
+_MAX_STACK = 10_000
+
+
+class LalrGrammar:
+    """The parts of a lark LALR parser we need: terminal DFAs and the parse table."""
+
+    def __init__(self, text: str, start: str = "start", terminal_nodes: dict | None = None):
+        from lark import Lark
+        from lark.exceptions import GrammarError as LarkGrammarError
+        from lark.exceptions import LarkError
+        try:
+            self.lark = Lark(text, parser="lalr", lexer="contextual", start=start)
+        except (LarkGrammarError, LarkError) as e:
+            raise GrammarError(f"grammar does not compile as LALR(1): {e}") from None
+        except Exception as e:  # lark raises plain exceptions for some syntax errors
+            raise GrammarError(f"grammar does not compile: {e}") from None
+        table = self.lark.parser.parser.parser.parse_table
+        self.states: dict[int, dict[str, tuple[Any, Any]]] = table.states
+        self.start_state: int = table.start_states[start]
+        self.end_state: int = table.end_states[start]
+        self.ignore = set(self.lark.ignore_tokens)
+        self.terminals: list[str] = []
+        self.dfas: list[ByteDFA] = []
+        self.rank: list[tuple] = []
+        for t in self.lark.terminals:
+            pattern = t.pattern
+            if terminal_nodes and t.name in terminal_nodes:
+                node = terminal_nodes[t.name]
+            else:
+                if pattern.flags:
+                    raise GrammarError(f"terminal {t.name}: regex flags {pattern.flags} are not supported")
+                try:
+                    node = parse_regex(pattern.to_regexp()).fullmatch_node()
+                except RegexError as e:
+                    raise GrammarError(f"terminal {t.name}: {e}") from None
+            self.terminals.append(t.name)
+            self.dfas.append(dfa_from_node(node))
+            is_string = type(pattern).__name__ == "PatternStr"
+            self.rank.append((-t.priority, 0 if is_string else 1, t.name))
+        self.term_index = {n: i for i, n in enumerate(self.terminals)}
+        self._cands: dict[tuple, tuple] = {}
+
+    def start_candidates(self, stack: tuple) -> tuple:
+        """Terminals the parser can really shift next (LALR lookahead reductions replayed, so a
+        token that would be a syntax error is never started), plus %ignore ones, at DFA start."""
+        got = self._cands.get(stack)
+        if got is None:
+            acts = self.states[stack[-1]]
+            got = tuple(sorted((i, self.dfas[i].start) for i, n in enumerate(self.terminals)
+                               if n in self.ignore or (n in acts and self.feed(stack, n) is not None)))
+            if len(self._cands) > 100_000:
+                self._cands.clear()
+            self._cands[stack] = got
+        return got
+
+    def feed(self, stack: tuple, terminal: str) -> tuple | None:
+        """LALR step on one terminal; None if it is a syntax error."""
+        states = self.states
+        st = list(stack)
+        while True:
+            action = states[st[-1]].get(terminal)
+            if action is None:
+                return None
+            kind, arg = action
+            if str(kind) == "Shift":
+                st.append(arg)
+                return tuple(st) if len(st) < _MAX_STACK else None
+            size = len(arg.expansion)
+            if size:
+                del st[-size:]
+            goto = states[st[-1]].get(arg.origin.name)
+            if goto is None:
+                return None
+            st.append(goto[1])
+
+    def accepts_end(self, stack: tuple) -> bool:
+        states = self.states
+        st = list(stack)
+        while True:
+            action = states[st[-1]].get(_END)
+            if action is None:
+                return False
+            kind, arg = action
+            if str(kind) == "Shift":
+                return False
+            size = len(arg.expansion)
+            if size:
+                del st[-size:]
+            goto = states[st[-1]].get(arg.origin.name)
+            if goto is None:
+                return False
+            st.append(goto[1])
+            if st[-1] == self.end_state:
+                return True
+
+
+State = tuple  # (stack, candidates, started)
+
+
+class GrammarAutomaton:
+    """The incremental parser seen as a lazily explored DFA over byte classes, with the same
+    interface as LazyDFA, so grammar masks use the same vectorised trie walk. States are the
+    interned (stack, partial token, started) tuples; state 0 is dead."""
+
+    def __init__(self, g: LalrGrammar, max_states: int = 2_000_000):
+        from sgrun.constrain.lazy_dfa import byte_classes
+        self.g = g
+        self.max_states = max_states
+        self.lock = threading.RLock()
+        masks = {m for d in g.dfas for row in d.edges for m, _ in row}
+        classes = byte_classes(masks)
+        self.class_masks = classes
+        self.num_classes = len(classes)
+        self.class_of = np.zeros(256, dtype=np.uint8 if len(classes) <= 256 else np.uint16)
+        self.class_rep: list[int] = []
+        for cid, m in enumerate(classes):
+            self.class_rep.append((m & -m).bit_length() - 1)
+            for b in range(256):
+                if (m >> b) & 1:
+                    self.class_of[b] = cid
+        self.class_size = [bin(m).count("1") for m in classes]
+        self._states: list[State | None] = []
+        self._index: dict[State, int] = {}
+        self.accepting: list[bool] = []
+        self.table = np.full((64, self.num_classes), -1, dtype=np.int32)
+        self._states.append(None)
+        self.accepting.append(False)
+        self.table[0, :] = 0
+        stack = (g.start_state,)
+        self.initial = self._intern((stack, g.start_candidates(stack), False))
+
+    @property
+    def num_states(self) -> int:
+        return len(self._states)
+
+    def state(self, sid: int) -> State | None:
+        return self._states[sid]
+
+    def _intern(self, st: State | None) -> int:
+        if st is None:
+            return 0
+        sid = self._index.get(st)
+        if sid is not None:
+            return sid
+        sid = len(self._states)
+        if sid >= self.max_states:
+            raise ConstraintTooComplexError(f"grammar automaton exceeds {self.max_states} states")
+        self._states.append(st)
+        self._index[st] = sid
+        self.accepting.append(self._is_accepting(st))
+        if sid >= self.table.shape[0]:
+            grown = np.full((self.table.shape[0] * 2, self.num_classes), -1, dtype=np.int32)
+            grown[: self.table.shape[0]] = self.table
+            self.table = grown
+        return sid
+
+    def _finish_token(self, stack: tuple, cands: tuple) -> tuple | None:
+        """End the current token: the best accepted terminal goes to the parser (ignored ones don't)."""
+        g = self.g
+        accepted = [i for i, s in cands if s in g.dfas[i].accepting]
+        if not accepted:
+            return None
+        parser_terms = [i for i in accepted if g.terminals[i] not in g.ignore]
+        if not parser_terms:
+            return stack
+        best = min(parser_terms, key=lambda i: g.rank[i])
+        return g.feed(stack, g.terminals[best])
+
+    def _is_accepting(self, st: State) -> bool:
+        stack, cands, started = st
+        if started:
+            stack = self._finish_token(stack, cands)
+            if stack is None:
+                return False
+        return self.g.accepts_end(stack)
+
+    def _step(self, st: State, b: int) -> State | None:
+        stack, cands, started = st
+        g = self.g
+        ext = tuple((i, t) for i, s in cands if (t := g.dfas[i].step(s, b)) is not None)
+        if ext:
+            return (stack, ext, True)  # longest match: keep extending while we can
+        if not started:
+            return None
+        new_stack = self._finish_token(stack, cands)
+        if new_stack is None:
+            return None
+        ext = tuple((i, t) for i, s in g.start_candidates(new_stack) if (t := g.dfas[i].step(s, b)) is not None)
+        return (new_stack, ext, True) if ext else None
+
+    def fill(self, sid: int, cls: int) -> int:
+        with self.lock:
+            nxt = int(self.table[sid, cls])
+            if nxt < 0:
+                nxt = self._intern(self._step(self._states[sid], self.class_rep[cls]))
+                self.table[sid, cls] = nxt
+            return nxt
+
+    def fill_pairs(self, sids: np.ndarray, classes: np.ndarray) -> None:
+        for sid, cls in zip(sids.tolist(), classes.tolist()):
+            self.fill(sid, cls)
+
+    def step(self, sid: int, byte: int) -> int:
+        cls = self.class_of[byte]
+        nxt = self.table[sid, cls]
+        if nxt < 0:
+            nxt = self.fill(sid, int(cls))
+        return int(nxt)
+
+    def row(self, sid: int) -> np.ndarray:
+        r = self.table[sid]
+        if (r < 0).any():
+            for cls in np.nonzero(r < 0)[0].tolist():
+                self.fill(sid, cls)
+            r = self.table[sid]
+        return r
+
+
+class GrammarConstraint(AutomatonConstraint):
+    def __init__(self, grammar: LalrGrammar, spec: str, table: TokenTable):
+        super().__init__("grammar", spec, GrammarAutomaton(grammar), table)
+        self.g = grammar
+
+    def allowed_tokens(self, state: int) -> torch.Tensor:
+        if len(self._masks) > 100_000:  # parser stacks can be unbounded: keep the cache bounded
+            self._masks.clear()
+        return super().allowed_tokens(state)
+
+
+def shipped_grammar(name: str) -> str | None:
+    try:
+        files = resources.files("sgrun.grammars")
+    except ModuleNotFoundError:
+        files = None
+    candidates = []
+    if files is not None:
+        candidates += [files / f"{name}.lark", files / f"{name}.gbnf"]
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2] / "grammars"
+    candidates += [root / f"{name}.lark", root / f"{name}.gbnf"]
+    for c in candidates:
+        try:
+            if c.is_file():
+                return c.read_text()
+        except (FileNotFoundError, OSError):
+            continue
+    return None
+
+
+def compile_grammar(grammar: str, table: TokenTable) -> GrammarConstraint:
+    text = grammar
+    if "\n" not in grammar and ":" not in grammar:
+        shipped = shipped_grammar(grammar.strip())
+        if shipped is None:
+            raise GrammarError(f"no shipped grammar named {grammar!r}")
+        text = shipped
+    if "::=" in text:
+        from sgrun.constrain.gbnf import gbnf_to_lark
+        translated = gbnf_to_lark(text)
+        return GrammarConstraint(LalrGrammar(translated.lark_text, terminal_nodes=translated.terminals), grammar,
+                                 table)
+    return GrammarConstraint(LalrGrammar(text), grammar, table)
