@@ -384,6 +384,7 @@ def test_error_cases(server, model, engine):
     assert_error(httpx.post(url, json={**ok, "temperature": 5}), 400, param="temperature")
     assert_error(httpx.post(url, json={**ok, "top_p": 0}), 400, param="top_p")
     assert_error(httpx.post(url, json={**ok, "n": 0}), 400, param="n")
+    assert_error(httpx.post(url, json={**ok, "logit_bias": {"99999999": 5}}), 400, param="logit_bias")
     assert_error(httpx.post(url, json={**ok, "max_tokens": engine.max_context}), 400, param="max_tokens",
                  code="context_length_exceeded")
     err = assert_error(httpx.post(url, json={**ok, "response_format": {"type": "json_schema", "json_schema": {

@@ -181,7 +181,8 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     param = constraint.pop("_param")
     try:
         params = build_sampling_params(req, max_tokens, len(prompt_ids), state.max_context, logprobs,
-                                       max_tokens_field=max_field, **constraint)
+                                       max_tokens_field=max_field, vocab_size=state.tokenizer.vocab_size,
+                                       **constraint)
     except APIError as err:
         if err.param in ("response_format", "regex", "ebnf"):
             err.param = param

@@ -16,7 +16,7 @@ from sgrun.errors import SgrunError
 from sgrun.server.chat import engine_failure, usage
 from sgrun.server.engine_bridge import RunningRequest, merged_events, submit
 from sgrun.server.errors import APIError, bad_request, from_exception
-from sgrun.server.openai_params import OPENAI_FIELD_NAMES, build_sampling_params, check_n
+from sgrun.server.openai_params import OPENAI_FIELD_NAMES, build_sampling_params, check_n, check_sequence_count
 from sgrun.server.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from sgrun.server.state import ServerState
 from sgrun.server.streaming import DONE, sse
@@ -115,8 +115,10 @@ async def start_completions(state: ServerState, req: CompletionRequest
             constraint = {"grammar": req.ebnf}
         elif req.json_schema is not None:
             constraint = {"json_schema": req.json_schema}
+        check_sequence_count(len(prompts), req.n or 1)
         params_list = [build_sampling_params(req, req.max_tokens if req.max_tokens is not None else 16,
-                                             len(p.ids), state.max_context, req.logprobs, **constraint)
+                                             len(p.ids), state.max_context, req.logprobs,
+                                             vocab_size=state.tokenizer.vocab_size, **constraint)
                        for p in prompts]
     except (APIError, SgrunError) as exc:
         err = from_exception(exc)

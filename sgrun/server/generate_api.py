@@ -16,6 +16,7 @@ from sgrun.engine.sampling_params import SamplingParams
 from sgrun.errors import InvalidRequestError, SgrunError
 from sgrun.server.engine_bridge import RunningRequest, SampleState, merged_events, submit
 from sgrun.server.errors import APIError, bad_request, from_exception
+from sgrun.server.openai_params import check_sequence_count, check_token_ids
 from sgrun.server.protocol import (GenerateMetaInfo, GenerateRequest, GenerateResult, GenerateStreamEvent,
                                    ModelInfo, ScoreRequest, ScoreResponse)
 from sgrun.server.state import ServerState
@@ -82,6 +83,8 @@ async def start_generate(state: ServerState, req: GenerateRequest) -> tuple[list
         if len(prompts) > MAX_BATCH:
             raise bad_request(f"at most {MAX_BATCH} prompts per request", param="text")
         params = generate_params(req)
+        check_token_ids(params, state.tokenizer.vocab_size, "sampling_params.")
+        check_sequence_count(len(prompts), params.n, "sampling_params.n")
         rids = _rids(req, len(prompts))
         ids = await asyncio.to_thread(lambda: [state.tokenizer.encode(p) if isinstance(p, str) else p for p in prompts])
     except (APIError, SgrunError) as exc:

@@ -18,7 +18,8 @@ OPENAI_FIELD_NAMES = {
 
 def build_sampling_params(req: Any, max_tokens: int | None, prompt_tokens: int, max_context: int,
                           logprobs: int | None, json_schema: Any = None, regex: str | None = None,
-                          grammar: str | None = None, max_tokens_field: str = "max_tokens") -> SamplingParams:
+                          grammar: str | None = None, max_tokens_field: str = "max_tokens",
+                          vocab_size: int = 1 << 31) -> SamplingParams:
     """Common sampling fields of chat and completion requests. `max_tokens` None means 'up to the
     context'; a prompt that leaves no room, or prompt + max_tokens beyond it, is a 400."""
     if prompt_tokens >= max_context:
@@ -63,9 +64,11 @@ def build_sampling_params(req: Any, max_tokens: int | None, prompt_tokens: int, 
     if len(fields["stop"]) > 16:
         raise bad_request("stop may hold at most 16 strings", param="stop")
     try:
-        return SamplingParams(**fields).validated()
+        params = SamplingParams(**fields).validated()
     except InvalidRequestError as exc:
         raise from_exception(exc, "", names) from exc
+    check_token_ids(params, vocab_size)
+    return params
 
 
 def _default(value: Any, default: Any) -> Any:
@@ -80,6 +83,28 @@ def _logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
         except ValueError:
             raise bad_request(f"logit_bias keys must be token ids, got {k!r}", param="logit_bias") from None
     return out
+
+
+def check_token_ids(params: SamplingParams, vocab_size: int, prefix: str = "") -> None:
+    """Token ids the client names must exist in the vocabulary."""
+    bad = [t for t in params.logit_bias if not 0 <= t < vocab_size]
+    if bad:
+        raise bad_request(f"logit_bias names token id {bad[0]}, outside the vocabulary [0, {vocab_size})",
+                          param=prefix + "logit_bias")
+    bad = [t for t in params.stop_token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
+    if bad:
+        raise bad_request(f"stop_token_ids holds {bad[0]!r}, outside the vocabulary [0, {vocab_size})",
+                          param=prefix + "stop_token_ids")
+
+
+MAX_SEQUENCES_PER_REQUEST = 256
+
+
+def check_sequence_count(num_prompts: int, n: int, param: str = "n") -> None:
+    """One request may not flood the scheduler: prompts x n is bounded."""
+    if num_prompts * n > MAX_SEQUENCES_PER_REQUEST:
+        raise bad_request(f"{num_prompts} prompts x n={n} asks for {num_prompts * n} sequences; at most "
+                          f"{MAX_SEQUENCES_PER_REQUEST} per request", param=param)
 
 
 def check_n(n: int | None, limit: int = 64) -> None:
