@@ -214,7 +214,8 @@ class Engine:
             "page_size": pool.page_size,
             "prompt_tokens_total": prompt_total, "cached_tokens_total": sched.cached_tokens_total,
             "cache_hit_rate": sched.cached_tokens_total / prompt_total if prompt_total else 0.0,
-            "forward_calls": self.runner.forward_calls, "preemptions": sched.num_preemptions,
+            "forward_calls": self.runner.forward_calls,
+            "tokens_computed": self.runner.tokens_computed, "preemptions": sched.num_preemptions,
             "steps": self.num_steps,
         }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from sgrun.engine.attention import Segment, TorchPagedAttention
@@ -17,6 +19,8 @@ class ModelRunner:
         cfg = model.cfg
         self.attn = TorchPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
         self.forward_calls = 0
+        self.tokens_computed = 0  # tokens run through the model (prefill + decode), for cache accounting
+        self.model_time = 0.0   # seconds inside the model forward itself (the rest is engine overhead)
         self.page_offsets = torch.arange(pool.page_size)
 
     def _slots(self, page_table: list[int], start: int, end: int) -> torch.Tensor:
@@ -47,5 +51,9 @@ class ModelRunner:
         slots = torch.cat(new_slots)
         self.attn.prepare(slots, segments)
         self.forward_calls += 1
-        return self.model.forward(torch.tensor(ids, dtype=torch.long), torch.cat(positions), self.attn,
-                                  torch.tensor(rows, dtype=torch.long))
+        self.tokens_computed += t
+        input_ids, pos, rows_t = torch.tensor(ids, dtype=torch.long), torch.cat(positions), torch.tensor(rows, dtype=torch.long)
+        t0 = time.perf_counter()
+        logits = self.model.forward(input_ids, pos, self.attn, rows_t)
+        self.model_time += time.perf_counter() - t0
+        return logits
