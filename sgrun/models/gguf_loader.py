@@ -7,11 +7,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from sgrun.errors import ModelLoadError
 from sgrun.models.config import ModelConfig
+from sgrun.models.gguf_file import GGUFFile
 
 SUPPORTED_ARCHS = {"llama", "qwen2", "mistral"}
 _SUPPORTED_TYPES = {
@@ -35,16 +36,6 @@ _LAYER_NAMES = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-
-
-def read_metadata(reader: GGUFReader) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
-    for key, fld in reader.fields.items():
-        try:
-            meta[key] = fld.contents()
-        except Exception:  # noqa: BLE001 - an unreadable metadata field is skipped, not fatal
-            continue
-    return meta
 
 
 def config_from_metadata(meta: dict[str, Any], name: str) -> ModelConfig:
@@ -84,19 +75,15 @@ def _unpermute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, Any], dict[str, torch.Tensor]]:
-    try:
-        reader = GGUFReader(str(path))
-    except Exception as exc:  # noqa: BLE001
-        raise ModelLoadError(f"{path} is not a readable GGUF file: {exc}") from exc
-    meta = read_metadata(reader)
+    gguf = GGUFFile(path)
+    meta = gguf.metadata
     cfg = config_from_metadata(meta, name=path.stem)
     arch = meta["general.architecture"]
     weights: dict[str, torch.Tensor] = {}
-    for t in reader.tensors:
-        if t.tensor_type not in _SUPPORTED_TYPES:
-            raise ModelLoadError(f"tensor {t.name} has GGML type {t.tensor_type.name}, which sgrun cannot dequantize")
-        arr = dequantize(t.data, t.tensor_type)
-        arr = np.asarray(arr, dtype=np.float32).reshape([int(d) for d in reversed(t.shape.tolist())])
+    for t in gguf.tensors:
+        if t.qtype not in _SUPPORTED_TYPES:
+            raise ModelLoadError(f"tensor {t.name} has GGML type {t.qtype.name}, which sgrun cannot dequantize")
+        arr = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(t.shape)
         name = t.name
         if name.startswith("blk."):
             _, layer, rest = name.split(".", 2)

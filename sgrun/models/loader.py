@@ -38,8 +38,7 @@ def load_tokenizer(model: str | os.PathLike | None) -> Tokenizer:
     path = resolve_model_path(model)
     if path.is_dir():
         return Tokenizer.from_folder(path)
-    from gguf import GGUFReader
-
-    from sgrun.models.gguf_loader import config_from_metadata, read_metadata
-    meta = read_metadata(GGUFReader(str(path)))
+    from sgrun.models.gguf_file import GGUFFile
+    from sgrun.models.gguf_loader import config_from_metadata
+    meta = GGUFFile(path).metadata
     return Tokenizer.from_gguf_fields(meta, vocab_size=config_from_metadata(meta, path.stem).vocab_size)
