@@ -104,3 +104,82 @@ class SchemaOrder:
                 out_list.append(self._order(v, child))
             return out_list
         return value
+
+
+def shortest_completion(constraint, state: int, max_states: int = 20000) -> bytes | None:
+    """Shortest byte string leading from `state` to acceptance (BFS over the lazy automaton)."""
+    from collections import deque
+    dfa = constraint.dfa
+    if dfa.accepting[state]:
+        return b""
+
+    def depth(sid: int) -> int:
+        sets = getattr(dfa, "_sets", None)
+        if sets is None:  # grammar automaton: parser stack height
+            st = dfa.state(sid)
+            return len(st[0]) if st else 0
+        return min(((stk[1] if stk else 0) for _, stk in sets[sid]), default=0)
+
+    # never open much deeper nesting than needed: keeps the search finite
+    limit = depth(state) + (2 if hasattr(dfa, "_sets") else 6)
+    prev = {state: None}
+    q = deque([state])
+    while q and len(prev) < max_states:
+        s = q.popleft()
+        row = dfa.row(s)
+        for cls in range(dfa.num_classes):
+            t = int(row[cls])
+            if t == 0 or t in prev or depth(t) > limit:
+                continue
+            prev[t] = (s, dfa.class_rep[cls])
+            if dfa.accepting[t]:
+                out = bytearray()
+                while prev[t] is not None:
+                    t, b = prev[t]
+                    out.append(b)
+                return bytes(reversed(out))
+            q.append(t)
+    return None
+
+
+def byte_token_ids(tok) -> dict[int, int]:
+    ids: dict[int, int] = {}
+    for i, b in enumerate(tok.token_bytes):
+        if len(b) == 1 and i not in tok.special_token_ids:
+            ids.setdefault(b[0], i)
+    return ids
+
+
+def random_walk(constraint, tok, rng, max_tokens: int = 40, stop_prob: float = 0.3) -> tuple[bytes, list[int]]:
+    """A random 'model': sample allowed tokens (checking the mask against advance), then finish
+    with the shortest completion in single-byte tokens. Returns (output bytes, token ids)."""
+    import numpy as np
+    m = constraint.matcher()
+    out: list[int] = []
+    eos = set(tok.eos_token_ids)
+    for _ in range(max_tokens):
+        ids = constraint.allowed_token_ids(m.state) if hasattr(constraint, "allowed_token_ids") else None
+        if m.is_accepting() and rng.random() < stop_prob:
+            break
+        if ids is None or len(ids) == 0:
+            break
+        # half the time prefer short tokens, which keeps strings/numbers from running away
+        if rng.random() < 0.5:
+            lens = np.array([len(tok.token_bytes[i]) for i in ids])
+            short = ids[lens <= 2]
+            if len(short):
+                ids = short
+        t = int(ids[rng.randrange(len(ids))])
+        assert t not in eos
+        assert m.advance(t), "a token from the mask was refused by advance()"
+        out.append(t)
+    tail = shortest_completion(constraint, m.state)
+    assert tail is not None, "no completion found"
+    singles = byte_token_ids(tok)
+    for b in tail:
+        assert m.advance(singles[b])
+        out.append(singles[b])
+    assert m.is_accepting()
+    assert any(m.advance(e) for e in eos) if eos else True
+    data = b"".join(tok.token_bytes[i] for i in out)
+    return data, out

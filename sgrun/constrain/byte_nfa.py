@@ -23,7 +23,7 @@ def byte_mask(lo: int, hi: int) -> int:
 
 
 class ByteNFA:
-    def __init__(self, max_states: int = 2_000_000):
+    def __init__(self, max_states: int = 400_000):
         self.edges: list[list[tuple[int, int]]] = []
         self.eps: list[list[int]] = []
         self.calls: list[list[tuple[int, int]]] = []
