@@ -28,6 +28,13 @@ class ModelConfig:
     def from_hf(cls, cfg: dict[str, Any], name: str) -> "ModelConfig":
         heads = cfg["num_attention_heads"]
         hidden = cfg["hidden_size"]
+        # transformers >= 5 writes `rope_parameters` (theta and scaling together); older
+        # configs have `rope_theta` and `rope_scaling`.
+        rope = cfg.get("rope_parameters") or {}
+        theta = cfg.get("rope_theta") or rope.get("rope_theta") or 10000.0
+        scaling = cfg.get("rope_scaling")
+        if scaling is None and (rope.get("rope_type") or rope.get("type")) not in (None, "default"):
+            scaling = rope
         return cls(
             vocab_size=cfg["vocab_size"],
             hidden_size=hidden,
@@ -38,8 +45,8 @@ class ModelConfig:
             head_dim=cfg.get("head_dim") or hidden // heads,
             max_position=cfg.get("max_position_embeddings", 4096),
             rms_eps=cfg.get("rms_norm_eps", 1e-5),
-            rope_theta=cfg.get("rope_theta", 10000.0),
-            rope_scaling=cfg.get("rope_scaling"),
+            rope_theta=float(theta),
+            rope_scaling=scaling,
             tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             qkv_bias=bool(cfg.get("attention_bias", False)) or cfg.get("model_type") == "qwen2",
             name=name,
