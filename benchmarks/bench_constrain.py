@@ -1,0 +1,240 @@
+"""Constraint compiler benchmark: compile time (first / cached) and per-token mask cost
+(cold: first time each state is seen; warm: states cached) for sgrun.constrain, side by side
+with outlines-core (and xgrammar / llguidance when installed).
+
+Run: python benchmarks/bench_constrain.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+
+os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
+
+import torch  # noqa: E402
+
+SIMPLE = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+SIMPLE_OK = {"name": "Ada Lovelace", "age": 36}
+
+TOOL = {"type": "object", "properties": {
+    "tool": {"enum": ["get_weather", "search", "calculator"]},
+    "city": {"type": "string", "maxLength": 60},
+    "days": {"type": "integer", "minimum": 1, "maximum": 14},
+    "units": {"enum": ["metric", "imperial"]},
+    "verbose": {"type": "boolean"}},
+    "required": ["tool", "city"], "additionalProperties": False}
+TOOL_OK = {"tool": "get_weather", "city": "San Francisco", "days": 5, "units": "metric"}
+
+ORDER = {"type": "object", "properties": {
+    "order_id": {"type": "string", "pattern": "^ORD-[0-9]{6}$"},
+    "customer": {"type": "object", "properties": {"name": {"type": "string"},
+                                                  "email": {"type": "string", "format": "email"},
+                                                  "phone": {"type": ["string", "null"]}},
+                 "required": ["name", "email"]},
+    "items": {"type": "array", "items": {"type": "object", "properties": {
+        "sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1}, "price": {"type": "number"}},
+        "required": ["sku", "qty", "price"]}, "minItems": 1},
+    "note": {"type": ["string", "null"]}},
+    "required": ["order_id", "customer", "items"]}
+ORDER_OK = {"order_id": "ORD-123456", "customer": {"name": "Grace Hopper", "email": "grace@navy.mil", "phone": None},
+            "items": [{"sku": "A-1", "qty": 2, "price": 9.99}, {"sku": "B-7", "qty": 1, "price": 120.5}],
+            "note": None}
+
+
+def _big() -> tuple[dict, dict]:
+    props: dict = {}
+    value: dict = {}
+    kinds = ["string", "integer", "number", "boolean", "enum", "addr", "date", "list"]
+    for i in range(20):
+        k = kinds[i % len(kinds)]
+        name = f"field_{i:02d}"
+        if k == "string":
+            props[name] = {"type": "string", "maxLength": 80}
+            value[name] = f"value number {i}"
+        elif k == "integer":
+            props[name] = {"type": "integer", "minimum": 0, "maximum": 100000}
+            value[name] = i * 1234
+        elif k == "number":
+            props[name] = {"type": "number"}
+            value[name] = i / 7
+        elif k == "boolean":
+            props[name] = {"type": "boolean"}
+            value[name] = i % 2 == 0
+        elif k == "enum":
+            props[name] = {"enum": ["low", "medium", "high"]}
+            value[name] = "medium"
+        elif k == "addr":
+            props[name] = {"anyOf": [{"$ref": "#/$defs/address"}, {"type": "null"}]}
+            value[name] = {"street": "1 Main St", "city": "Springfield", "zip": "12345"}
+        elif k == "date":
+            props[name] = {"type": "string", "format": "date"}
+            value[name] = "2024-02-29"
+        else:
+            props[name] = {"type": "array", "items": {"$ref": "#/$defs/tag"}, "maxItems": 5}
+            value[name] = [{"key": "a", "value": "b"}]
+    schema = {"type": "object", "properties": props, "required": list(props)[:12],
+              "$defs": {"address": {"type": "object", "properties": {"street": {"type": "string"},
+                                                                     "city": {"type": "string"},
+                                                                     "zip": {"type": "string",
+                                                                             "pattern": "^[0-9]{5}$"}},
+                                    "required": ["street", "city", "zip"], "additionalProperties": False},
+                        "tag": {"type": "object", "properties": {"key": {"type": "string"},
+                                                                 "value": {"type": "string"}},
+                                "required": ["key", "value"], "additionalProperties": False}}}
+    return schema, value
+
+
+BIG, BIG_OK = _big()
+JSON_DOC = '{"users": [{"id": 1, "name": "Ada", "tags": ["math", "engines"], "meta": {"active": true, ' \
+           '"score": 9.5}}, {"id": 2, "name": "Alan", "tags": [], "meta": {"active": false, "score": null}}]}'
+
+CASES = [("simple object", {"json_schema": SIMPLE}, SIMPLE_OK),
+         ("tool call", {"json_schema": TOOL}, TOOL_OK),
+         ("nested order", {"json_schema": ORDER}, ORDER_OK),
+         ("20-property $defs/anyOf", {"json_schema": BIG}, BIG_OK),
+         ("JSON grammar", {"grammar": "json"}, JSON_DOC)]
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def bench_sgrun(tok, spec: dict, text: str) -> dict:
+    from sgrun.constrain import GLOBAL_CACHE, compile_constraint
+    GLOBAL_CACHE.clear()
+    t = time.perf_counter()
+    c = compile_constraint(tok, **spec)
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    for _ in range(100):
+        compile_constraint(tok, **spec)
+    cached = (time.perf_counter() - t) / 100
+    ids = tok.encode(text)
+    row = torch.zeros(c.table.words, dtype=torch.int32)
+    out = {"first_compile_ms": first * 1e3, "cached_compile_us": cached * 1e6, "tokens": len(ids)}
+    for label in ("cold", "warm"):
+        m = c.matcher()
+        times = []
+        for t_id in ids:
+            t0 = time.perf_counter()
+            m.fill_bitmask(row)
+            times.append(time.perf_counter() - t0)
+            assert m.advance(t_id), f"benchmark text rejected at token {t_id}"
+        assert m.is_accepting()
+        out[f"{label}_mean_us"] = statistics.mean(times) * 1e6
+        out[f"{label}_p50_us"] = pct(times, 50) * 1e6
+        out[f"{label}_p99_us"] = pct(times, 99) * 1e6
+    return out
+
+
+def outlines_vocabulary(tok):
+    from outlines_core import Vocabulary
+    eos = min(tok.eos_token_ids)
+    mapping: dict[bytes, list[int]] = {}
+    for i, b in enumerate(tok.token_bytes):
+        if b and i not in tok.special_token_ids:
+            mapping.setdefault(b, []).append(i)
+    return Vocabulary(eos, mapping)
+
+
+def bench_outlines(tok, vocab, spec: dict, text: str) -> dict:
+    from outlines_core import Index
+    from outlines_core.json_schema import build_regex_from_schema
+    if "json_schema" not in spec:
+        return {"note": "no CFG support"}
+    t = time.perf_counter()
+    regex = build_regex_from_schema(json.dumps(spec["json_schema"]))
+    index = Index(regex, vocab)
+    first = time.perf_counter() - t
+    ids = tok.encode(text)
+    state = index.get_initial_state()
+    times = []
+    rejected = False
+    for t_id in ids:
+        t0 = time.perf_counter()
+        index.get_allowed_tokens(state)
+        times.append(time.perf_counter() - t0)
+        nxt = index.get_next_state(state, t_id)
+        if nxt is None:
+            rejected = True
+            break
+        state = nxt
+    return {"first_compile_ms": first * 1e3, "mean_us": statistics.mean(times) * 1e6,
+            "p99_us": pct(times, 99) * 1e6, "rejected_valid_text": rejected}
+
+
+def bench_xgrammar(tok, spec: dict, text: str) -> dict:
+    import xgrammar as xgr
+    vocab = [tok.hf.id_to_token(i) or "" for i in range(tok.vocab_size)]
+    info = xgr.TokenizerInfo(vocab, vocab_type=xgr.VocabType.BYTE_LEVEL, vocab_size=tok.vocab_size,
+                             stop_token_ids=sorted(tok.eos_token_ids))
+    compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+    t = time.perf_counter()
+    if "json_schema" in spec:
+        cg = compiler.compile_json_schema(json.dumps(spec["json_schema"]), any_whitespace=False,
+                                         separators=(",", ":"))
+    else:
+        cg = compiler.compile_builtin_json_grammar()
+    first = time.perf_counter() - t
+    matcher = xgr.GrammarMatcher(cg)
+    bm = xgr.allocate_token_bitmask(1, tok.vocab_size)
+    times = []
+    for t_id in tok.encode(text):
+        t0 = time.perf_counter()
+        matcher.fill_next_token_bitmask(bm)
+        times.append(time.perf_counter() - t0)
+        if not matcher.accept_token(t_id):
+            return {"first_compile_ms": first * 1e3, "rejected_valid_text": True}
+    return {"first_compile_ms": first * 1e3, "mean_us": statistics.mean(times) * 1e6, "p99_us": pct(times, 99) * 1e6}
+
+
+def main() -> None:
+    from sgrun.constrain.token_table import token_table
+    from sgrun.models.loader import load_tokenizer
+    tok = load_tokenizer(None)
+    t = time.perf_counter()
+    token_table(tok)
+    print(f"vocabulary trie build (once per tokenizer): {(time.perf_counter() - t) * 1e3:.0f} ms")
+    try:
+        vocab = outlines_vocabulary(tok)
+    except Exception as e:  # pragma: no cover - optional comparison
+        vocab = None
+        print(f"outlines-core unavailable: {e}")
+    header = (f"| {'case':26} | {'tok':>4} | {'first compile ms':>16} | {'cached compile us':>17} | "
+              f"{'cold mean/p99 us':>18} | {'warm mean/p50/p99 us':>22} | {'outlines-core compile ms / mean / p99 us':>40} "
+              f"| {'xgrammar compile ms / mean / p99 us':>36} |")
+    print(header)
+    print("|" + "|".join("-" * (len(c) + 2) for c in header.split("|")[1:-1]) + "|")
+    for name, spec, value in CASES:
+        text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+        s = bench_sgrun(tok, spec, text)
+        try:
+            o = bench_outlines(tok, vocab, spec, text) if vocab is not None else {"note": "n/a"}
+        except Exception as e:
+            o = {"note": f"error: {str(e)[:30]}"}
+        try:
+            x = bench_xgrammar(tok, spec, text)
+        except Exception as e:
+            x = {"note": f"n/a ({type(e).__name__})"}
+
+        def fmt(r: dict) -> str:
+            if "note" in r:
+                return r["note"]
+            if r.get("rejected_valid_text") and "mean_us" not in r:
+                return f"{r['first_compile_ms']:.1f} / rejected valid text"
+            extra = " (rejected valid text)" if r.get("rejected_valid_text") else ""
+            return f"{r['first_compile_ms']:.1f} / {r['mean_us']:.0f} / {r['p99_us']:.0f}{extra}"
+
+        print(f"| {name:26} | {s['tokens']:4} | {s['first_compile_ms']:16.1f} | {s['cached_compile_us']:17.1f} | "
+              f"{s['cold_mean_us']:8.0f} / {s['cold_p99_us']:7.0f} | "
+              f"{s['warm_mean_us']:6.1f} / {s['warm_p50_us']:5.1f} / {s['warm_p99_us']:6.1f} | {fmt(o):>40} | "
+              f"{fmt(x):>36} |")
+
+
+if __name__ == "__main__":
+    main()
