@@ -46,6 +46,10 @@ class Constraint(ABC):
     def forced_bytes(self, state: Hashable) -> bytes:
         """Bytes every continuation from `state` must start with (b"" if none)."""
 
+    def forced_prefix(self, state: Hashable) -> str:
+        """Text forced from `state` (ARCHITECTURE.md's name; complete UTF-8 characters only)."""
+        return complete_utf8_prefix(self.forced_bytes(state))
+
     # --- derived ------------------------------------------------------------------------
     def advance(self, state: Hashable, token_id: int) -> Hashable | None:
         if state is _FINISHED:
