@@ -406,6 +406,10 @@ class Engine:
         result = sample(rows, params, [s.generator for s in seqs], [s.params.logprobs for s in seqs], raw)
         now = time.monotonic()
         for i, seq in enumerate(seqs):
+            if seq.error is not None:
+                self._finish(seq, "abort")
+                seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=seq.error))
+                continue
             try:
                 self._append_token(seq, result.tokens[i], now,
                                    None if result.logprobs is None or seq.params.logprobs is None
@@ -421,7 +425,11 @@ class Engine:
         words = -(-rows.shape[1] // 32)
         bitmask = torch.zeros(len(constrained), words, dtype=torch.int32)
         for j, i in enumerate(constrained):
-            seqs[i].matcher.fill_bitmask(bitmask[j])
+            try:
+                seqs[i].matcher.fill_bitmask(bitmask[j])
+            except Exception as exc:  # noqa: BLE001 - e.g. an automaton over its size cap: fail this request only
+                seqs[i].error = f"constraint failed: {exc}"
+                bitmask[j] = -1
         sub = rows[torch.tensor(constrained)]
         apply_bitmask(sub, bitmask, torch.arange(len(constrained)))
         rows[torch.tensor(constrained)] = sub

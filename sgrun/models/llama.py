@@ -78,10 +78,10 @@ class LlamaModel:
         self.sin = emb.sin().to(dtype)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # Computed in float32 as the reference implementations do, then cast back.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.cfg.rms_eps)
-        return weight * xf.to(x.dtype)
+        # Normalised in float32 as the reference implementations do, then cast back and scaled.
+        if x.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), weight, self.cfg.rms_eps)
+        return weight * F.rms_norm(x.float(), (x.shape[-1],), None, self.cfg.rms_eps).to(x.dtype)
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -102,9 +102,9 @@ class LlamaModel:
         for li, lw in enumerate(self.layers):
             x = self.rms_norm(h, lw.attn_norm)
             qkv = F.linear(x, lw.qkv, lw.qkv_bias)
-            q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
-            q = self._rotate(q.view(T, H, D), cos, sin)
-            k = self._rotate(k.view(T, KV, D), cos, sin)
+            qk, v = qkv.split([(H + KV) * D, KV * D], dim=-1)
+            qk = self._rotate(qk.view(T, H + KV, D), cos, sin)  # q and k heads rotated together
+            q, k = qk.split([H, KV], dim=1)
             o = attn.forward(li, q, k, v.view(T, KV, D))
             h = h + F.linear(o.reshape(T, H * D), lw.o)
             x = self.rms_norm(h, lw.mlp_norm)
