@@ -1,9 +1,10 @@
 """Attention over the paged KV pool, in pure torch (the CPU backend).
 
-A batch is a list of segments, one per scheduled request: `q_len` new tokens whose K/V are
-written to `slots`, attending to the request's whole context (cached + new) at `ctx_slots`.
-Single-token segments (decodes) are attended together in one padded batched matmul; longer
-segments (prefill chunks) one by one with SDPA.
+A batch is a list of segments, one per scheduled request: `q_len` new tokens attending to the
+request's whole context (cached + new tokens, `ctx_len`) held in the pages `pages`.
+Single-token segments (decodes) are attended together: their pages are gathered once per layer
+into one [KV * B, L, D] block and two batched matmuls cover every head of every request.
+Longer segments (prefill chunks) go one by one through SDPA.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ from sgrun.engine.page_pool import PagePool
 
 @dataclass
 class Segment:
-    q_start: int        # first row of this segment in the flat batch
+    q_start: int          # first row of this segment in the flat batch
     q_len: int
-    ctx_len: int        # context length after this step (cached + new tokens)
-    ctx_slots: torch.Tensor  # [ctx_len] pool slots of the whole context, new tokens last
+    ctx_len: int          # context length after this step (cached + new tokens)
+    pages: torch.Tensor   # [ceil(ctx_len / page_size)] page ids of the whole context
 
 
 class TorchPagedAttention:
@@ -30,23 +31,26 @@ class TorchPagedAttention:
         self.H, self.KV, self.D = num_heads, num_kv_heads, head_dim
         self.scale = head_dim ** -0.5
 
-    def prepare(self, slots: torch.Tensor, segments: list[Segment]) -> None:
-        """Precompute per-batch index tensors once; every layer reuses them."""
-        self.slots = slots
+    def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
+        """Precompute per-batch index tensors once; every layer reuses them. The new tokens'
+        K/V go to (write_pages[i], write_offsets[i]) in batch row order."""
+        ps = self.pool.page_size
+        self.write_pages, self.write_offsets = write_pages, write_offsets
         self.prefills = [s for s in segments if s.q_len > 1]
         decodes = [s for s in segments if s.q_len == 1]
         self.decode_rows = torch.tensor([s.q_start for s in decodes], dtype=torch.long)
-        self.decode_gather = None
+        self.decode_pages = None
         if decodes:
-            max_len = max(s.ctx_len for s in decodes)
-            gather = torch.zeros(len(decodes), max_len, dtype=torch.long)
-            lens = torch.tensor([s.ctx_len for s in decodes])
+            max_pages = max(len(s.pages) for s in decodes)
+            # Whole pages are gathered; the padding past each context is masked out.
+            pages = torch.zeros(len(decodes), max_pages, dtype=torch.long)
             for i, s in enumerate(decodes):
-                gather[i, : s.ctx_len] = s.ctx_slots
-            self.decode_gather = gather
-            # Additive mask [B, 1, 1, L]: 0 inside the context, -inf in the padding.
-            pad = torch.arange(max_len)[None, :] >= lens[:, None]
-            self.decode_mask = torch.zeros(len(decodes), max_len).masked_fill_(pad, float("-inf"))[:, None, None, :]
+                pages[i, : len(s.pages)] = s.pages
+            self.decode_pages = pages.view(-1)
+            lens = torch.tensor([s.ctx_len for s in decodes])
+            pad = torch.arange(max_pages * ps)[None, :] >= lens[:, None]
+            # Additive mask [1, B, 1, L]: broadcast over KV heads and the query heads of a group.
+            self.decode_mask = torch.zeros(len(decodes), max_pages * ps).masked_fill_(pad, float("-inf"))[None, :, None, :]
         self.prefill_masks = []
         for s in self.prefills:
             if s.ctx_len == s.q_len:
@@ -55,22 +59,30 @@ class TorchPagedAttention:
                 q_pos = torch.arange(s.ctx_len - s.q_len, s.ctx_len)[:, None]
                 self.prefill_masks.append(torch.arange(s.ctx_len)[None, :] <= q_pos)
 
+    def _gather(self, cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
+        """[KV, N, ps, D] pool tensor -> [KV, len(pages) * ps, D], contiguous."""
+        return cache.index_select(1, pages).view(self.KV, -1, self.D)
+
+    def _decode(self, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """Single-token queries [B, H, D] against their paged contexts."""
+        B, (H, KV, D) = q.shape[0], (self.H, self.KV, self.D)
+        G = H // KV
+        L = self.decode_mask.shape[-1]
+        k = self._gather(self.pool.k[layer], self.decode_pages).view(KV * B, L, D)
+        v = self._gather(self.pool.v[layer], self.decode_pages).view(KV * B, L, D)
+        qg = q.view(B, KV, G, D).transpose(0, 1).reshape(KV * B, G, D)
+        scores = torch.bmm(qg, k.transpose(1, 2)).view(KV, B, G, L).float() * self.scale
+        probs = torch.softmax(scores + self.decode_mask, dim=-1).to(q.dtype).view(KV * B, G, L)
+        return torch.bmm(probs, v).view(KV, B, G, D).transpose(0, 1).reshape(B, H, D)
+
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: [T, H, D], k/v: [T, KV, D] for the new tokens. Returns [T, H, D]."""
-        k_cache, v_cache = self.pool.k_flat[layer], self.pool.v_flat[layer]
-        k_cache[self.slots] = k
-        v_cache[self.slots] = v
+        k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
+        k_cache[:, self.write_pages, self.write_offsets] = k.transpose(0, 1)
+        v_cache[:, self.write_pages, self.write_offsets] = v.transpose(0, 1)
         out = torch.empty_like(q)
-        H, KV, D = self.H, self.KV, self.D
-        G = H // KV
-        if self.decode_gather is not None:
-            B, L = self.decode_gather.shape
-            kd = k_cache[self.decode_gather].permute(0, 2, 3, 1)       # [B, KV, D, L]
-            vd = v_cache[self.decode_gather].transpose(1, 2)           # [B, KV, L, D]
-            qd = q[self.decode_rows].view(B, KV, G, D)
-            scores = torch.matmul(qd, kd).float() * self.scale         # [B, KV, G, L]
-            probs = torch.softmax(scores + self.decode_mask, dim=-1).to(q.dtype)
-            out[self.decode_rows] = torch.matmul(probs, vd).reshape(B, H, D)
+        if self.decode_pages is not None:
+            out[self.decode_rows] = self._decode(layer, q[self.decode_rows])
         for s, mask in zip(self.prefills, self.prefill_masks):
             rows = slice(s.q_start, s.q_start + s.q_len)
             qs = q[rows].transpose(0, 1).unsqueeze(0)                   # [1, H, q, D]
@@ -79,8 +91,8 @@ class TorchPagedAttention:
                 vs = v[rows].transpose(0, 1).unsqueeze(0)
                 o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
             else:
-                ks = k_cache[s.ctx_slots].transpose(0, 1).unsqueeze(0)  # [1, KV, ctx, D]
-                vs = v_cache[s.ctx_slots].transpose(0, 1).unsqueeze(0)
+                ks = self._gather(k_cache, s.pages)[:, : s.ctx_len].unsqueeze(0)   # [1, KV, ctx, D]
+                vs = self._gather(v_cache, s.pages)[:, : s.ctx_len].unsqueeze(0)
                 o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
             out[rows] = o[0].transpose(0, 1)
         return out

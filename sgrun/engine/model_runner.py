@@ -21,21 +21,13 @@ class ModelRunner:
         self.forward_calls = 0
         self.tokens_computed = 0  # tokens run through the model (prefill + decode), for cache accounting
         self.model_time = 0.0   # seconds inside the model forward itself (the rest is engine overhead)
-        self.page_offsets = torch.arange(pool.page_size)
-
-    def _slots(self, page_table: list[int], start: int, end: int) -> torch.Tensor:
-        ps = self.pool.page_size
-        first, last = start // ps, -(-end // ps)
-        pages = torch.tensor(page_table[first:last], dtype=torch.long)
-        slots = (pages[:, None] * ps + self.page_offsets[None, :]).reshape(-1)
-        return slots[start - first * ps: end - first * ps]
 
     def forward(self, batch: ScheduledBatch, logit_rows_of: dict[int, list[int]]) -> torch.Tensor:
         """logit_rows_of: seq_id -> offsets within that sequence's chunk that need logits.
         Returns logits in the order of batch.items, offsets ascending."""
+        ps = self.pool.page_size
         ids: list[int] = []
         positions: list[torch.Tensor] = []
-        new_slots: list[torch.Tensor] = []
         segments: list[Segment] = []
         rows: list[int] = []
         t = 0
@@ -43,16 +35,17 @@ class ModelRunner:
             start, end = seq.num_computed, seq.num_computed + n
             ids.extend(seq.tokens[start:end])
             positions.append(torch.arange(start, end))
-            ctx = self._slots(seq.page_table, 0, end)
-            new_slots.append(ctx[start:])
-            segments.append(Segment(q_start=t, q_len=n, ctx_len=end, ctx_slots=ctx))
+            pages = torch.tensor(seq.page_table[: -(-end // ps)], dtype=torch.long)
+            segments.append(Segment(q_start=t, q_len=n, ctx_len=end, pages=pages))
             rows.extend(t + off for off in logit_rows_of.get(seq.seq_id, ()))
             t += n
-        slots = torch.cat(new_slots)
-        self.attn.prepare(slots, segments)
+        pos = torch.cat(positions)
+        # Page and offset of every new token, from its sequence's page table.
+        write_pages = torch.cat([seg.pages[p // ps] for seg, p in zip(segments, positions)])
+        self.attn.prepare(write_pages, pos % ps, segments)
         self.forward_calls += 1
         self.tokens_computed += t
-        input_ids, pos, rows_t = torch.tensor(ids, dtype=torch.long), torch.cat(positions), torch.tensor(rows, dtype=torch.long)
+        input_ids, rows_t = torch.tensor(ids, dtype=torch.long), torch.tensor(rows, dtype=torch.long)
         t0 = time.perf_counter()
         logits = self.model.forward(input_ids, pos, self.attn, rows_t)
         self.model_time += time.perf_counter() - t0

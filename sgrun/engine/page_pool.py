@@ -1,4 +1,5 @@
-"""The paged KV pool: per layer one K and one V tensor of fixed-size pages, reference-counted.
+"""The paged KV pool: per layer one K and one V tensor of fixed-size pages
+([kv_heads, num_pages, page_size, head_dim]), reference-counted.
 
 A page's reference count is the number of its holders: each request whose page table lists it,
 plus the radix cache when the page is in the tree. A page with no holder is free.
@@ -18,12 +19,11 @@ class PagePool:
                  dtype: torch.dtype, device: str | torch.device = "cpu"):
         self.num_pages = num_pages
         self.page_size = page_size
-        shape = (num_pages, page_size, kv_heads, head_dim)
+        # Heads outermost, so one index_select gathers a batch's pages for every head at once and
+        # each head's context is a contiguous [tokens, head_dim] block (see attention.py).
+        shape = (kv_heads, num_pages, page_size, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        # Flat [num_pages * page_size, kv_heads, head_dim] views: a token's slot is page * page_size + offset.
-        self.k_flat = [t.view(-1, kv_heads, head_dim) for t in self.k]
-        self.v_flat = [t.view(-1, kv_heads, head_dim) for t in self.v]
         self.ref = [0] * num_pages
         self._free: list[int] = list(range(num_pages - 1, -1, -1))
 
