@@ -135,8 +135,9 @@ def test_bad_params_raise_naming_the_field(engine, bad, field):
 def test_unknown_parameter_and_overlong_prompt(engine):
     with pytest.raises(ValueError, match="frobnicate"):
         sgrun.SamplingParams.from_dict({"frobnicate": 1})
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="frobnicate") as info:
         sgrun.SamplingParams(frobnicate=1)
+    assert info.value.field == "frobnicate"
     with pytest.raises(ValueError, match="context"):
         engine.submit(list(range(100, 100 + engine.max_context)), sgrun.SamplingParams())
     with pytest.raises(ValueError, match="max_new_tokens"):

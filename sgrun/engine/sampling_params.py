@@ -93,3 +93,19 @@ class SamplingParams:
         if len(given) > 1:
             raise bad(given[1], f"cannot be combined with {given[0]}: give one constraint per request")
         return self
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(SamplingParams))
+_dataclass_init = SamplingParams.__init__
+
+
+def _checked_init(self: SamplingParams, *args: Any, **kwargs: Any) -> None:
+    # An unknown keyword is a user error naming the field (a ValueError), not a bare TypeError.
+    unknown = sorted(set(kwargs) - _FIELDS)
+    if unknown:
+        raise InvalidRequestError(f"unknown sampling parameter(s): {', '.join(unknown)}; known: "
+                                  f"{', '.join(sorted(_FIELDS))}", field=unknown[0])
+    _dataclass_init(self, *args, **kwargs)
+
+
+SamplingParams.__init__ = _checked_init  # type: ignore[method-assign]
