@@ -1,0 +1,256 @@
+"""Triton kernels against their torch references, run on the CPU by Triton's interpreter, and the
+Triton attention backend against the torch one. A missing triton fails this module, on purpose:
+it is in the `test` extra."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import textwrap
+
+# Triton picks interpreter or GPU compiler when a kernel is decorated, i.e. when its module is
+# imported: set the flag first, and redo the import if another test module got there before us.
+_saved_flag = os.environ.get("TRITON_INTERPRET")
+os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import triton  # noqa: E402,F401  (an ImportError here is the loud failure we want)
+
+import sgrun.kernels.bitmask as bitmask_kernels  # noqa: E402
+import sgrun.kernels.paged_attention as attention_kernels  # noqa: E402
+
+for _module, _kernel in ((attention_kernels, "_decode_kernel"), (bitmask_kernels, "_apply_bitmask_kernel")):
+    if type(getattr(_module, _kernel)).__name__ != "InterpretedFunction":
+        importlib.reload(_module)
+if _saved_flag is None:
+    del os.environ["TRITON_INTERPRET"]
+else:
+    os.environ["TRITON_INTERPRET"] = _saved_flag
+
+from sgrun.constrain.bitmask import apply_bitmask as torch_apply_bitmask  # noqa: E402
+from sgrun.engine.attention import Segment, TorchPagedAttention  # noqa: E402
+from sgrun.engine.attention_backend import make_attention_backend  # noqa: E402
+from sgrun.engine.attention_triton import TritonPagedAttention  # noqa: E402
+from sgrun.engine.page_pool import PagePool  # noqa: E402
+from sgrun.kernels import (  # noqa: E402
+    apply_bitmask,
+    apply_bitmask_reference,
+    paged_decode_attention,
+    paged_decode_attention_reference,
+    paged_prefill_attention,
+    paged_prefill_attention_reference,
+)
+
+
+
+@pytest.fixture(autouse=True)
+def _interpreting(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The interpreter also reads the flag while it runs a kernel, not only at decoration.
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+
+
+def _paged_kv(ctx_lens: list[int], kv_heads: int, page_size: int, head_dim: int, dtype: torch.dtype,
+              gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A pool with the sequences' pages scattered at random, NaN everywhere a kernel must not read
+    (slots past each context, spare pages, the page-table padding), and the int32 page table."""
+    need = [-(-n // page_size) for n in ctx_lens]
+    num_pages = sum(need) + 3
+    shape = (kv_heads, num_pages, page_size, head_dim)
+    k = torch.full(shape, float("nan"), dtype=dtype)
+    v = torch.full(shape, float("nan"), dtype=dtype)
+    order = torch.randperm(num_pages - 1, generator=gen) + 1   # page 0 stays poison: the padding
+    table = torch.zeros(len(ctx_lens), max(need), dtype=torch.int32)
+    used = 0
+    for i, (n, p) in enumerate(zip(ctx_lens, need)):
+        pages = order[used:used + p]
+        used += p
+        table[i, :p] = pages.int()
+        for j, page in enumerate(pages.tolist()):
+            filled = min(page_size, n - j * page_size)
+            k[:, page, :filled] = torch.randn(kv_heads, filled, head_dim, generator=gen).to(dtype)
+            v[:, page, :filled] = torch.randn(kv_heads, filled, head_dim, generator=gen).to(dtype)
+    return k, v, table
+
+
+# (kv heads, query heads per kv head, page size, head dim): GQA ratios 1 and 3, page sizes 16 and 4,
+# a head dim that is not a power of two.
+SHAPES = [(2, 1, 16, 32), (1, 3, 4, 24), (2, 3, 16, 16)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_heads,group,page_size,head_dim", SHAPES)
+def test_decode_matches_reference(dtype, kv_heads, group, page_size, head_dim):
+    gen = torch.Generator().manual_seed(kv_heads * 100 + group * 10 + page_size)
+    for ctx_lens in ([1], [page_size, page_size + 1, 3], [2 * page_size + 3, 5, page_size - 1, 70, 33]):
+        k, v, table = _paged_kv(ctx_lens, kv_heads, page_size, head_dim, dtype, gen)
+        q = torch.randn(len(ctx_lens), kv_heads * group, head_dim, generator=gen).to(dtype)
+        lens = torch.tensor(ctx_lens, dtype=torch.int32)
+        got = paged_decode_attention(q, k, v, table, lens)
+        want = paged_decode_attention_reference(q, k, v, table, lens)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def test_decode_writes_only_its_rows_of_a_strided_batch():
+    gen = torch.Generator().manual_seed(7)
+    k, v, table = _paged_kv([9, 20], 1, 4, 16, torch.float32, gen)
+    # q as the model produces it: a [T, H, D] view into a wider [T, H + KV, D] projection.
+    qk = torch.randn(4, 3 + 1, 16, generator=gen)
+    q = qk[:, :3]
+    rows = torch.tensor([3, 1], dtype=torch.int32)
+    out = torch.full((4, 3, 16), 5.0)
+    paged_decode_attention(q, k, v, table, torch.tensor([9, 20], dtype=torch.int32), rows=rows, out=out)
+    want = paged_decode_attention_reference(q[[3, 1]], k, v, table, torch.tensor([9, 20]))
+    torch.testing.assert_close(out[[3, 1]], want, **TOL[torch.float32])
+    assert bool((out[[0, 2]] == 5.0).all())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_heads,group,page_size,head_dim", SHAPES)
+def test_prefill_matches_reference(dtype, kv_heads, group, page_size, head_dim):
+    gen = torch.Generator().manual_seed(kv_heads * 100 + group * 10 + page_size + 1)
+    # (q_len, ctx_len): a fresh prompt, chunks after a cached prefix (one longer than a query
+    # block), a single token, a chunk ending mid-page.
+    segs = [(7, 7), (20, 37), (1, page_size + 1), (5, 2 * page_size + 1)]
+    k, v, table = _paged_kv([c for _, c in segs], kv_heads, page_size, head_dim, dtype, gen)
+    q_lens = torch.tensor([m for m, _ in segs], dtype=torch.int32)
+    ctx_lens = torch.tensor([c for _, c in segs], dtype=torch.int32)
+    q_starts = torch.cumsum(q_lens, 0, dtype=torch.int32) - q_lens
+    q = torch.randn(int(q_lens.sum()), kv_heads * group, head_dim, generator=gen).to(dtype)
+    got = paged_prefill_attention(q, k, v, table, q_starts, q_lens, ctx_lens, max_q_len=int(q_lens.max()))
+    want = paged_prefill_attention_reference(q, k, v, table, q_starts, q_lens, ctx_lens)
+    torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def test_prefill_reference_is_causal_attention_without_a_cache():
+    # Anchor the reference itself: a fresh prompt is ordinary causal attention.
+    gen = torch.Generator().manual_seed(3)
+    k, v, table = _paged_kv([10], 1, 4, 16, torch.float32, gen)
+    q = torch.randn(10, 2, 16, generator=gen)
+    one = torch.tensor([0], dtype=torch.int32)
+    got = paged_prefill_attention_reference(q, k, v, table, one, torch.tensor([10]), torch.tensor([10]))
+    kc = k[:, table[0].long()].reshape(1, -1, 16)[:, :10].expand(2, 10, 16)
+    vc = v[:, table[0].long()].reshape(1, -1, 16)[:, :10].expand(2, 10, 16)
+    want = torch.nn.functional.scaled_dot_product_attention(q.transpose(0, 1), kc, vc, is_causal=True)
+    torch.testing.assert_close(got, want.transpose(0, 1), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("vocab,words", [(100, 4), (100, 3), (64, 2)])
+def test_bitmask_matches_reference(vocab, words):
+    gen = torch.Generator().manual_seed(vocab + words)
+    logits = torch.randn(5, vocab, generator=gen)
+    bits = torch.randint(-(2 ** 31), 2 ** 31, (5, words), generator=gen, dtype=torch.int64).to(torch.int32)
+    bits[1] = -1                    # everything allowed (past the width still masked)
+    bits[2] = 0                     # nothing allowed
+    for rows in (torch.tensor([3, 1, 2]), torch.tensor([], dtype=torch.long), None):
+        got, want, via_torch = logits.clone(), logits.clone(), logits.clone()
+        apply_bitmask(got, bits, rows)
+        apply_bitmask_reference(want, bits, rows)
+        torch_apply_bitmask(via_torch, bits, rows)
+        assert torch.equal(got, want) and torch.equal(got, via_torch)
+
+
+def _mixed_batch(page_size: int) -> tuple[list[tuple[int, int]], list[list[int]]]:
+    """(q_len, ctx_len) per request and each request's page table: decodes, a prefill chunk after a
+    cached prefix, and a fresh prompt."""
+    segs = [(1, 9), (13, 21), (1, 1), (6, 6), (1, 2 * page_size)]
+    tables, next_page = [], 1
+    for _, ctx in segs:
+        n = -(-ctx // page_size)
+        tables.append(list(range(next_page, next_page + n))[::-1])   # descending: not contiguous
+        next_page += n
+    return segs, tables
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_heads,group,page_size", [(2, 1, 4), (1, 3, 16)])
+def test_triton_backend_matches_torch_backend(dtype, kv_heads, group, page_size):
+    head_dim, layers = 16, 2
+    heads = kv_heads * group
+    gen = torch.Generator().manual_seed(11)
+    segs, tables = _mixed_batch(page_size)
+    num_pages = 1 + sum(len(t) for t in tables) + 2
+    pools = [PagePool(layers, num_pages, page_size, kv_heads, head_dim, dtype) for _ in range(2)]
+    for layer in range(layers):   # the cached prefixes: same random K/V in both pools
+        for cache in ("k", "v"):
+            init = torch.randn(kv_heads, num_pages, page_size, head_dim, generator=gen).to(dtype)
+            for pool in pools:
+                getattr(pool, cache)[layer].copy_(init)
+    segments, write_pages, write_offsets, t = [], [], [], 0
+    for (q_len, ctx), table in zip(segs, tables):
+        pages = torch.tensor(table, dtype=torch.long)
+        segments.append(Segment(q_start=t, q_len=q_len, ctx_len=ctx, pages=pages))
+        pos = torch.arange(ctx - q_len, ctx)
+        write_pages.append(pages[pos // page_size])
+        write_offsets.append(pos % page_size)
+        t += q_len
+    backends = [TorchPagedAttention(pools[0], heads, kv_heads, head_dim),
+                TritonPagedAttention(pools[1], heads, kv_heads, head_dim)]
+    for b in backends:
+        b.prepare(torch.cat(write_pages), torch.cat(write_offsets), segments)
+    for layer in range(layers):
+        qk = torch.randn(t, heads + kv_heads, head_dim, generator=gen).to(dtype)
+        q, k = qk[:, :heads], qk[:, heads:]          # strided views, as the model passes them
+        v = torch.randn(t, kv_heads, head_dim, generator=gen).to(dtype)
+        want, got = (b.forward(layer, q, k, v) for b in backends)
+        torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+        assert torch.equal(pools[0].k[layer], pools[1].k[layer]) and torch.equal(pools[0].v[layer], pools[1].v[layer])
+
+
+def test_backend_choice_follows_the_device():
+    pool = PagePool(1, 4, 4, 1, 16, torch.float32)
+    assert isinstance(make_attention_backend(pool, 2, 1, 16), TorchPagedAttention)
+    assert isinstance(make_attention_backend(pool, 2, 1, 16, device="cuda"), TritonPagedAttention)
+
+
+_GPU_CHECK = textwrap.dedent("""
+    import torch
+    from sgrun.kernels import *
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2), (torch.float16, 5e-3)):
+        for kv, group, ps, d in ((8, 1, 16, 128), (2, 4, 16, 64), (1, 3, 4, 80)):
+            lens = [1, 15, 16, 17, 300, 1000]
+            pages = sum(-(-n // ps) for n in lens)
+            k = torch.randn(kv, pages + 1, ps, d, device="cuda", generator=gen).to(dtype)
+            v = torch.randn(kv, pages + 1, ps, d, device="cuda", generator=gen).to(dtype)
+            width = max(-(-n // ps) for n in lens)
+            perm = torch.randperm(pages, device="cuda", generator=gen).int() + 1
+            table = torch.zeros(len(lens), width, dtype=torch.int32, device="cuda")
+            used = 0
+            for i, n in enumerate(lens):
+                need = -(-n // ps)
+                table[i, :need] = perm[used:used + need]
+                used += need
+            ctx = torch.tensor(lens, dtype=torch.int32, device="cuda")
+            q = torch.randn(len(lens), kv * group, d, device="cuda", generator=gen).to(dtype)
+            torch.testing.assert_close(paged_decode_attention(q, k, v, table, ctx).float(),
+                                       paged_decode_attention_reference(q, k, v, table, ctx).float(), atol=tol, rtol=tol)
+            q_lens = torch.tensor([1, 15, 16, 17, 200, 100], dtype=torch.int32, device="cuda")
+            starts = (torch.cumsum(q_lens, 0) - q_lens).int()
+            q = torch.randn(int(q_lens.sum()), kv * group, d, device="cuda", generator=gen).to(dtype)
+            got = paged_prefill_attention(q, k, v, table, starts, q_lens, ctx, int(q_lens.max()))
+            want = paged_prefill_attention_reference(q, k, v, table, starts, q_lens, ctx)
+            torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+    logits = torch.randn(8, 32001, device="cuda", generator=gen)
+    bits = torch.randint(-2**31, 2**31, (8, 1001), device="cuda", generator=gen, dtype=torch.int64).int()
+    rows = torch.tensor([5, 0, 7], device="cuda")
+    got, want = logits.clone(), logits.clone()
+    apply_bitmask(got, bits, rows)
+    apply_bitmask_reference(want, bits, rows)
+    assert torch.equal(got, want)
+    print("gpu kernels ok")
+""")
+
+
+@pytest.mark.gpu
+def test_kernels_compiled_on_cuda():
+    assert torch.cuda.is_available(), "the gpu marker needs a CUDA device"
+    env = {k: val for k, val in os.environ.items() if k != "TRITON_INTERPRET"}   # compiled, not interpreted
+    proc = subprocess.run([sys.executable, "-c", _GPU_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
