@@ -4,31 +4,32 @@ it is in the `test` extra."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
 import textwrap
 
-# Triton picks interpreter or GPU compiler when a kernel is decorated, i.e. when its module is
-# imported: set the flag first, and redo the import if another test module got there before us.
+# Triton picks interpreter or GPU compiler when a function is decorated, i.e. when its module is
+# imported, and that includes triton's own library (tl.zeros, ...): the flag must be set before
+# triton is first imported in this process. Nothing in the suite imports it earlier; if that
+# changes, this module fails with the reason instead of a confusing interpreter error.
 _saved_flag = os.environ.get("TRITON_INTERPRET")
 os.environ["TRITON_INTERPRET"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-import triton  # noqa: E402,F401  (an ImportError here is the loud failure we want)
+import triton.language as tl  # noqa: E402  (an ImportError here is the loud failure we want)
 
-import sgrun.kernels.bitmask as bitmask_kernels  # noqa: E402
 import sgrun.kernels.paged_attention as attention_kernels  # noqa: E402
 
-for _module, _kernel in ((attention_kernels, "_decode_kernel"), (bitmask_kernels, "_apply_bitmask_kernel")):
-    if type(getattr(_module, _kernel)).__name__ != "InterpretedFunction":
-        importlib.reload(_module)
 if _saved_flag is None:
     del os.environ["TRITON_INTERPRET"]
 else:
     os.environ["TRITON_INTERPRET"] = _saved_flag
+for _fn in (tl.zeros, attention_kernels._decode_kernel):
+    if type(_fn).__name__ != "InterpretedFunction":
+        raise RuntimeError("triton was imported before tests/test_kernels.py could set TRITON_INTERPRET=1; "
+                           "run with TRITON_INTERPRET=1 in the environment, or find the earlier import")
 
 from sgrun.constrain.bitmask import apply_bitmask as torch_apply_bitmask  # noqa: E402
 from sgrun.engine.attention import Segment, TorchPagedAttention  # noqa: E402
