@@ -126,6 +126,8 @@ def bench_sgrun(tok, spec: dict, text: str) -> dict:
             times.append(time.perf_counter() - t0)
             assert m.advance(t_id), f"benchmark text rejected at token {t_id}"
         assert m.is_accepting()
+        if label == "cold" and getattr(c, "builder", None) is not None:
+            out["strategies"] = c.builder.stats_line()
         out[f"{label}_mean_us"] = statistics.mean(times) * 1e6
         out[f"{label}_p50_us"] = pct(times, 50) * 1e6
         out[f"{label}_p99_us"] = pct(times, 99) * 1e6
@@ -195,21 +197,23 @@ def bench_xgrammar(tok, spec: dict, text: str) -> dict:
 
 def main() -> None:
     from sgrun.constrain.token_table import token_table
+    from sgrun.constrain.vocab_index import vocab_index
     from sgrun.models.loader import load_tokenizer
     tok = load_tokenizer(None)
     t = time.perf_counter()
-    token_table(tok)
-    print(f"vocabulary trie build (once per tokenizer): {(time.perf_counter() - t) * 1e3:.0f} ms")
+    vocab_index(token_table(tok))
+    print(f"vocabulary trie + mask indexes build (once per tokenizer): {(time.perf_counter() - t) * 1e3:.0f} ms")
     try:
         vocab = outlines_vocabulary(tok)
     except Exception as e:  # pragma: no cover - optional comparison
         vocab = None
         print(f"outlines-core unavailable: {e}")
     header = (f"| {'case':26} | {'tok':>4} | {'first compile ms':>16} | {'cached compile us':>17} | "
-              f"{'cold mean/p99 us':>18} | {'warm mean/p50/p99 us':>22} | {'outlines-core compile ms / mean / p99 us':>40} "
+              f"{'cold mean/p50/p99 us':>24} | {'warm mean/p50/p99 us':>22} | {'outlines-core compile ms / mean / p99 us':>40} "
               f"| {'xgrammar compile ms / mean / p99 us':>36} |")
     print(header)
     print("|" + "|".join("-" * (len(c) + 2) for c in header.split("|")[1:-1]) + "|")
+    strategies: list[str] = []
     for name, spec, value in CASES:
         text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
         s = bench_sgrun(tok, spec, text)
@@ -231,9 +235,13 @@ def main() -> None:
             return f"{r['first_compile_ms']:.1f} / {r['mean_us']:.0f} / {r['p99_us']:.0f}{extra}"
 
         print(f"| {name:26} | {s['tokens']:4} | {s['first_compile_ms']:16.1f} | {s['cached_compile_us']:17.1f} | "
-              f"{s['cold_mean_us']:8.0f} / {s['cold_p99_us']:7.0f} | "
+              f"{s['cold_mean_us']:7.0f} / {s['cold_p50_us']:5.0f} / {s['cold_p99_us']:6.0f} | "
               f"{s['warm_mean_us']:6.1f} / {s['warm_p50_us']:5.1f} / {s['warm_p99_us']:6.1f} | {fmt(o):>40} | "
               f"{fmt(x):>36} |")
+        strategies.append(f"{name}: {s.get('strategies', '')}")
+    print("cold mask strategies used (sparse trie walk / text chain + special tokens / numpy walk):")
+    for line in strategies:
+        print("  " + line)
 
 
 if __name__ == "__main__":

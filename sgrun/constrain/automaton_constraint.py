@@ -1,14 +1,14 @@
 """A Constraint backed by a LazyDFA (regex, JSON Schema, choices): token masks come from
-stepping the whole vocabulary through the byte automaton at once, cached per DFA state."""
+MaskBuilder (the cheapest exact method for each state), cached per DFA state."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from sgrun.constrain.bitmask import pack_token_ids
 from sgrun.constrain.constraint import MAX_FORCED_BYTES, Constraint
 from sgrun.constrain.lazy_dfa import LazyDFA
+from sgrun.constrain.mask_builder import MaskBuilder, pack
 from sgrun.constrain.token_table import TokenTable
 
 
@@ -20,7 +20,7 @@ class AutomatonConstraint(Constraint):
         self.table = table
         self._masks: dict[int, torch.Tensor] = {}
         self._forced: dict[int, bytes] = {}
-        self._node_class: np.ndarray | None = None
+        self._builder: MaskBuilder | None = MaskBuilder(dfa, table)  # built at compile time, off the engine loop
 
     @property
     def initial_state(self) -> int:
@@ -47,52 +47,24 @@ class AutomatonConstraint(Constraint):
     def allowed_tokens(self, state: int) -> torch.Tensor:
         m = self._masks.get(state)
         if m is None:
-            ids = self.allowed_token_ids(state)
+            words = self.builder.packed(state)
             if self.dfa.accepting[state] and len(self.table.eos_ids):
-                ids = np.concatenate([ids, self.table.eos_ids])
-            m = pack_token_ids(ids, self.table.vocab_size)
+                pack(self.table.eos_ids, self.table.words, words)
+            m = torch.from_numpy(words)
             self._masks[state] = m
         return m
 
+    @property
+    def builder(self) -> MaskBuilder:
+        if self._builder is None:
+            self._builder = MaskBuilder(self.dfa, self.table)
+        return self._builder
+
     def allowed_token_ids(self, state: int) -> np.ndarray:
-        """Non-special token ids whose bytes keep the automaton alive from `state`: a
-        breadth-first walk of the token trie, all live nodes of one depth per numpy step."""
-        t = self.table
-        if self._node_class is None:
-            self._node_class = self.dfa.class_of[t.node_byte].astype(np.int64)
-        node_class = self._node_class
-        dfa = self.dfa
-        ncls = dfa.num_classes
-        alive_nodes = np.zeros(t.num_nodes, dtype=np.bool_)
-        row = dfa.row(state)
-        st = row[node_class[t.depth1]]
-        keep = st != 0
-        nodes = t.depth1[keep]
-        st = st[keep]
-        while len(nodes):
-            alive_nodes[nodes] = True
-            cs = t.child_start[nodes]
-            cnt = t.child_end[nodes] - cs
-            has = cnt > 0
-            if not has.all():
-                cs, cnt, st = cs[has], cnt[has], st[has]
-            total = int(cnt.sum())
-            if total == 0:
-                break
-            offsets = np.cumsum(cnt) - cnt
-            children = np.repeat(cs - offsets, cnt) + np.arange(total)
-            src = np.repeat(st, cnt)
-            flat = src.astype(np.int64) * ncls + node_class[children]
-            nxt = dfa.table.ravel()[flat]
-            unknown = nxt < 0
-            if unknown.any():
-                pairs = np.unique(flat[unknown])
-                dfa.fill_pairs(pairs // ncls, pairs % ncls)
-                nxt = dfa.table.ravel()[flat]
-            keep = nxt != 0
-            nodes = children[keep]
-            st = nxt[keep]
-        return t.token_ids[alive_nodes[t.token_node]]
+        """Non-special token ids whose bytes keep the automaton alive from `state`."""
+        words = self.builder.packed(state)
+        ids = np.nonzero(np.unpackbits(words.view(np.uint8), bitorder="little"))[0]
+        return ids[ids < self.table.vocab_size].astype(np.int64)
 
     def forced_bytes(self, state: int) -> bytes:
         got = self._forced.get(state)

@@ -147,6 +147,7 @@ class GrammarAutomaton:
                 if (m >> b) & 1:
                     self.class_of[b] = cid
         self.class_size = [bin(m).count("1") for m in classes]
+        self._term_rows: dict[tuple[int, int], list] = {}
         self._states: list[State | None] = []
         self._index: dict[State, int] = {}
         self.accepting: list[bool] = []
@@ -238,10 +239,66 @@ class GrammarAutomaton:
     def row(self, sid: int) -> np.ndarray:
         r = self.table[sid]
         if (r < 0).any():
-            for cls in np.nonzero(r < 0)[0].tolist():
-                self.fill(sid, cls)
+            self._fill_row(sid)
             r = self.table[sid]
         return r
+
+    def _term_row(self, term: int, s: int) -> list:
+        """Targets of one terminal-DFA state per byte class (None: the token cannot extend)."""
+        key = (term, s)
+        got = self._term_rows.get(key)
+        if got is None:
+            step = self.g.dfas[term].step
+            got = [step(s, rep) for rep in self.class_rep]
+            self._term_rows[key] = got
+        return got
+
+    def uniform_target(self, sid: int, classes: np.ndarray) -> int | None:
+        """The state every class in `classes` leads to from `sid` (0: dead), or None."""
+        tg = self.targets(sid, classes)
+        first = int(tg[0])
+        return None if (tg != first).any() else first
+
+    def targets(self, sid: int, classes: np.ndarray) -> np.ndarray:
+        """table[sid, classes], computing just the missing ones among `classes`."""
+        got = self.table[sid, classes]
+        if (got < 0).any():
+            self._fill_row(sid, classes[got < 0].tolist())
+            got = self.table[sid, classes]
+        return got
+
+    def _fill_row(self, sid: int, only: list[int] | None = None) -> None:
+        """All classes (or those in `only`) of one state at once: the extended candidate tuples
+        come from cached per-terminal rows, and the token-ending branch is computed once, not
+        once per class."""
+        with self.lock:
+            st = self._states[sid]
+            if st is None:
+                return
+            stack, cands, started = st
+            rows = [(i, self._term_row(i, s)) for i, s in cands]
+            restart: list | None = None
+            out = self.table[sid].copy()
+            for c in (range(self.num_classes) if only is None else only):
+                if out[c] >= 0:
+                    continue
+                out[c] = 0
+                ext = tuple((i, r[c]) for i, r in rows if r[c] is not None)
+                if ext:
+                    out[c] = self._intern((stack, ext, True))
+                    continue
+                if not started:
+                    continue
+                if restart is None:
+                    new_stack = self._finish_token(stack, cands)
+                    restart = [] if new_stack is None else [new_stack, [
+                        (i, self._term_row(i, s)) for i, s in self.g.start_candidates(new_stack)]]
+                if not restart:
+                    continue
+                ext = tuple((i, r[c]) for i, r in restart[1] if r[c] is not None)
+                if ext:
+                    out[c] = self._intern((restart[0], ext, True))
+            self.table[sid] = out
 
 
 class GrammarConstraint(AutomatonConstraint):

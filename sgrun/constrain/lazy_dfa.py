@@ -60,6 +60,9 @@ class LazyDFA:
                     self.class_of[b] = cid
         self.num_classes = len(classes)
         self.class_size = [bin(m).count("1") for m in classes]
+        self._mask_classes: dict[int, tuple[int, ...]] = {}  # NFA edge mask -> classes inside it
+        self._uniform: dict[tuple[int, bytes], int | None] = {}
+        self._class_union: dict[bytes, int] = {}
         self._sets: list[frozenset] = []
         self._index: dict[frozenset, int] = {}
         self.accepting: list[bool] = []
@@ -147,7 +150,73 @@ class LazyDFA:
         """All transitions of one state (filled)."""
         r = self.table[sid]
         if (r < 0).any():
-            for cls in np.nonzero(r < 0)[0].tolist():
-                self.fill(sid, cls)
+            self._fill_row(sid)
             r = self.table[sid]
         return r
+
+    def _classes_in(self, mask: int) -> tuple[int, ...]:
+        got = self._mask_classes.get(mask)
+        if got is None:
+            got = tuple(c for c, m in enumerate(self.class_masks) if m & mask)
+            self._mask_classes[mask] = got
+        return got
+
+    def uniform_target(self, sid: int, classes: np.ndarray) -> int | None:
+        """The state every class in `classes` leads to from `sid` (0: dead), or None if they
+        lead to different states. Decided from the NFA edges: each edge mask either holds all
+        of those classes or none, so one closure answers for the whole group."""
+        key = (sid, classes.tobytes())
+        got = self._uniform.get(key, -1)
+        if got != -1:
+            return got
+        union = self._class_union.get(key[1])
+        if union is None:
+            union = 0
+            for c in classes.tolist():
+                union |= self.class_masks[c]
+            self._class_union[key[1]] = union
+        with self.lock:
+            moved = []
+            for s, stk in self._sets[sid]:
+                for m, t in self.nfa.edges[s]:
+                    x = m & union
+                    if not x:
+                        continue
+                    if x != union:
+                        self._uniform[key] = None
+                        return None
+                    moved.append((t, stk))
+            got = self._intern(self._closure(moved)) if moved else 0
+        self._uniform[key] = got
+        return got
+
+    def targets(self, sid: int, classes: np.ndarray) -> np.ndarray:
+        """table[sid, classes], computing just the missing ones among `classes`."""
+        got = self.table[sid, classes]
+        if (got < 0).any():
+            self._fill_row(sid, set(classes[got < 0].tolist()))
+            got = self.table[sid, classes]
+        return got
+
+    def _fill_row(self, sid: int, only: set[int] | None = None) -> None:
+        """Every class (or those in `only`) of one state in a single pass over its
+        configurations: classes that move the same configurations share one closure (most
+        classes of a string body do)."""
+        with self.lock:
+            moved: list[list] = [[] for _ in range(self.num_classes)]
+            edges = self.nfa.edges
+            for s, stk in self._sets[sid]:
+                for m, t in edges[s]:
+                    for c in self._classes_in(m):
+                        moved[c].append((t, stk))
+            targets: dict[tuple, int] = {}
+            row = self.table[sid]
+            for c, mv in enumerate(moved):
+                if (only is not None and c not in only) or row[c] >= 0:
+                    continue
+                key = tuple(mv)
+                nxt = targets.get(key)
+                if nxt is None:
+                    nxt = self._intern(self._closure(mv)) if mv else 0
+                    targets[key] = nxt
+                self.table[sid, c] = nxt

@@ -1,0 +1,137 @@
+"""Per-tokenizer indexes over the vocabulary trie that make cold token masks cheap (built once
+per tokenizer, shared by every compiled constraint):
+
+- children lists / a (node, byte) -> child dict, for a pure-Python walk of states where only a few
+  bytes are allowed (keys, literals, numbers, punctuation): it touches a few dozen trie nodes
+  instead of stepping numpy arrays over every depth.
+- "text" tokens: those made only of printable ASCII other than `"` and `\\` (about 47k of 49k in
+  SmolLM2). Where every such byte moves the automaton to the same next state for as long as a
+  token can be (a string body, free text), a text token's fate depends only on its length, so
+  the text part of the mask is one precomputed bitmask `text_upto[r]` (text tokens of length <= r).
+- the other ("special") tokens in their own small trie, walked exactly.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from sgrun.constrain.token_table import TokenTable
+
+TEXT_BYTES = frozenset(b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
+
+
+@dataclass
+class SubTrie:
+    """A trie over a subset of tokens, laid out like TokenTable's (for the numpy walk)."""
+    node_byte: np.ndarray
+    child_start: np.ndarray
+    child_end: np.ndarray
+    depth1: np.ndarray
+    token_ids: np.ndarray
+    token_node: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_byte)
+
+
+class TokenBits:
+    """Sets the bits of a fixed token subset in a packed mask from one boolean per token, with a
+    handful of numpy calls (np.bitwise_or.at is slow for hundreds of ids)."""
+
+    def __init__(self, ids: np.ndarray):
+        order = np.argsort(ids, kind="stable")
+        self.order = order
+        sorted_ids = ids[order]
+        words = sorted_ids >> 5
+        self.bits = np.left_shift(np.uint32(1), (sorted_ids & 31).astype(np.uint32))
+        self.starts = np.flatnonzero(np.r_[True, words[1:] != words[:-1]]) if len(words) else np.zeros(0, np.int64)
+        self.words = words[self.starts]
+
+    def set(self, flags: np.ndarray, out: np.ndarray) -> None:
+        if not len(self.starts):
+            return
+        contrib = np.where(flags[self.order], self.bits, np.uint32(0))
+        out.view(np.uint32)[self.words] |= np.bitwise_or.reduceat(contrib, self.starts)
+
+
+@dataclass
+class VocabIndex:
+    root_kids: list[int]                 # byte -> depth-1 node (-1 if none)
+    kids: dict[int, int]                 # node << 8 | byte -> child node
+    children: list[list[tuple[int, int]]]  # node -> [(byte, child)]
+    node_token: list[int]                # node -> token id ending there (-1 if none)
+    text_upto: np.ndarray                # [max_text_len + 1, words] int32: text tokens of length <= r
+    max_text_len: int
+    special: SubTrie                     # non-text tokens
+    special_bits: TokenBits              # packs a walk of `special`
+
+
+def build_trie(token_bytes: list[bytes], ids: list[int]) -> SubTrie:
+    prefixes: set[bytes] = set()
+    for i in ids:
+        b = token_bytes[i]
+        for k in range(1, len(b) + 1):
+            prefixes.add(b[:k])
+    ordered = sorted(prefixes, key=lambda p: (len(p), p))
+    node_of = {p: k for k, p in enumerate(ordered)}
+    n = len(ordered)
+    node_byte = np.fromiter((p[-1] for p in ordered), dtype=np.uint8, count=n)
+    child_start = np.zeros(n, dtype=np.int64)
+    child_end = np.zeros(n, dtype=np.int64)
+    for k, p in enumerate(ordered):
+        if len(p) > 1:
+            par = node_of[p[:-1]]
+            if child_end[par] == 0:
+                child_start[par] = k
+            child_end[par] = k + 1
+    depth1 = np.array([node_of[p] for p in ordered if len(p) == 1], dtype=np.int64)
+    return SubTrie(node_byte, child_start, child_end, depth1, np.array(ids, dtype=np.int64),
+                   np.array([node_of[token_bytes[i]] for i in ids], dtype=np.int64))
+
+
+def _build(t: TokenTable) -> VocabIndex:
+    n = t.num_nodes
+    node_byte = t.node_byte.tolist()
+    starts, ends = t.child_start.tolist(), t.child_end.tolist()
+    children: list[list[tuple[int, int]]] = [[(node_byte[c], c) for c in range(starts[k], ends[k])]
+                                             for k in range(n)]
+    kids = {(k << 8) | b: c for k in range(n) for b, c in children[k]}
+    root_kids = [-1] * 256
+    for d in t.depth1.tolist():
+        root_kids[node_byte[d]] = d
+    node_token = [-1] * n
+    for tid, node in zip(t.token_ids.tolist(), t.token_node.tolist()):
+        node_token[node] = tid
+    text_ids, special_ids = [], []
+    for tid in t.token_ids.tolist():
+        b = t.token_bytes[tid]
+        (text_ids if all(x in TEXT_BYTES for x in b) else special_ids).append(tid)
+    lengths = np.array([len(t.token_bytes[i]) for i in text_ids], dtype=np.int64)
+    max_len = int(lengths.max()) if len(lengths) else 0
+    words = t.words
+    text_upto = np.zeros((max_len + 1, words), dtype=np.int32)
+    ids_arr = np.array(text_ids, dtype=np.int64)
+    bits = np.zeros(words * 32, dtype=np.bool_)
+    for r in range(1, max_len + 1):
+        bits[ids_arr[lengths == r]] = True
+        text_upto[r] = np.packbits(bits, bitorder="little").view("<i4")
+    special = build_trie(t.token_bytes, special_ids)
+    return VocabIndex(root_kids, kids, children, node_token, text_upto, max_len, special,
+                      TokenBits(special.token_ids))
+
+
+_indexes: dict[str, VocabIndex] = {}
+_lock = threading.Lock()
+
+
+def vocab_index(table: TokenTable) -> VocabIndex:
+    with _lock:
+        got = _indexes.get(table.fingerprint)
+        if got is None:
+            got = _build(table)
+            _indexes[table.fingerprint] = got
+        return got

@@ -1,0 +1,72 @@
+"""Fast token masks (sparse walk, text chain + special tokens, numpy walk) must equal the plain
+whole-vocabulary walk in every state, for schemas, regexes and grammars; the strategies
+themselves are counted, so each one is exercised."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from constrain_fixtures import load_default_tokenizer
+from sgrun.constrain import compile_constraint
+from sgrun.constrain.mask_builder import pack, walk
+
+SPECS = [
+    {"json_schema": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                                      "tags": {"type": "array", "items": {"type": "string"}},
+                                                      "n": {"type": "integer", "minimum": -5, "maximum": 300}},
+                     "required": ["name"]}},
+    {"json_schema": {"type": "object", "properties": {"email": {"type": "string", "format": "email"},
+                                                      "note": {"type": ["string", "null"], "minLength": 2}}},
+     "whitespace": "flexible"},
+    {"regex": r"[A-Z][a-z ]{0,20}\.( [A-Z][a-z]+)*"},
+    {"regex": r"\"([^\"\\]|\\.)*\"(,\"[0-9]+\")?"},
+    {"grammar": "json"},
+    {"grammar": "sql_select"},
+]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_default_tokenizer()
+
+
+def _reference(c, state: int) -> np.ndarray:
+    return pack(walk(c.dfa, c.table, c.dfa.class_of[c.table.node_byte].astype(np.int64), state), c.table.words)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: next(iter(s)) + ":" + str(next(iter(s.values())))[:30])
+def test_fast_masks_equal_reference_walk(tok, spec):
+    c = compile_constraint(tok, use_cache=False, **spec)
+    rng = random.Random(5)
+    checked = 0
+    for _ in range(3):
+        m = c.matcher()
+        for _ in range(14):
+            state = m.state
+            fast = c.builder.packed(state)
+            assert np.array_equal(fast, _reference(c, state)), f"mask differs in state {state}"
+            checked += 1
+            ids = c.allowed_token_ids(state)
+            if not len(ids):
+                break
+            # prefer short tokens half the time so strings and lists get long enough to matter
+            if rng.random() < 0.5:
+                short = ids[[len(tok.token_bytes[i]) <= 2 for i in ids]]
+                ids = short if len(short) else ids
+            assert m.advance(int(ids[rng.randrange(len(ids))]))
+    assert checked >= 10
+    assert sum(c.builder.stats.values()) >= checked
+
+
+def test_text_chain_counts_length_bounds(tok):
+    c = compile_constraint(tok, json_schema={"type": "string", "maxLength": 5}, use_cache=False)
+    m = c.matcher()
+    assert m.advance_text('"ab')
+    ids = c.allowed_token_ids(m.state)
+    texts = [tok.token_bytes[i] for i in ids]
+    assert all(len(t.split(b'"')[0].decode("utf-8", "replace")) <= 3 for t in texts if b"\\" not in t)
+    assert any(len(t) == 3 and t.isalpha() for t in texts) and not any(len(t) == 4 and t.isalpha() for t in texts)
+    assert c.builder.stats["chain"] >= 1
