@@ -6,7 +6,8 @@ import time
 
 import torch
 
-from sgrun.engine.attention import Segment, TorchPagedAttention
+from sgrun.engine.attention import Segment
+from sgrun.engine.attention_backend import make_attention_backend
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.scheduler import ScheduledBatch
 from sgrun.models.llama import LlamaModel
@@ -17,7 +18,7 @@ class ModelRunner:
         self.model = model
         self.pool = pool
         cfg = model.cfg
-        self.attn = TorchPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+        self.attn = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
         self.forward_calls = 0
         self.tokens_computed = 0  # tokens run through the model (prefill + decode), for cache accounting
         self.model_time = 0.0   # seconds inside the model forward itself (the rest is engine overhead)
