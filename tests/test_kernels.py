@@ -214,7 +214,7 @@ _GPU_CHECK = textwrap.dedent("""
     import torch
     from sgrun.kernels import *
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2), (torch.float16, 5e-3)):
+    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2), (torch.float16, 1e-2)):
         for kv, group, ps, d in ((8, 1, 16, 128), (2, 4, 16, 64), (1, 3, 4, 80)):
             lens = [1, 15, 16, 17, 300, 1000]
             pages = sum(-(-n // ps) for n in lens)
