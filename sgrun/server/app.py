@@ -9,7 +9,6 @@ import contextlib
 import functools
 import logging
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
