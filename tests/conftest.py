@@ -7,6 +7,9 @@ import os
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No GPU in CI: Triton kernels run through the interpreter. It must be set before anything
+# imports triton (triton fixes its mode at import time); the gpu-marked tests use a subprocess.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")
