@@ -70,3 +70,20 @@ def test_text_chain_counts_length_bounds(tok):
     assert all(len(t.split(b'"')[0].decode("utf-8", "replace")) <= 3 for t in texts if b"\\" not in t)
     assert any(len(t) == 3 and t.isalpha() for t in texts) and not any(len(t) == 4 and t.isalpha() for t in texts)
     assert c.builder.stats["chain"] >= 1
+
+
+@pytest.mark.parametrize("prefix,strategy", [
+    ('{"', "split"),                     # a declared name or any other property name
+    ('{"name":"x\\', "sparse"),          # escape: letters re-enter the string body
+    ('{"name":"x\\u00', "sparse"),       # \u code: hex digits, then the string body
+    ('{"extra":', "sparse"),             # any JSON value: few first bytes
+])
+def test_split_and_subtree_shortcuts_exact(tok, prefix, strategy):
+    c = compile_constraint(tok, json_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+                           use_cache=False, warm_up=False)
+    m = c.matcher()
+    assert m.advance_text(prefix)
+    before = dict(c.builder.stats)
+    fast = c.builder.packed(m.state)
+    assert c.builder.stats[strategy] == before[strategy] + 1, c.builder.stats
+    assert np.array_equal(fast, _reference(c, m.state))

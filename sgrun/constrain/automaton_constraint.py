@@ -3,6 +3,9 @@ MaskBuilder (the cheapest exact method for each state), cached per DFA state."""
 
 from __future__ import annotations
 
+import time
+from collections import deque
+
 import numpy as np
 import torch
 
@@ -10,6 +13,10 @@ from sgrun.constrain.constraint import MAX_FORCED_BYTES, Constraint
 from sgrun.constrain.lazy_dfa import LazyDFA
 from sgrun.constrain.mask_builder import MaskBuilder, pack
 from sgrun.constrain.token_table import TokenTable
+
+
+WARM_UP_S = 0.25       # compile-time mask precompute budget per constraint
+WARM_UP_STATES = 600   # and at most this many masks (6 KB each)
 
 
 class AutomatonConstraint(Constraint):
@@ -53,6 +60,32 @@ class AutomatonConstraint(Constraint):
             m = torch.from_numpy(words)
             self._masks[state] = m
         return m
+
+    def warm_up(self, budget_s: float = WARM_UP_S, max_states: int = WARM_UP_STATES) -> int:
+        """At compile time (off the engine loop), compute the masks of the states a request meets
+        first: breadth-first over the states that allowed tokens lead to, from the initial state,
+        within a time and state budget. Structural states (keys, punctuation, literals) and whole
+        string bodies (one chain batch) are cheap to expand; states that need the full numpy
+        walk are masked but not expanded. Returns the number of masks computed."""
+        b = self.builder
+        b.record_successors = True
+        deadline = time.perf_counter() + budget_s
+        seen = {self.initial_state}
+        queue = deque([self.initial_state])
+        done = 0
+        try:
+            while queue and done < max_states and time.perf_counter() < deadline:
+                s = queue.popleft()
+                self.allowed_tokens(s)
+                done += 1
+                for q in sorted(b.successors.get(s, ())):
+                    if q not in seen:
+                        seen.add(q)
+                        queue.append(q)
+        finally:
+            b.record_successors = False
+            b.successors.clear()
+        return done
 
     @property
     def builder(self) -> MaskBuilder:

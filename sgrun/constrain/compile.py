@@ -19,7 +19,7 @@ from sgrun.errors import ConstraintError
 
 def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None = None, grammar: str | None = None,
                        choices: list[str] | None = None, whitespace: str = "compact", lenient: bool = False,
-                       use_cache: bool = True) -> Constraint:
+                       use_cache: bool = True, warm_up: bool = True) -> Constraint:
     """Compile exactly one of json_schema / regex / grammar / choices over the tokenizer's vocabulary.
 
     json_schema: dict, JSON text, or True (any JSON value; `{}` means the same, as in JSON Schema).
@@ -28,6 +28,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     whitespace: "compact" (no insignificant whitespace in JSON), "flexible" (optional
     whitespace where JSON allows it), or a regex string used at each such place.
     lenient: drop unsupported JSON Schema keywords with a warning instead of raising.
+    warm_up: precompute masks of the states a request meets first (bounded; see AutomatonConstraint.warm_up).
     """
     given = [k for k, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar),
                             ("choices", choices)) if v is not None]
@@ -68,6 +69,8 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
                 raise EmptyConstraintError(f"the {kind} constraint admits no output at all")
             c = AutomatonConstraint(kind, spec, LazyDFA(nfa, root), table)
         c.attach_tokenizer(tokenizer)
+        if warm_up:
+            c.warm_up()  # precompute the first masks a request needs, here rather than on the engine loop
         return c
 
     if not use_cache:

@@ -2,10 +2,13 @@
 
 1. sparse: few bytes are allowed (keys, literals, numbers, punctuation) -> a pure-Python walk of
    the vocabulary trie that only follows allowed bytes (tens of nodes, no numpy per depth);
+   subtrees that re-enter a string body (after an escape) are decided at once by range;
 2. text chain: every text byte (printable ASCII but `"` and `\\`) leads to the same next state,
    for as long as a text token can be (string bodies, free text) -> text tokens are decided by
    length alone (one precomputed bitmask), and only the ~1.2k other tokens are walked;
-3. otherwise the breadth-first numpy walk over the whole trie.
+3. split: dense, but text bytes lead to different states (names other than the declared
+   ones) -> text tokens decided per first byte, the odd first bytes walked as in 1;
+4. otherwise the breadth-first numpy walk over the whole trie.
 
 All three give the same set; the automaton is anything with LazyDFA's interface (row, step,
 class_of, class_size, num_classes, table, fill_pairs): LazyDFA or GrammarAutomaton.
@@ -20,6 +23,9 @@ from sgrun.constrain.vocab_index import TEXT_BYTES, SubTrie, vocab_index
 
 SPARSE_MAX_LIVE_BYTES = 24   # allowed bytes at the state itself for trying the sparse walk
 SPARSE_BUDGET = 3000         # trie edges the sparse walk may look at before giving up
+SHORTCUT_CHILDREN = 16       # a node with more children in a text-run state: decide its subtree at once
+SHORTCUT_WORK = 50
+CHAIN_BATCH = 16             # states along a text chain whose masks one batched walk computes
 _NOT_UNIFORM = -2
 _DEAD = -1  # chain step into the dead state: the state before it allows 0 text bytes
 
@@ -39,9 +45,13 @@ class MaskBuilder:
         self._rows: dict[int, list[int]] = {}
         self._live: dict[int, list[tuple[int, int]]] = {}
         self._chain: dict[int, int] = {}
+        self._ready: dict[int, np.ndarray] = {}  # masks computed ahead by a chain batch
+        self._batched: set[int] = set()
+        self.successors: dict[int, set[int]] = {}  # state -> states its allowed tokens lead to
+        self.record_successors = False
         self._node_class = class_of[table.node_byte].astype(np.int64)
         self._special_class = class_of[self.vi.special.node_byte].astype(np.int64)
-        self.stats = {"sparse": 0, "chain": 0, "walk": 0}
+        self.stats = {"sparse": 0, "chain": 0, "split": 0, "walk": 0}
 
     # --- entry point ------------------------------------------------------------------------
     def packed(self, state: int) -> np.ndarray:
@@ -52,15 +62,24 @@ class MaskBuilder:
             got = self._sparse(state)
             if got is not None:
                 self.stats["sparse"] += 1
-                return pack(np.array(got, dtype=np.int64), self.table.words)
-        r = self.chain_length(state)
-        if r >= 0:
+                return pack(_ids(got), self.table.words)
+        ready = self._ready.pop(state, None)
+        if ready is not None:
             self.stats["chain"] += 1
-            out = self.vi.text_upto[r].copy()
-            self.vi.special_bits.set(walk_flags(self.dfa, self.vi.special, self._special_class, state), out)
-            return out
+            return ready
+        if self.chain_length(state) >= 0:
+            self.stats["chain"] += 1
+            return self._chain_batch(state)
+        got = self._split(state)
+        if got is not None:
+            self.stats["split"] += 1
+            return got
         self.stats["walk"] += 1
-        return pack(walk(self.dfa, self.table, self._node_class, state), self.table.words)
+        ends: set[int] | None = set() if self.record_successors else None
+        flags = walk_flags_multi(self.dfa, self.table, self._node_class, [state], ends)[0]
+        if ends is not None:
+            self.successors[state] = ends
+        return pack(self.table.token_ids[flags], self.table.words)
 
     # --- 1. sparse -------------------------------------------------------------------------
     def _row(self, q: int) -> list[int]:
@@ -78,54 +97,170 @@ class MaskBuilder:
             self._live[q] = got
         return got
 
-    def _sparse(self, state: int) -> list[int] | None:
+    def _sparse(self, state: int, roots: list[tuple[int, int, bytes]] | None = None) -> list | None:
+        """Depth-first walk of the trie following only allowed bytes. Where it reaches a node with
+        many children in a state whose text run is known (an escape or `\\u` code ending back in
+        a string body), the whole subtree is decided at once from the sorted-token range under
+        the node (`_subtree`). Returns token ids / id arrays, or None past the work budget."""
         vi = self.vi
-        kids, children, node_token, root_kids = vi.kids, vi.children, vi.node_token, vi.root_kids
-        class_of, step = self.class_of, self.dfa.step
-        out: list[int] = []
+        kids, node_token, root_kids = vi.kids, vi.node_token, vi.root_kids
+        node_byte, cstart, cend = vi.node_byte, vi.child_start, vi.child_end
+        class_of, step, rows = self.class_of, self.dfa.step, self._rows
+        out: list = []
+        succ: set[int] = set()
         work = 0
-        stack: list[tuple[int, int]] = []
-        for b, t in self._live_bytes(state):
-            child = root_kids[b]
-            if child >= 0:
-                stack.append((child, t))
+        if roots is None:
+            roots = [(root_kids[b], t, bytes((b,))) for b, t in self._live_bytes(state) if root_kids[b] >= 0]
+        stack = list(roots)
         while stack:
-            node, q = stack.pop()
+            node, q, prefix = stack.pop()
             tok = node_token[node]
             if tok >= 0:
                 out.append(tok)
-            ch = children[node]
-            if not ch:
+                succ.add(q)
+            lo, hi = cstart[node], cend[node]
+            nch = hi - lo
+            if nch <= 0:
                 continue
-            row = self._rows.get(q)
-            if row is None and len(ch) <= 4:
+            if nch > SHORTCUT_CHILDREN and self.chain_length(q) >= 0:
+                out.append(self._subtree(q, prefix))
+                work += SHORTCUT_WORK
+                continue
+            row = rows.get(q)
+            if row is None and nch <= 4:
                 # a few children: step just those bytes instead of filling q's whole row
-                for b, child in ch:
+                for child in range(lo, hi):
+                    b = node_byte[child]
                     t = step(q, b)
                     if t:
-                        stack.append((child, t))
-                work += len(ch)
+                        stack.append((child, t, prefix + bytes((b,))))
+                work += nch
             else:
                 live = self._live_bytes(q)
-                if len(ch) <= len(live):
-                    row = self._rows[q]
-                    for b, child in ch:
+                if nch <= len(live):
+                    row = rows[q]
+                    for child in range(lo, hi):
+                        b = node_byte[child]
                         t = row[class_of[b]]
                         if t:
-                            stack.append((child, t))
-                    work += len(ch)
+                            stack.append((child, t, prefix + bytes((b,))))
+                    work += nch
                 else:
                     base = node << 8
                     for b, t in live:
                         child = kids.get(base | b)
                         if child is not None:
-                            stack.append((child, t))
+                            stack.append((child, t, prefix + bytes((b,))))
                     work += len(live)
             if work > SPARSE_BUDGET:
                 return None
+        if self.record_successors:
+            self.successors[state] = succ
+        return out
+
+    def _subtree(self, q: int, prefix: bytes) -> np.ndarray:
+        """Allowed tokens that start with `prefix`, given the automaton is in `q` after it and
+        text runs of up to chain_length(q) bytes keep it alive: all-text remainders are decided
+        by length; the few others (a quote, an escape, non-ASCII) are stepped one by one."""
+        vi = self.vi
+        d = len(prefix)
+        r = self.chain_length(q)
+        lo, hi = vi.prefix_range(prefix)
+        tail = vi.sorted_tail[lo:hi]
+        ok = (tail <= d) & (vi.sorted_len[lo:hi] - d <= r)
+        ids = vi.sorted_ids[lo:hi]
+        got = [ids[ok]]
+        other = np.flatnonzero(tail > d)
+        if len(other):
+            step, sb = self.dfa.step, vi.sorted_bytes
+            extra = []
+            for k in other.tolist():
+                s = q
+                for b in sb[lo + k][d:]:
+                    s = step(s, b)
+                    if not s:
+                        break
+                if s:
+                    extra.append(int(ids[k]))
+            got.append(np.array(extra, dtype=np.int64))
+        return np.concatenate(got)
+
+    def _split(self, state: int) -> np.ndarray | None:
+        """Dense state whose text bytes lead to different states (property names other than the
+        declared ones, any-JSON values): decide text tokens per first byte from that byte's
+        state's text run, walk the subtrees of first bytes without one, and walk the special
+        tokens exactly. None if those subtrees are too big for the Python walk."""
+        row = self.dfa.row(state)
+        vi = self.vi
+        r_byte = np.full(256, -3, dtype=np.int64)
+        roots: list[tuple[int, int, bytes]] = []
+        for b in TEXT_BYTES:
+            q = int(row[self.class_of[b]])
+            if not q:
+                continue
+            r = self.chain_length(q)
+            if r >= 0:
+                r_byte[b] = r
+            elif vi.root_kids[b] >= 0:
+                roots.append((vi.root_kids[b], q, bytes((b,))))
+        rest = self._sparse(state, roots) if roots else []
+        if rest is None:
+            return None
+        ok = r_byte[vi.text_first] >= vi.text_len - 1
+        bits = np.zeros(self.table.words * 32, dtype=np.bool_)
+        bits[vi.text_ids[ok]] = True
+        for part in rest:
+            bits[part] = True
+        out = np.packbits(bits, bitorder="little").view(np.int32).copy()
+        vi.special_bits.set(walk_flags(self.dfa, vi.special, self._special_class, state), out)
         return out
 
     # --- 2. text chain ---------------------------------------------------------------------
+    def _special_successors(self, state: int, flags: np.ndarray) -> set[int]:
+        """States the allowed quote-holding tokens lead to (after a string: the next key, `}`...);
+        text tokens lead along the chain, and the rest (non-ASCII, escapes) rarely matter first.
+        Only for the compile-time warm-up."""
+        out: set[int] = set()
+        step, tb = self.dfa.step, self.table.token_bytes
+        for tid in self.vi.special.token_ids[flags & self.vi.special_has_quote].tolist():
+            q = state
+            for b in tb[tid]:
+                q = step(q, b)
+            if q:
+                out.add(q)
+        return out
+
+    def _chain_batch(self, state: int) -> np.ndarray:
+        """Mask of `state`, and ready masks for the states text leads to after it (the next
+        characters of a bounded string each have their own state): one batched walk of the
+        special tokens serves them all, so the rest of the string costs a dict lookup."""
+        states = [state]
+        q = state
+        while len(states) < CHAIN_BATCH:
+            q = self.dfa.uniform_target(q, self.text_classes)
+            if not q or q in self._batched or self.chain_length(q) < 0:
+                break
+            states.append(q)
+        flags = walk_flags_multi(self.dfa, self.vi.special, self._special_class, states)
+        if self.record_successors:
+            succ = set(states[1:]) | self._special_successors(state, flags[0])
+            after = self.dfa.uniform_target(states[-1], self.text_classes)
+            if after and self.chain_length(after) >= 0:
+                succ.add(after)  # the next batch of this string
+            self.successors[state] = succ
+        if len(self._ready) > 4 * CHAIN_BATCH * 16:  # unbounded automata (grammars): stay bounded
+            self._ready.clear()
+        out = None
+        for k, q in enumerate(states):
+            words = self.vi.text_upto[self.chain_length(q)].copy()
+            self.vi.special_bits.set(flags[k], words)
+            self._batched.add(q)
+            if k == 0:
+                out = words
+            else:
+                self._ready[q] = words
+        return out
+
     def chain_length(self, state: int) -> int:
         """How many text bytes in a row keep the automaton alive from `state` (capped at the
         longest text token), provided every text byte leads to the same state at each of those
@@ -171,6 +306,13 @@ class MaskBuilder:
         return ", ".join(f"{k} {v}" for k, v in self.stats.items())
 
 
+def _ids(parts: list) -> np.ndarray:
+    """Token ids from a mix of single ids and id arrays."""
+    singles = [p for p in parts if not isinstance(p, np.ndarray)]
+    arrays = [p for p in parts if isinstance(p, np.ndarray)]
+    return np.concatenate([np.array(singles, dtype=np.int64)] + arrays) if arrays else np.array(singles, dtype=np.int64)
+
+
 def pack(ids: np.ndarray, words: int, out: np.ndarray | None = None) -> np.ndarray:
     """Set bit i of an int32 word array for every id (into `out` when given)."""
     if out is None:
@@ -181,43 +323,60 @@ def pack(ids: np.ndarray, words: int, out: np.ndarray | None = None) -> np.ndarr
     return out
 
 
-PY_TAIL_NODES = 24  # below this many live nodes per depth, finish the walk in plain Python
-
-
 def walk(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, state: int) -> np.ndarray:
-    """Token ids of `trie` whose bytes keep `dfa` alive from `state` (see walk_flags)."""
+    """Token ids of `trie` whose bytes keep `dfa` alive from `state` (see walk_flags_multi)."""
     return trie.token_ids[walk_flags(dfa, trie, node_class, state)]
 
 
+PY_TAIL_NODES = 24  # below this many live nodes per depth, finish the walk in plain Python
+
+
 def walk_flags(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, state: int) -> np.ndarray:
-    """Per token of `trie` (in trie.token_ids order), whether its bytes keep `dfa` alive from `state`: a breadth-first walk of the
-    trie, all live nodes of one depth per numpy step (whole subtrees die with their parent);
-    the last few nodes (long tokens such as runs of spaces) are finished in Python, where one
-    step costs far less than a round of numpy calls."""
+    """Per token of `trie` (in trie.token_ids order), whether its bytes keep `dfa` alive."""
+    return walk_flags_multi(dfa, trie, node_class, [state])[0]
+
+
+def walk_flags_multi(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, states: list[int],
+                     ends: set[int] | None = None) -> np.ndarray:
+    """[len(states), tokens of `trie`]: whether each token keeps `dfa` alive from each state. A
+    breadth-first walk of the trie, all live (start, node) pairs of one depth per numpy step
+    (whole subtrees die with their parent); the last few pairs (long tokens such as runs of
+    spaces) are finished in Python, where a step costs far less than a round of numpy calls.
+    `ends`, when given, collects the states the allowed tokens end in."""
     ncls = dfa.num_classes
-    alive_nodes = np.zeros(trie.num_nodes, dtype=np.bool_)
-    row = dfa.row(state)
-    st = row[node_class[trie.depth1]]
-    keep = st != 0
-    nodes = trie.depth1[keep]
-    st = st[keep]
+    n = trie.num_nodes
+    b = len(states)
+    alive = np.zeros(b * n, dtype=np.bool_)
+    d1 = trie.depth1
+    first = np.stack([dfa.row(s) for s in states])[:, node_class[d1]].ravel()
+    keep = first != 0
+    nodes = np.tile(d1, b)[keep]
+    src = np.repeat(np.arange(b, dtype=np.int64) * n, len(d1))[keep]
+    st = first[keep]
+    is_token = trie.__dict__.get("_is_token")
+    if ends is not None and is_token is None:
+        is_token = np.zeros(n, dtype=np.bool_)
+        is_token[trie.token_node] = True
+        trie.__dict__["_is_token"] = is_token
     while len(nodes):
-        alive_nodes[nodes] = True
+        alive[src + nodes] = True
+        if ends is not None:
+            ends.update(np.unique(st[is_token[nodes]]).tolist())
         if len(nodes) <= PY_TAIL_NODES:
-            _python_tail(dfa, trie, nodes.tolist(), st.tolist(), alive_nodes)
+            _python_tail(dfa, trie, nodes.tolist(), st.tolist(), src.tolist(), alive, ends, is_token)
             break
         cs = trie.child_start[nodes]
         cnt = trie.child_end[nodes] - cs
         has = cnt > 0
         if not has.all():
-            cs, cnt, st = cs[has], cnt[has], st[has]
+            cs, cnt, st, src = cs[has], cnt[has], st[has], src[has]
         total = int(cnt.sum())
         if total == 0:
             break
         offsets = np.cumsum(cnt) - cnt
         children = np.repeat(cs - offsets, cnt) + np.arange(total)
-        src = np.repeat(st, cnt)
-        flat = src.astype(np.int64) * ncls + node_class[children]
+        flat = np.repeat(st, cnt).astype(np.int64) * ncls + node_class[children]
+        src = np.repeat(src, cnt)
         nxt = dfa.table.ravel()[flat]
         unknown = nxt < 0
         if unknown.any():
@@ -227,21 +386,25 @@ def walk_flags(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, state: i
         keep = nxt != 0
         nodes = children[keep]
         st = nxt[keep]
-    return alive_nodes[trie.token_node]
+        src = src[keep]
+    return alive.reshape(b, n)[:, trie.token_node]
 
 
-def _python_tail(dfa, trie, nodes: list[int], states: list[int], alive: np.ndarray) -> None:
+def _python_tail(dfa, trie, nodes: list[int], states: list[int], srcs: list[int], alive: np.ndarray,
+                 ends: set[int] | None = None, is_token: np.ndarray | None = None) -> None:
     lists = trie.__dict__.get("_py_lists")
     if lists is None:
         lists = (trie.node_byte.tolist(), trie.child_start.tolist(), trie.child_end.tolist())
         trie.__dict__["_py_lists"] = lists
     node_byte, cs, ce = lists
     step = dfa.step
-    todo = list(zip(nodes, states))
+    todo = list(zip(nodes, states, srcs))
     while todo:
-        node, q = todo.pop()
-        alive[node] = True
+        node, q, src = todo.pop()
+        alive[src + node] = True
+        if ends is not None and is_token[node]:
+            ends.add(q)
         for child in range(cs[node], ce[node]):
             t = step(q, node_byte[child])
             if t:
-                todo.append((child, t))
+                todo.append((child, t, src))

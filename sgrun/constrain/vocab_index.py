@@ -1,7 +1,7 @@
 """Per-tokenizer indexes over the vocabulary trie that make cold token masks cheap (built once
 per tokenizer, shared by every compiled constraint):
 
-- children lists / a (node, byte) -> child dict, for a pure-Python walk of states where only a few
+- the trie as Python lists and a (node, byte) -> child dict, for a pure-Python walk of states where only a few
   bytes are allowed (keys, literals, numbers, punctuation): it touches a few dozen trie nodes
   instead of stepping numpy arrays over every depth.
 - "text" tokens: those made only of printable ASCII other than `"` and `\\` (about 47k of 49k in
@@ -14,6 +14,7 @@ per tokenizer, shared by every compiled constraint):
 from __future__ import annotations
 
 import threading
+from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,12 +63,32 @@ class TokenBits:
 class VocabIndex:
     root_kids: list[int]                 # byte -> depth-1 node (-1 if none)
     kids: dict[int, int]                 # node << 8 | byte -> child node
-    children: list[list[tuple[int, int]]]  # node -> [(byte, child)]
+    node_byte: list[int]                 # TokenTable's trie as Python lists (no numpy per step)
+    child_start: list[int]
+    child_end: list[int]
     node_token: list[int]                # node -> token id ending there (-1 if none)
     text_upto: np.ndarray                # [max_text_len + 1, words] int32: text tokens of length <= r
     max_text_len: int
     special: SubTrie                     # non-text tokens
     special_bits: TokenBits              # packs a walk of `special`
+    special_has_quote: np.ndarray        # per special token: holds a `"` (leaves a JSON string)
+    # all tokens sorted by bytes, so the tokens under a trie node are one contiguous range
+    sorted_bytes: list[bytes]
+    sorted_ids: np.ndarray
+    sorted_len: np.ndarray
+    sorted_tail: np.ndarray              # start of the all-text suffix (len if the last byte is not text)
+    # text tokens by first byte (for masks decided per first byte)
+    text_ids: np.ndarray
+    text_first: np.ndarray
+    text_len: np.ndarray
+
+    def prefix_range(self, prefix: bytes) -> tuple[int, int]:
+        """[lo, hi) of the sorted tokens that start with `prefix`."""
+        sb = self.sorted_bytes
+        lo = bisect_left(sb, prefix)
+        end = prefix.rstrip(b"\xff")
+        hi = len(sb) if not end else bisect_left(sb, end[:-1] + bytes([end[-1] + 1]), lo)
+        return lo, hi
 
 
 def build_trie(token_bytes: list[bytes], ids: list[int]) -> SubTrie:
@@ -96,16 +117,18 @@ def build_trie(token_bytes: list[bytes], ids: list[int]) -> SubTrie:
 def _build(t: TokenTable) -> VocabIndex:
     n = t.num_nodes
     node_byte = t.node_byte.tolist()
-    starts, ends = t.child_start.tolist(), t.child_end.tolist()
-    children: list[list[tuple[int, int]]] = [[(node_byte[c], c) for c in range(starts[k], ends[k])]
-                                             for k in range(n)]
-    kids = {(k << 8) | b: c for k in range(n) for b, c in children[k]}
+    # children ranges follow their parents' order, so deeper nodes in order have these parents
+    counts = t.child_end - t.child_start
+    counts[counts < 0] = 0
+    parent = np.repeat(np.arange(n, dtype=np.int64), counts)
+    deeper = np.arange(len(t.depth1), len(t.depth1) + len(parent), dtype=np.int64)
+    kids = dict(zip(((parent << 8) | t.node_byte[deeper]).tolist(), deeper.tolist()))
     root_kids = [-1] * 256
     for d in t.depth1.tolist():
         root_kids[node_byte[d]] = d
-    node_token = [-1] * n
-    for tid, node in zip(t.token_ids.tolist(), t.token_node.tolist()):
-        node_token[node] = tid
+    tok_of_node = np.full(n, -1, dtype=np.int64)
+    tok_of_node[t.token_node] = t.token_ids
+    node_token = tok_of_node.tolist()
     text_ids, special_ids = [], []
     for tid in t.token_ids.tolist():
         b = t.token_bytes[tid]
@@ -120,8 +143,22 @@ def _build(t: TokenTable) -> VocabIndex:
         bits[ids_arr[lengths == r]] = True
         text_upto[r] = np.packbits(bits, bitorder="little").view("<i4")
     special = build_trie(t.token_bytes, special_ids)
-    return VocabIndex(root_kids, kids, children, node_token, text_upto, max_len, special,
-                      TokenBits(special.token_ids))
+    order = sorted(t.token_ids.tolist(), key=lambda i: t.token_bytes[i])
+    sorted_bytes = [t.token_bytes[i] for i in order]
+    tails = []
+    for b in sorted_bytes:
+        k = len(b)
+        while k and b[k - 1] in TEXT_BYTES:
+            k -= 1
+        tails.append(k)
+    text_arr = np.array(text_ids, dtype=np.int64)
+    return VocabIndex(root_kids, kids, node_byte, t.child_start.tolist(), t.child_end.tolist(), node_token,
+                      text_upto, max_len, special,
+                      TokenBits(special.token_ids),
+                      np.array([b'"' in t.token_bytes[i] for i in special.token_ids.tolist()], dtype=np.bool_),
+                      sorted_bytes, np.array(order, dtype=np.int64),
+                      np.array([len(b) for b in sorted_bytes], dtype=np.int64), np.array(tails, dtype=np.int64),
+                      text_arr, np.array([t.token_bytes[i][0] for i in text_ids], dtype=np.int64), lengths)
 
 
 _indexes: dict[str, VocabIndex] = {}
