@@ -111,3 +111,16 @@ def test_cache_capacity_fraction_bounds_cached_pages(model_path, tokenizer):
         for i in range(4):
             eng.generate([tokenizer.encode(f"Prompt number {i}. " * 40)], sgrun.SamplingParams(max_new_tokens=2, temperature=0))
         assert eng.stats()["pages_cached"] <= 16
+
+
+def test_n_samples_prefill_their_prompt_once(engine, tokenizer):
+    engine.flush_cache()
+    prompt = tokenizer.encode("A prompt long enough to span several pages of the KV pool. " * 8)
+    before = engine.stats()["tokens_computed"]
+    out = engine.generate([prompt], sgrun.SamplingParams(max_new_tokens=4, temperature=1.0, n=3, seed=1))[0]
+    computed = engine.stats()["tokens_computed"] - before
+    page = engine.pool.page_size
+    shared = ((len(prompt) - 1) // page) * page
+    # Sample 0 prefills the prompt; samples 1 and 2 reuse it from the cache.
+    assert computed == 3 * len(prompt) - 2 * shared + 3 * (4 - 1)
+    assert len(out.outputs) == 3 and out.prompt_tokens == len(prompt)

@@ -126,6 +126,7 @@ class Engine:
         handle = RequestHandle(self.abort, request_id, prompt_ids, params.n)
         for i in range(params.n):
             seq = self._new_seq(request_id, i, prompt_ids, params, handle.push)
+            seq.leader = handle.seqs[0] if handle.seqs else None
             if constraint is not None:
                 seq.matcher = constraint.matcher()
             if not params.greedy:

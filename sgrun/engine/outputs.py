@@ -41,7 +41,7 @@ class RequestOutput:
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     prompt_tokens: int
-    cached_tokens: int              # prompt tokens served from the radix cache (summed over samples)
+    cached_tokens: int              # prompt tokens served from the radix cache (the prompt counts once, like prompt_tokens)
     completion_tokens: int
     arrival_time: float
     first_token_time: float | None

@@ -96,7 +96,7 @@ class RequestHandle:
         firsts = [s.first_token_time for s in self.seqs if s.first_token_time is not None]
         return RequestOutput(
             request_id=self.request_id, prompt_token_ids=self.prompt_ids, outputs=outs,
-            prompt_tokens=len(self.prompt_ids), cached_tokens=sum(s.cached_tokens for s in self.seqs),
+            prompt_tokens=len(self.prompt_ids), cached_tokens=self.seqs[0].cached_tokens,
             completion_tokens=sum(s.num_output for s in self.seqs),
             arrival_time=min(s.arrival_time for s in self.seqs),
             first_token_time=min(firsts) if firsts else None, finish_time=self.finish_time,

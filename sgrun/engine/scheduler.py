@@ -126,13 +126,25 @@ class Scheduler:
             items.append((seq, n))
             scheduled.add(seq.seq_id)
             budget -= n
+        deferred: list[Sequence] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             seq = self._next_waiting()
+            if self._waits_for_leader(seq):
+                deferred.append(seq)
+                continue
             if not self._admit(seq, budget, items):
                 self.waiting.appendleft(seq)
                 break
             budget -= items[-1][1]
+        self.waiting.extendleft(reversed(deferred))
         return ScheduledBatch(items)
+
+    def _waits_for_leader(self, seq: Sequence) -> bool:
+        """Samples 1..n-1 of a request wait while sample 0 prefills their common prompt, then
+        find it in the cache instead of computing it again."""
+        lead = seq.leader
+        return (self.cache is not None and lead is not None and lead.status is Status.RUNNING
+                and lead.num_computed < lead.prompt_len)
 
     def _next_waiting(self) -> Sequence:
         if self.cache is None or len(self.waiting) <= CACHE_AWARE_QUEUE_LEN:
