@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from sgrun.engine.outputs import RequestOutput
@@ -22,6 +23,9 @@ class Runtime(Backend):
             from sgrun.engine.engine import Engine  # heavy: load only when a Runtime is made
             engine = Engine(model=model, **engine_options)
             self._owns_engine = True
+            # Stop the engine thread at exit even if nobody calls close(): a torch thread still
+            # running during interpreter teardown aborts the process.
+            self._finalizer = weakref.finalize(self, engine.close)
         else:
             if model is not None or engine_options:
                 raise TypeError("pass either engine= or model/engine options, not both")
@@ -37,18 +41,22 @@ class Runtime(Backend):
         if return_logprob and params.logprobs is None:
             params = params.replace(logprobs=0)
         handle = self.engine.submit(prompt, params)
+        streamed: list[str] = []
         if on_text is not None:
             for event in handle:
                 if event.index == 0 and event.text:
+                    streamed.append(event.text)
                     on_text(event.text)
         out: RequestOutput = handle.result()
         if out.error:
             raise SgrunError(f"generation failed: {out.error}")
         sample = out.outputs[0]
+        # When streaming, the program already holds the deltas: they are the text.
+        text = "".join(streamed) if on_text is not None else sample.text
         logprobs = None
         if return_logprob:
             logprobs = [(lp.token, lp.logprob) for lp in (sample.logprobs or [])]
-        return GenerationResult(text=sample.text, finish_reason=sample.finish_reason,
+        return GenerationResult(text=text, finish_reason=sample.finish_reason,
                                 prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens,
                                 completion_tokens=out.completion_tokens, output_ids=list(sample.token_ids),
                                 logprobs=logprobs, matched_stop=sample.matched_stop)
@@ -60,7 +68,7 @@ class Runtime(Backend):
 
     def close(self) -> None:
         if self._owns_engine:
-            self.engine.close()
+            self._finalizer()
 
     def shutdown(self) -> None:
         self.close()
