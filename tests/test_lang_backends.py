@@ -57,7 +57,7 @@ def five_calls(s, topic):
     s += sgrun.user("Rate it from 1 to 9.")
     s += sgrun.assistant(sgrun.gen("rating", max_tokens=2, regex=r"[1-9]"))
     s += sgrun.user("One sentence about it.")
-    s += sgrun.assistant(sgrun.gen("sentence", max_tokens=8, stop="."))
+    s += sgrun.assistant(sgrun.gen("sentence", max_tokens=8, stop=".", return_logprob=True))
 
 
 def test_primitives_render_through_the_chat_template(backend, tokenizer):
@@ -76,6 +76,11 @@ def test_same_greedy_results_on_both_backends(runtime, endpoint):
     assert here.variables() == there.variables()
     assert here.get_meta_info("big")["normalized_logprobs"] == pytest.approx(
         there.get_meta_info("big")["normalized_logprobs"], abs=1e-4)
+    here_lps, there_lps = here.get_meta_info("sentence")["logprobs"], there.get_meta_info("sentence")["logprobs"]
+    assert len(here_lps) == here.get_meta_info("sentence")["completion_tokens"] > 0
+    assert [t for t, _ in here_lps] == [t for t, _ in there_lps]
+    assert [lp for _, lp in here_lps] == pytest.approx([lp for _, lp in there_lps], abs=1e-4)
+    assert all(lp <= 0 for _, lp in here_lps)
 
 
 def test_later_calls_reuse_the_earlier_text_from_the_cache(backend, shared_engine):
