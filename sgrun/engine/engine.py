@@ -6,6 +6,7 @@ talk to it through `submit` / `abort` (an inbox queue) and per-request handles.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import logging
 import os
@@ -14,6 +15,7 @@ import threading
 import time
 import traceback
 import uuid
+import weakref
 from typing import Any, Iterator
 
 import torch
@@ -53,6 +55,16 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     if dtype not in table:
         raise InvalidRequestError(f"dtype must be one of auto, {', '.join(table)}; got {dtype!r}", field="dtype")
     return table[dtype]
+
+
+_LIVE_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_engines() -> None:
+    # A daemon engine thread killed mid-op at interpreter exit aborts the process; stop it first.
+    for engine in list(_LIVE_ENGINES):
+        engine.close()
 
 
 _MODELS: dict[tuple[str, torch.dtype], tuple[LlamaModel, Any, str]] = {}
@@ -104,6 +116,7 @@ class Engine:
         self._closed = False
         self._thread = threading.Thread(target=self._loop, name="sgrun-engine", daemon=True)
         self._thread.start()
+        _LIVE_ENGINES.add(self)
 
     # --- public API -----------------------------------------------------------------------
     def submit(self, prompt: str | list[int], params: SamplingParams | None = None,
