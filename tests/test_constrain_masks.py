@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+import torch
 
 from constrain_fixtures import load_default_tokenizer
 from sgrun.constrain import compile_constraint
@@ -87,3 +88,21 @@ def test_split_and_subtree_shortcuts_exact(tok, prefix, strategy):
     fast = c.builder.packed(m.state)
     assert c.builder.stats[strategy] == before[strategy] + 1, c.builder.stats
     assert np.array_equal(fast, _reference(c, m.state))
+
+
+def test_warm_up_covers_a_tool_call(tok):
+    schema = {"type": "object", "properties": {
+        "tool": {"enum": ["get_weather", "search"]}, "city": {"type": "string", "maxLength": 40},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14}},
+        "required": ["tool", "city"], "additionalProperties": False}
+    c = compile_constraint(tok, json_schema=schema, use_cache=False, warm_up=False)
+    assert c.warm_up(budget_s=30.0, max_states=5000) > 20
+    computed = sum(c.builder.stats.values())
+    m = c.matcher()
+    row = np.zeros(c.table.words, dtype=np.int32)
+    out = torch.from_numpy(row)
+    for t in tok.encode('{"tool":"search","city":"Lisbon, Portugal","days":3}'):
+        m.fill_bitmask(out)
+        assert m.advance(t)
+    assert m.is_accepting()
+    assert sum(c.builder.stats.values()) == computed, "a mask on the request's path was not precomputed"

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from sgrun.constrain.constraint import MAX_FORCED_BYTES, Constraint
+from sgrun.constrain.errors import ConstraintTooComplexError
 from sgrun.constrain.lazy_dfa import LazyDFA
 from sgrun.constrain.mask_builder import MaskBuilder, pack
 from sgrun.constrain.token_table import TokenTable
@@ -76,7 +77,10 @@ class AutomatonConstraint(Constraint):
         try:
             while queue and done < max_states and time.perf_counter() < deadline:
                 s = queue.popleft()
-                self.allowed_tokens(s)
+                try:
+                    self.allowed_tokens(s)
+                except ConstraintTooComplexError:
+                    break  # over the automaton's size cap: a request that goes there fails then, not the compile
                 done += 1
                 for q in sorted(b.successors.get(s, ())):
                     if q not in seen:

@@ -23,6 +23,7 @@ from sgrun.constrain.vocab_index import TEXT_BYTES, SubTrie, vocab_index
 
 SPARSE_MAX_LIVE_BYTES = 24   # allowed bytes at the state itself for trying the sparse walk
 SPARSE_BUDGET = 3000         # trie edges the sparse walk may look at before giving up
+MAX_CACHED_ROWS = 50_000
 SHORTCUT_CHILDREN = 16       # a node with more children in a text-run state: decide its subtree at once
 SHORTCUT_WORK = 50
 CHAIN_BATCH = 16             # states along a text chain whose masks one batched walk computes
@@ -56,6 +57,10 @@ class MaskBuilder:
     # --- entry point ------------------------------------------------------------------------
     def packed(self, state: int) -> np.ndarray:
         """Packed int32 bitmask of the non-special tokens allowed from `state` (no EOS)."""
+        if len(self._rows) > MAX_CACHED_ROWS:  # grammar automata are unbounded: keep caches bounded
+            self._rows.clear()
+            self._live.clear()
+            self._chain.clear()
         row = self.dfa.row(state)
         live_bytes = int(self.class_size[row != 0].sum())
         if live_bytes <= SPARSE_MAX_LIVE_BYTES:
