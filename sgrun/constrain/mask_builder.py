@@ -61,6 +61,7 @@ class MaskBuilder:
             self._rows.clear()
             self._live.clear()
             self._chain.clear()
+            self._batched.clear()
         row = self.dfa.row(state)
         live_bytes = int(self.class_size[row != 0].sum())
         if live_bytes <= SPARSE_MAX_LIVE_BYTES:
