@@ -17,7 +17,7 @@ from sgrun.constrain.token_table import TokenTable
 
 
 WARM_UP_S = 0.25       # compile-time mask precompute budget per constraint
-WARM_UP_STATES = 600   # and at most this many masks (6 KB each)
+WARM_UP_STATES = 1000  # and at most this many masks (6 KB each)
 
 
 class AutomatonConstraint(Constraint):
