@@ -89,6 +89,8 @@ def main() -> None:
             calls_u = engine.stats()["forward_calls"] - before
             assert [len(o.token_ids) for o in outs_u] == counts
             assert all(o.finish_reason == "stop" for o in outs_c)
+            print(f"  jf={jf}: constrained {dt_c:.2f} s / {calls_c} calls, twin {dt_u:.2f} s / {calls_u} calls, "
+                  f"{sum(counts)} tokens", flush=True)
             tps_u.append(sum(counts) / dt_u)
             tps_c.append(sum(counts) / dt_c)
             total.append(sum(counts))
