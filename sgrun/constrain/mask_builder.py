@@ -10,7 +10,7 @@
    ones) -> text tokens decided per first byte, the odd first bytes walked as in 1;
 4. otherwise the breadth-first numpy walk over the whole trie.
 
-All three give the same set; the automaton is anything with LazyDFA's interface (row, step,
+All four give the same set; the automaton is anything with LazyDFA's interface (row, step,
 class_of, class_size, num_classes, table, fill_pairs): LazyDFA or GrammarAutomaton.
 """
 
@@ -25,7 +25,7 @@ SPARSE_MAX_LIVE_BYTES = 24   # allowed bytes at the state itself for trying the 
 SPARSE_BUDGET = 3000         # trie edges the sparse walk may look at before giving up
 MAX_CACHED_ROWS = 50_000
 SHORTCUT_CHILDREN = 16       # a node with more children in a text-run state: decide its subtree at once
-SHORTCUT_WORK = 8           # a range decision costs about as much as eight trie edges
+SHORTCUT_WORK = 8            # a range decision costs about as much as eight trie edges
 CHAIN_BATCH = 16             # states along a text chain whose masks one batched walk computes
 _NOT_UNIFORM = -2
 _DEAD = -1  # chain step into the dead state: the state before it allows 0 text bytes
@@ -62,6 +62,10 @@ class MaskBuilder:
             self._live.clear()
             self._chain.clear()
             self._batched.clear()
+        ready = self._ready.pop(state, None)
+        if ready is not None:
+            self.stats["chain"] += 1
+            return ready
         row = self.dfa.row(state)
         live_bytes = int(self.class_size[row != 0].sum())
         if live_bytes <= SPARSE_MAX_LIVE_BYTES:
@@ -69,10 +73,6 @@ class MaskBuilder:
             if got is not None:
                 self.stats["sparse"] += 1
                 return pack(_ids(got), self.table.words)
-        ready = self._ready.pop(state, None)
-        if ready is not None:
-            self.stats["chain"] += 1
-            return ready
         if self.chain_length(state) >= 0:
             self.stats["chain"] += 1
             return self._chain_batch(state)
