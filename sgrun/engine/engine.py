@@ -117,6 +117,17 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="sgrun-engine", daemon=True)
         self._thread.start()
         _LIVE_ENGINES.add(self)
+        # The constraint compiler's per-tokenizer index takes ~1 s to build: do it now, off the
+        # request path, so the first constrained request does not pay for it.
+        threading.Thread(target=self._warm_constraint_index, name="sgrun-vocab-index", daemon=True).start()
+
+    def _warm_constraint_index(self) -> None:
+        try:
+            from sgrun.constrain.token_table import token_table
+            from sgrun.constrain.vocab_index import vocab_index
+            vocab_index(token_table(self.tokenizer))
+        except Exception:  # noqa: BLE001 - only a warm-up; compile reports real errors later
+            log.debug("vocabulary index warm-up failed:\n%s", traceback.format_exc())
 
     # --- public API -----------------------------------------------------------------------
     def submit(self, prompt: str | list[int], params: SamplingParams | None = None,
@@ -436,17 +447,15 @@ class Engine:
 
     def _mask_constrained(self, rows: torch.Tensor, seqs: list[Sequence], constrained: list[int]) -> None:
         from sgrun.constrain import apply_bitmask
-        words = -(-rows.shape[1] // 32)
-        bitmask = torch.zeros(len(constrained), words, dtype=torch.int32)
-        for j, i in enumerate(constrained):
+        from sgrun.constrain.bitmask import allocate_bitmask
+        bitmask = allocate_bitmask(rows.shape[0], rows.shape[1])   # all allowed; filled for constrained rows
+        for i in constrained:
             try:
-                seqs[i].matcher.fill_bitmask(bitmask[j])
+                seqs[i].matcher.fill_bitmask(bitmask[i])
             except Exception as exc:  # noqa: BLE001 - e.g. an automaton over its size cap: fail this request only
                 seqs[i].error = f"constraint failed: {exc}"
-                bitmask[j] = -1
-        sub = rows[torch.tensor(constrained)]
-        apply_bitmask(sub, bitmask, torch.arange(len(constrained)))
-        rows[torch.tensor(constrained)] = sub
+                bitmask[i] = -1
+        apply_bitmask(rows, bitmask, torch.tensor(constrained))     # in place, constrained rows only
 
     def _token_logprob(self, token: int, lp: float, top: list[tuple[int, float]]) -> TokenLogprob:
         dec = self.tokenizer.decode
