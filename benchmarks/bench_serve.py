@@ -45,9 +45,11 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 600) -> None:
     raise TimeoutError(f"{url} did not come up")
 
 
-def run_workloads(url: str, chat_requests: int, agents_requests: int) -> dict[str, dict]:
+def run_workloads(url: str, chat_requests: int, agents_requests: int, workloads: list[str]) -> dict[str, dict]:
     out = {}
     for workload, concurrency, n in (("chat", 16, chat_requests), ("agents", 1, agents_requests)):
+        if workload not in workloads:
+            continue
         cfg = BenchConfig(base_url=url + "/v1", workload=workload, concurrency=concurrency, num_requests=n,
                           warmup=2)
         report = asyncio.run(run_benchmark(cfg))
@@ -56,9 +58,9 @@ def run_workloads(url: str, chat_requests: int, agents_requests: int) -> dict[st
     return out
 
 
-def serve(cmd: list[str], url: str, log_path: str):
+def serve(cmd: list[str], url: str, log_path: str, env: dict[str, str] | None = None):
     log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     wait_ready(url, proc)
     return proc, log
 
@@ -85,6 +87,7 @@ def main() -> int:
     ap.add_argument("--agents-requests", type=int, default=16)
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--only", choices=["sgrun", "llama"], default=None)
+    ap.add_argument("--workloads", default="chat,agents", help="comma-separated subset of chat,agents")
     ap.add_argument("--json", dest="json_out", default=None)
     args = ap.parse_args()
     gguf = str(resolve_model_path(args.model))
@@ -99,7 +102,7 @@ def main() -> int:
                           url, "/tmp/bench_sgrun_serve.log")
         try:
             print("== sgrun serve")
-            results["sgrun"] = run_workloads(url, args.chat_requests, args.agents_requests)
+            results["sgrun"] = run_workloads(url, args.chat_requests, args.agents_requests, args.workloads.split(","))
         finally:
             stop(proc)
             log.close()
@@ -111,16 +114,21 @@ def main() -> int:
             port = free_port()
             url = f"http://127.0.0.1:{port}"
             proc, log = serve([args.llama_python, "-m", "llama_cpp.server", "--model", gguf, "--port", str(port),
-                               "--host", "127.0.0.1", "--n_threads", str(args.threads), "--n_ctx", "8192"],
-                              url, "/tmp/bench_llama_cpp_server.log")
+                               "--host", "127.0.0.1", "--n_threads", str(args.threads), "--n_ctx", "8192",
+                               # by default a new request cuts off the running stream; queue instead
+                               "--interrupt_requests", "False"],
+                              url, "/tmp/bench_llama_cpp_server.log",
+                              # OpenMP's default busy-waiting makes llama.cpp 10x slower on a shared
+                              # box; passive waiting is its best setting here.
+                              env={"OMP_WAIT_POLICY": "passive"})
             try:
                 print("== llama-cpp-python server")
-                results["llama"] = run_workloads(url, args.chat_requests, args.agents_requests)
+                results["llama"] = run_workloads(url, args.chat_requests, args.agents_requests, args.workloads.split(","))
             finally:
                 stop(proc)
                 log.close()
 
-    if "sgrun" in results and "llama" in results:
+    if "sgrun" in results and "llama" in results and len(results["sgrun"]) == len(results["llama"]) == 2:
         s, l = results["sgrun"], results["llama"]
         tok_ratio = s["chat"]["output_token_throughput"] / l["chat"]["output_token_throughput"]
         ttft_ratio = s["agents"]["ttft_p50_ms"] / l["agents"]["ttft_p50_ms"]
