@@ -268,6 +268,10 @@ class Engine:
         self._wake.set()
         return done.get()
 
+    def is_alive(self) -> bool:
+        """True while the engine loop is running (for health checks)."""
+        return self._thread.is_alive() and not self._closed
+
     def close(self) -> None:
         if self._closed:
             return

@@ -123,8 +123,7 @@ def build_app(engine: Any, *, served_model_names: list[str] | None = None, api_k
         return json_response(ModelCard(id=name, created=state.started, max_model_len=state.max_context))
 
     async def health(request: Request) -> Response:
-        thread = getattr(engine, "_thread", None)
-        alive = thread is None or thread.is_alive()
+        alive = engine.is_alive()
         return json_response({"status": "ok" if alive else "unhealthy"}, 200 if alive else 503)
 
     async def metrics_endpoint(request: Request) -> Response:

@@ -172,7 +172,7 @@ def _stream_event(run: RunningRequest, index: int, ev: StreamEvent, completion_t
                   return_logprob: bool) -> GenerateStreamEvent:
     done = ev.finish_reason is not None
     # cached_tokens is known once the request is admitted; report it at the end from the handle.
-    cached = sum(getattr(s, "cached_tokens", 0) for s in getattr(run.handle, "seqs", [])) if done else 0
+    cached = run.handle.cached_tokens if done else 0
     meta = _meta(run, completion_tokens, cached, ev.finish_reason, ev.matched_stop if done else None,
                  ev.logprobs if return_logprob else None, time.perf_counter() - run.arrival if done else None)
     return GenerateStreamEvent(index=index, text=ev.text, output_ids=list(ev.token_ids), meta_info=meta)
