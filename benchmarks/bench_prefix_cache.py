@@ -62,10 +62,14 @@ def bench_tree(rng) -> None:
     pool = PagePool(1, 4096, 16, 1, 1, torch.float32)
     cache = RadixCache(pool)
     for _ in range(50):  # a populated tree with other prompts in it
+        if pool.num_free < 300:
+            cache.evict(300)
         p = ids(rng, 4000)
-        cache.insert(p, pool.alloc(250))
-        cache.evict(250) if pool.num_free < 300 else None
+        held = pool.alloc(250)
+        cache.insert(p, held)
+        pool.decref(held)      # the request finished: only the tree holds the pages now
     prompt = ids(rng, 4000)
+    cache.evict(300)
     pages = pool.alloc(250)
     samples = []
     for _ in range(20):

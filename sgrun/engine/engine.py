@@ -150,7 +150,6 @@ class Engine:
         handle = RequestHandle(self.abort, request_id, prompt_ids, params.n)
         for i in range(params.n):
             seq = self._new_seq(request_id, i, prompt_ids, params, handle.push)
-            seq.leader = handle.seqs[0] if handle.seqs else None
             if constraint is not None:
                 seq.matcher = constraint.matcher()
             if not params.greedy:
@@ -414,8 +413,10 @@ class Engine:
             if rows:
                 to_sample.append((seq, row))
                 row += 1
-            if self.cache is not None and seq.num_computed >= seq.prompt_len > seq.cache_inserted_len:
-                self.scheduler.insert_into_cache(seq, seq.prompt_len)
+            if self.cache is not None and seq.cache_inserted_len < seq.prompt_len:
+                # Cache the prompt chunk by chunk, so requests sharing it can start from it
+                # while this one is still prefilling.
+                self.scheduler.insert_into_cache(seq, min(seq.num_computed, seq.prompt_len))
         if to_sample:
             self._sample_and_append(to_sample, logits)
 

@@ -129,7 +129,7 @@ class Scheduler:
         deferred: list[Sequence] = []
         while self.waiting and budget > 0 and len(self.running) < self.max_running:
             seq = self._next_waiting()
-            if self._waits_for_leader(seq):
+            if self._waits_for_shared_prefill(seq):
                 deferred.append(seq)
                 continue
             if not self._admit(seq, budget, items):
@@ -139,12 +139,27 @@ class Scheduler:
         self.waiting.extendleft(reversed(deferred))
         return ScheduledBatch(items)
 
-    def _waits_for_leader(self, seq: Sequence) -> bool:
-        """Samples 1..n-1 of a request wait while sample 0 prefills their common prompt, then
-        find it in the cache instead of computing it again."""
-        lead = seq.leader
-        return (self.cache is not None and lead is not None and lead.status is Status.RUNNING
-                and lead.num_computed < lead.prompt_len)
+    def _waits_for_shared_prefill(self, seq: Sequence) -> bool:
+        """Wait while a running request is still prefilling a prefix this one shares beyond what
+        the cache holds (samples 1..n-1 of a request, agents sending the same system prompt at
+        once): one step later that prefix is in the cache instead of being computed twice."""
+        if self.cache is None:
+            return False
+        ps = self.ps
+        first_page = seq.tokens[:ps]
+        cached = None
+        for r in self.running:
+            if r.num_computed >= r.prompt_len or r.tokens[:ps] != first_page:
+                continue
+            if cached is None:
+                cached = self.cache.match_len(seq.tokens)
+            limit = min(len(seq.tokens) - 1, r.prompt_len)
+            common = 0
+            while common + ps <= limit and seq.tokens[common:common + ps] == r.tokens[common:common + ps]:
+                common += ps
+            if common > cached:
+                return True
+        return False
 
     def _next_waiting(self) -> Sequence:
         if self.cache is None or len(self.waiting) <= CACHE_AWARE_QUEUE_LEN:

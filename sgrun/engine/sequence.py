@@ -50,7 +50,6 @@ class Sequence:
     first_token_time: float | None = None
     num_preemptions: int = 0
     error: str | None = None
-    leader: "Sequence | None" = None  # sample 0 of the same request (for samples 1..n-1)
 
     @property
     def output_ids(self) -> list[int]:
