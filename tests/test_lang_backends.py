@@ -141,7 +141,7 @@ def test_run_batch_isolates_failures(backend):
 
 
 def test_agent_calls_a_tool_with_schema_valid_arguments(backend):
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
     calls = []
 
     def multiply(a: int, b: int) -> int:

@@ -309,7 +309,7 @@ def get_weather(city: str, unit: Unit = Unit.C, days: Optional[int] = None,
 
 
 def test_function_to_tool_builds_a_json_schema():
-    jsonschema = pytest.importorskip("jsonschema")
+    import jsonschema
     tool = function_to_tool(get_weather)
     fn = tool["function"]
     assert fn["name"] == "get_weather" and fn["description"] == "Get the weather forecast for a city."

@@ -12,8 +12,8 @@ import torch
 import sgrun
 from sgrun.engine.engine import _load
 
-transformers = pytest.importorskip("transformers")
-gguf = pytest.importorskip("gguf")
+import transformers
+import gguf
 
 HIDDEN, HEADS, KV_HEADS, LAYERS, FFN = 64, 4, 2, 2, 128
 

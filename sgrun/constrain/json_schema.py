@@ -24,7 +24,7 @@ from sgrun.constrain.numbers import (as_decimal_ratio, decimal_multiple_dfa, int
                                      integer_with_multiple, number_node)
 from sgrun.constrain.regex_ast import EMPTY, NOTHING, Node, alt, chars, lit, opt, rep, seq
 from sgrun.constrain.regex_parser import parse_regex
-from sgrun.constrain.schema_merge import canonical, merge_schemas, merge_types
+from sgrun.constrain.schema_merge import merge_schemas
 from sgrun.constrain.schema_refs import SchemaIndex
 from sgrun.constrain.string_formats import FORMAT_REGEXES
 

@@ -29,7 +29,7 @@ from sgrun.engine.request_handle import RequestHandle
 from sgrun.engine.sampler import apply_logit_bias, apply_penalties, sample
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scheduler import Scheduler
-from sgrun.engine.sequence import Sequence, Status
+from sgrun.engine.sequence import Sequence
 from sgrun.errors import InvalidRequestError
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model_files
