@@ -34,6 +34,47 @@ class TokenTable:
         return len(self.node_byte)
 
 
+@dataclass
+class SubTrie:
+    """A trie over a subset of tokens, laid out like TokenTable's (for the numpy walk).
+
+    Level-by-level numbering: prefixes sorted by (length, bytes), so siblings are contiguous and
+    ordered like their parents."""
+    node_byte: np.ndarray
+    child_start: np.ndarray
+    child_end: np.ndarray
+    depth1: np.ndarray
+    token_ids: np.ndarray
+    token_node: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_byte)
+
+
+def build_trie(token_bytes: list[bytes], ids: list[int]) -> SubTrie:
+    prefixes: set[bytes] = set()
+    for i in ids:
+        b = token_bytes[i]
+        for k in range(1, len(b) + 1):
+            prefixes.add(b[:k])
+    ordered = sorted(prefixes, key=lambda p: (len(p), p))
+    node_of = {p: k for k, p in enumerate(ordered)}
+    n = len(ordered)
+    node_byte = np.fromiter((p[-1] for p in ordered), dtype=np.uint8, count=n)
+    child_start = np.zeros(n, dtype=np.int64)
+    child_end = np.zeros(n, dtype=np.int64)
+    for k, p in enumerate(ordered):
+        if len(p) > 1:
+            par = node_of[p[:-1]]
+            if child_end[par] == 0:
+                child_start[par] = k
+            child_end[par] = k + 1
+    depth1 = np.array([node_of[p] for p in ordered if len(p) == 1], dtype=np.int64)
+    return SubTrie(node_byte, child_start, child_end, depth1, np.array(ids, dtype=np.int64),
+                   np.array([node_of[token_bytes[i]] for i in ids], dtype=np.int64))
+
+
 _tables: dict[str, TokenTable] = {}
 _lock = threading.Lock()
 
@@ -54,28 +95,8 @@ def _build(tokenizer) -> TokenTable:
     raw = list(tokenizer.token_bytes)[:vocab_size]
     tb = [b"" if i in specials else bytes(raw[i]) for i in range(len(raw))]
     tb += [b""] * (vocab_size - len(tb))
-    # Level-by-level numbering: sort prefixes by (length, bytes) so siblings are contiguous and
-    # ordered like their parents.
-    prefixes: set[bytes] = set()
-    for b in tb:
-        for i in range(1, len(b) + 1):
-            prefixes.add(b[:i])
-    ordered = sorted(prefixes, key=lambda p: (len(p), p))
-    node_of = {p: k for k, p in enumerate(ordered)}
-    n = len(ordered)
-    node_byte = np.fromiter((p[-1] for p in ordered), dtype=np.uint8, count=n)
-    child_start = np.zeros(n, dtype=np.int64)
-    child_end = np.zeros(n, dtype=np.int64)
-    for k, p in enumerate(ordered):
-        if len(p) > 1:
-            par = node_of[p[:-1]]
-            if child_end[par] == 0:
-                child_start[par] = k
-            child_end[par] = k + 1
-    depth1 = np.array([node_of[p] for p in ordered if len(p) == 1], dtype=np.int64)
     ids = [i for i, b in enumerate(tb) if b]
-    token_ids = np.array(ids, dtype=np.int64)
-    token_node = np.array([node_of[tb[i]] for i in ids], dtype=np.int64)
+    trie = build_trie(tb, ids)
     eos = np.array(sorted(i for i in tokenizer.eos_token_ids if i < vocab_size), dtype=np.int64)
-    return TokenTable(vocab_size, tb, eos, tokenizer.fingerprint, node_byte, child_start, child_end,
-                      depth1, token_ids, token_node)
+    return TokenTable(vocab_size, tb, eos, tokenizer.fingerprint, trie.node_byte, trie.child_start,
+                      trie.child_end, trie.depth1, trie.token_ids, trie.token_node)

@@ -19,24 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgrun.constrain.token_table import TokenTable
+from sgrun.constrain.token_table import SubTrie, TokenTable, build_trie
 
 TEXT_BYTES = frozenset(b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
-
-
-@dataclass
-class SubTrie:
-    """A trie over a subset of tokens, laid out like TokenTable's (for the numpy walk)."""
-    node_byte: np.ndarray
-    child_start: np.ndarray
-    child_end: np.ndarray
-    depth1: np.ndarray
-    token_ids: np.ndarray
-    token_node: np.ndarray
-
-    @property
-    def num_nodes(self) -> int:
-        return len(self.node_byte)
 
 
 class TokenBits:
@@ -89,29 +74,6 @@ class VocabIndex:
         end = prefix.rstrip(b"\xff")
         hi = len(sb) if not end else bisect_left(sb, end[:-1] + bytes([end[-1] + 1]), lo)
         return lo, hi
-
-
-def build_trie(token_bytes: list[bytes], ids: list[int]) -> SubTrie:
-    prefixes: set[bytes] = set()
-    for i in ids:
-        b = token_bytes[i]
-        for k in range(1, len(b) + 1):
-            prefixes.add(b[:k])
-    ordered = sorted(prefixes, key=lambda p: (len(p), p))
-    node_of = {p: k for k, p in enumerate(ordered)}
-    n = len(ordered)
-    node_byte = np.fromiter((p[-1] for p in ordered), dtype=np.uint8, count=n)
-    child_start = np.zeros(n, dtype=np.int64)
-    child_end = np.zeros(n, dtype=np.int64)
-    for k, p in enumerate(ordered):
-        if len(p) > 1:
-            par = node_of[p[:-1]]
-            if child_end[par] == 0:
-                child_start[par] = k
-            child_end[par] = k + 1
-    depth1 = np.array([node_of[p] for p in ordered if len(p) == 1], dtype=np.int64)
-    return SubTrie(node_byte, child_start, child_end, depth1, np.array(ids, dtype=np.int64),
-                   np.array([node_of[token_bytes[i]] for i in ids], dtype=np.int64))
 
 
 def _build(t: TokenTable) -> VocabIndex:
