@@ -2,8 +2,9 @@
 
 A batch is a list of segments, one per scheduled request: `q_len` new tokens attending to the
 request's whole context (cached + new tokens, `ctx_len`) held in the pages `pages`.
-Single-token segments (decodes) are attended together: their pages are gathered once per layer
-into one [KV * B, L, D] block and two batched matmuls cover every head of every request.
+Single-token segments (decodes) are attended together, in groups of similar context length:
+a group's pages are gathered once per layer into one [KV * B, L, D] block and two batched
+matmuls cover every head of every request in it.
 Longer segments (prefill chunks) go one by one through SDPA.
 """
 
@@ -34,23 +35,12 @@ class TorchPagedAttention:
     def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
         """Precompute per-batch index tensors once; every layer reuses them. The new tokens'
         K/V go to (write_pages[i], write_offsets[i]) in batch row order."""
-        ps = self.pool.page_size
         self.write_pages, self.write_offsets = write_pages, write_offsets
         self.prefills = [s for s in segments if s.q_len > 1]
         decodes = [s for s in segments if s.q_len == 1]
-        self.decode_rows = torch.tensor([s.q_start for s in decodes], dtype=torch.long)
-        self.decode_pages = None
-        if decodes:
-            max_pages = max(len(s.pages) for s in decodes)
-            # Whole pages are gathered; the padding past each context is masked out.
-            pages = torch.zeros(len(decodes), max_pages, dtype=torch.long)
-            for i, s in enumerate(decodes):
-                pages[i, : len(s.pages)] = s.pages
-            self.decode_pages = pages.view(-1)
-            lens = torch.tensor([s.ctx_len for s in decodes])
-            pad = torch.arange(max_pages * ps)[None, :] >= lens[:, None]
-            # Additive mask [1, B, 1, L]: broadcast over KV heads and the query heads of a group.
-            self.decode_mask = torch.zeros(len(decodes), max_pages * ps).masked_fill_(pad, float("-inf"))[None, :, None, :]
+        # Decodes are batched in groups of similar context length: each group is padded to its
+        # longest member, so a short context does not copy a long one's worth of padding.
+        self.decode_groups = [self._decode_group(g) for g in _length_groups(decodes)]
         self.prefill_masks = []
         for s in self.prefills:
             if s.ctx_len == s.q_len:
@@ -63,16 +53,30 @@ class TorchPagedAttention:
         """[KV, N, ps, D] pool tensor -> [KV, len(pages) * ps, D], contiguous."""
         return cache.index_select(1, pages).view(self.KV, -1, self.D)
 
-    def _decode(self, layer: int, q: torch.Tensor) -> torch.Tensor:
-        """Single-token queries [B, H, D] against their paged contexts."""
+    def _decode_group(self, decodes: list[Segment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(batch rows, gathered page ids, additive mask [1, B, 1, L]) for one decode group."""
+        ps = self.pool.page_size
+        max_pages = max(len(s.pages) for s in decodes)
+        pages = torch.zeros(len(decodes), max_pages, dtype=torch.long)
+        for i, s in enumerate(decodes):
+            pages[i, : len(s.pages)] = s.pages
+        lens = torch.tensor([s.ctx_len for s in decodes])
+        pad = torch.arange(max_pages * ps)[None, :] >= lens[:, None]
+        mask = torch.zeros(len(decodes), max_pages * ps).masked_fill_(pad, float("-inf"))[None, :, None, :]
+        rows = torch.tensor([s.q_start for s in decodes], dtype=torch.long)
+        return rows, pages.view(-1), mask
+
+    def _decode(self, layer: int, q: torch.Tensor, pages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Single-token queries [B, H, D] against their paged contexts: the pages are gathered
+        once into [KV * B, L, D] and two batched matmuls cover every head of every request."""
         B, (H, KV, D) = q.shape[0], (self.H, self.KV, self.D)
         G = H // KV
-        L = self.decode_mask.shape[-1]
-        k = self._gather(self.pool.k[layer], self.decode_pages).view(KV * B, L, D)
-        v = self._gather(self.pool.v[layer], self.decode_pages).view(KV * B, L, D)
+        L = mask.shape[-1]
+        k = self._gather(self.pool.k[layer], pages).view(KV * B, L, D)
+        v = self._gather(self.pool.v[layer], pages).view(KV * B, L, D)
         qg = q.view(B, KV, G, D).transpose(0, 1).reshape(KV * B, G, D)
         scores = torch.bmm(qg, k.transpose(1, 2)).view(KV, B, G, L).float() * self.scale
-        probs = torch.softmax(scores + self.decode_mask, dim=-1).to(q.dtype).view(KV * B, G, L)
+        probs = torch.softmax(scores + mask, dim=-1).to(q.dtype).view(KV * B, G, L)
         return torch.bmm(probs, v).view(KV, B, G, D).transpose(0, 1).reshape(B, H, D)
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -81,8 +85,8 @@ class TorchPagedAttention:
         k_cache[:, self.write_pages, self.write_offsets] = k.transpose(0, 1)
         v_cache[:, self.write_pages, self.write_offsets] = v.transpose(0, 1)
         out = torch.empty_like(q)
-        if self.decode_pages is not None:
-            out[self.decode_rows] = self._decode(layer, q[self.decode_rows])
+        for rows, pages, mask in self.decode_groups:
+            out[rows] = self._decode(layer, q[rows], pages, mask)
         for s, mask in zip(self.prefills, self.prefill_masks):
             rows = slice(s.q_start, s.q_start + s.q_len)
             qs = q[rows].transpose(0, 1).unsqueeze(0)                   # [1, H, q, D]
@@ -96,3 +100,17 @@ class TorchPagedAttention:
                 o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
             out[rows] = o[0].transpose(0, 1)
         return out
+
+
+# A context shorter than this fraction of its group's longest starts a new group.
+_GROUP_MIN_FILL = 0.6
+
+
+def _length_groups(decodes: list[Segment]) -> list[list[Segment]]:
+    groups: list[list[Segment]] = []
+    for s in sorted(decodes, key=lambda s: -len(s.pages)):
+        if groups and len(s.pages) >= _GROUP_MIN_FILL * len(groups[-1][0].pages):
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
