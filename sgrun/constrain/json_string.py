@@ -1,7 +1,7 @@
 """JSON string literals as automata.
 
 Unconstrained (or length-only) strings accept every escape JSON allows (\\" \\\\ \\/ \\b \\f \\n
-\\r \\t and \\uXXXX, surrogate pairs counted as one character). Strings with a pattern, format
+\\r \\t and \\uHHHH, surrogate pairs counted as one character). Strings with a pattern, format
 or excluded values are built as a DFA over the *decoded* UTF-8 text, then lifted to the escaped
 form: raw characters plus the short escapes and \\u00XX escapes of ASCII code points (other
 code points must appear raw, as json.dumps(ensure_ascii=False) writes them).
@@ -22,7 +22,7 @@ RAW_CHAR = chars((0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_CODEPOINT))
 SHORT_ESCAPE = seq(lit("\\"), chars((0x22, 0x22), (0x2F, 0x2F), (0x5C, 0x5C), (0x62, 0x62), (0x66, 0x66),
                                     (0x6E, 0x6E), (0x72, 0x72), (0x74, 0x74)))
 _U = lit("\\u")
-# \uXXXX that is not a surrogate, or a high+low surrogate pair: each is one character.
+# \uHHHH that is not a surrogate, or a high+low surrogate pair: each is one character.
 U_ESCAPE = alt(seq(_U, _HEX_NOT_D, HEX, HEX, HEX),
                seq(_U, _D, chars((0x30, 0x37)), HEX, HEX),
                seq(_U, _D, chars((0x38, 0x39), (0x41, 0x42), (0x61, 0x62)), HEX, HEX,
