@@ -16,7 +16,7 @@ from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.outputs import TokenLogprob
 from sgrun.errors import SgrunError
 from sgrun.server.engine_bridge import RunningRequest, SampleState, submit
-from sgrun.server.errors import APIError, bad_request, from_exception
+from sgrun.server.errors import APIError, bad_request, from_exception, generation_failed
 from sgrun.server.openai_params import OPENAI_FIELD_NAMES, build_sampling_params, check_n
 from sgrun.server.protocol import (ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ChatLogprobs,
                                    ChatMessage, ChatTokenLogprob, PromptTokensDetails, ResponseMessage,
@@ -229,7 +229,7 @@ def finish_reason(sample: SampleState, has_calls: bool) -> str | None:
 def engine_failure(samples: list[SampleState]) -> APIError | None:
     for s in samples:
         if s.error:
-            return APIError(500, f"generation failed: {s.error}", "internal_error")
+            return generation_failed(s.error)
     return None
 
 

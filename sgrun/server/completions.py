@@ -19,7 +19,7 @@ from sgrun.server.errors import APIError, bad_request, from_exception
 from sgrun.server.openai_params import OPENAI_FIELD_NAMES, build_sampling_params, check_n, check_sequence_count
 from sgrun.server.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
 from sgrun.server.state import ServerState
-from sgrun.server.streaming import DONE, sse
+from sgrun.server.streaming import DONE, sse, stream_failure
 
 MAX_PROMPTS = 256
 
@@ -189,10 +189,7 @@ async def completion_stream(state: ServerState, req: CompletionRequest, prompts:
                     yield chunk(pi * n + s_i, p.text)
         async for pi, ev in merged_events(runs):
             if ev.error:
-                err = APIError(500, f"generation failed: {ev.error}", "internal_error")
-                state.metrics.observe_error(err)
-                yield err.to_sse()
-                yield DONE
+                yield stream_failure(state, ev.error)
                 return
             index = pi * n + ev.index
             lp = None

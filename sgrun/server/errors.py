@@ -45,6 +45,11 @@ class APIError(Exception):
         return b"data: " + msgspec.json.encode(self.body()) + b"\n\n"
 
 
+def generation_failed(error: str) -> APIError:
+    """The engine aborted a request because of an internal error (never the client's fault)."""
+    return APIError(500, f"generation failed: {error}", "internal_error")
+
+
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, "invalid_request_error", param, code)
 

@@ -15,12 +15,12 @@ from sgrun.engine.outputs import StreamEvent, TokenLogprob
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.errors import InvalidRequestError, SgrunError
 from sgrun.server.engine_bridge import RunningRequest, SampleState, merged_events, submit
-from sgrun.server.errors import APIError, bad_request, from_exception
+from sgrun.server.errors import APIError, bad_request, from_exception, generation_failed
 from sgrun.server.openai_params import check_sequence_count, check_token_ids
 from sgrun.server.protocol import (GenerateMetaInfo, GenerateRequest, GenerateResult, GenerateStreamEvent,
                                    ModelInfo, ScoreRequest, ScoreResponse)
 from sgrun.server.state import ServerState
-from sgrun.server.streaming import DONE, sse
+from sgrun.server.streaming import DONE, sse, stream_failure
 
 MAX_BATCH = 256
 DEFAULT_MAX_NEW_TOKENS = 128
@@ -123,8 +123,7 @@ def _meta(run: RunningRequest, completion_tokens: int, cached: int, finish: str 
 def _check_failures(state: ServerState, samples: list[SampleState]) -> None:
     for s in samples:
         if s.error:
-            err = APIError(500, f"generation failed: {s.error}", "internal_error")
-            raise err
+            raise generation_failed(s.error)
 
 
 async def generate(state: ServerState, req: GenerateRequest, request: Request) -> GenerateResult | list[GenerateResult]:
@@ -153,10 +152,7 @@ async def generate_stream(state: ServerState, req: GenerateRequest, runs: list[R
     try:
         async for pi, ev in merged_events(runs):
             if ev.error:
-                err = APIError(500, f"generation failed: {ev.error}", "internal_error")
-                state.metrics.observe_error(err)
-                yield err.to_sse()
-                yield DONE
+                yield stream_failure(state, ev.error)
                 return
             run = runs[pi]
             index = pi * n + ev.index

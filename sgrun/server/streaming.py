@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 
 from sgrun.server.chat import PreparedChat, chat_logprobs, usage
 from sgrun.server.engine_bridge import RunningRequest
-from sgrun.server.errors import APIError
+from sgrun.server.errors import generation_failed
 from sgrun.server.protocol import (ChatChunkChoice, ChatCompletionChunk, ChatDelta, FunctionCallDelta,
                                    ToolCallDelta)
 from sgrun.server.state import ServerState
@@ -21,6 +21,13 @@ from sgrun.server.tools import StreamingToolParser, ToolCallDeltaPiece
 
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.Encoder().encode
+
+
+def stream_failure(state: ServerState, error: str) -> bytes:
+    """The SSE tail for a stream whose request the engine aborted: the error event, then [DONE]."""
+    err = generation_failed(error)
+    state.metrics.observe_error(err)
+    return err.to_sse() + DONE
 
 
 def sse(obj: Any) -> bytes:
@@ -75,10 +82,7 @@ async def chat_stream(state: ServerState, prepared: PreparedChat, run: RunningRe
             yield chunk(i, ChatDelta(role="assistant", content=""))
         async for ev in run.events():
             if ev.error:
-                err = APIError(500, f"generation failed: {ev.error}", "internal_error")
-                state.metrics.observe_error(err)
-                yield err.to_sse()
-                yield DONE
+                yield stream_failure(state, ev.error)
                 return
             logprobs = chat_logprobs(state.tokenizer, ev.logprobs, top_n) if (want_logprobs and ev.logprobs) else None
             parser = parsers[ev.index]
