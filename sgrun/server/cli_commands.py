@@ -8,6 +8,9 @@ import logging
 import os
 import sys
 
+from sgrun.errors import SgrunError
+from sgrun.server.router_cli import add_router_options, run_data_parallel
+
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
@@ -31,11 +34,19 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--max-context", type=int, default=None, help="cap on prompt + output tokens")
     p.add_argument("--disable-prefix-cache", action="store_true", help="turn the radix cache off")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    p.set_defaults(func=run_serve)
+    p.add_argument("--dp", type=int, default=1,
+                   help="data parallelism: run N engine replicas (each its own KV pool and radix cache, an equal "
+                        "share of the threads) behind a cache-aware router on --port")
+    add_router_options(p)
+    p.set_defaults(func=run_serve, serve_parser=p)
     return p
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    if args.dp > 1:
+        return run_data_parallel(args, args.serve_parser)
+    if args.dp < 1:
+        raise SgrunError(f"--dp must be at least 1, got {args.dp}")
     import uvicorn
 
     from sgrun.engine.engine import Engine
