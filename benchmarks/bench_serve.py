@@ -28,7 +28,7 @@ import httpx
 
 from sgrun.models.fetch import resolve_model_path
 from sgrun.server.background import free_port
-from sgrun.server.bench import BenchConfig, print_report, run_benchmark
+from sgrun.bench import BenchConfig, print_report, run_benchmark
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 600) -> None:

@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     add_engine_options(g)
     g.set_defaults(func=cmd_generate)
-    from sgrun.server.cli_commands import add_bench_parser, add_serve_parser
+    from sgrun.bench import add_bench_parser
+    from sgrun.server.cli_commands import add_serve_parser
     add_serve_parser(sub)
     add_bench_parser(sub)
     from sgrun.server.router_cli import add_router_parser

@@ -13,13 +13,16 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from sgrun.server.chat import template_messages
+from sgrun.server.chat_prompt import template_messages
 from sgrun.server.errors import APIError, from_decode_error, from_exception
 from sgrun.server.guards import RequestGuard
 from sgrun.server.protocol import (ChatCompletionRequest, ChatMessage, FunctionCall, FunctionDef, ToolCall,
                                    ToolChoiceFunction, ToolChoiceNamed, ToolDef)
-from sgrun.server.streaming import DONE, sse
-from sgrun.server.tools import (StreamingToolParser, parse_tool_calls, plan_tools, render_call, tool_call_regex)
+from sgrun.server.field_mapping import FieldNames
+from sgrun.server.sse import DONE, sse
+from sgrun.server.tool_format import parse_tool_calls, render_call, tool_call_regex
+from sgrun.server.tool_plan import plan_tools
+from sgrun.server.tool_stream_parser import StreamingToolParser
 from sgrun.errors import InvalidRequestError
 
 WEATHER = ToolDef(FunctionDef("get_weather", "weather", {"type": "object", "properties": {"city": {"type": "string"}},
@@ -121,7 +124,7 @@ def test_decode_errors_name_the_field():
     with pytest.raises(msgspec.DecodeError) as e2:
         msgspec.json.decode(b'{"model": ', type=ChatCompletionRequest)
     assert from_decode_error(e2.value).code == "invalid_json"
-    mapped = from_exception(InvalidRequestError("bad", field="max_new_tokens"), "", {"max_new_tokens": "max_tokens"})
+    mapped = from_exception(InvalidRequestError("bad", field="max_new_tokens"), FieldNames({"max_new_tokens": "max_tokens"}))
     assert mapped.status == 400 and mapped.param == "max_tokens"
     assert from_exception(RuntimeError("boom")).status == 500
 

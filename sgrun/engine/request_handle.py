@@ -38,9 +38,6 @@ class RequestHandle:
         """Prompt tokens served from the radix cache (known once the request is admitted)."""
         return self.seqs[0].cached_tokens if self.seqs else 0
 
-    def sample_cached_tokens(self, index: int) -> int:
-        return self.seqs[index].cached_tokens
-
     # Engine thread side.
     def push(self, ev: StreamEvent) -> None:
         with self._lock:

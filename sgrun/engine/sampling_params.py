@@ -53,7 +53,8 @@ class SamplingParams:
     def has_constraint(self) -> bool:
         return any(x is not None and x is not False for x in (self.json_schema, self.regex, self.grammar, self.choices))
 
-    def validated(self) -> "SamplingParams":
+    def validated(self, vocab_size: int | None = None) -> "SamplingParams":
+        """Check every field; with `vocab_size`, token ids named in logit_bias and stop_token_ids too."""
         def bad(fieldname: str, why: str) -> InvalidRequestError:
             return InvalidRequestError(f"{fieldname} {why}", field=fieldname)
 
@@ -88,6 +89,13 @@ class SamplingParams:
             raise bad("logit_bias", "must map token ids to numbers") from None
         if any(not -100.0 <= v <= 100.0 for v in self.logit_bias.values()):
             raise bad("logit_bias", "values must be in [-100, 100]")
+        if vocab_size is not None:
+            bad_ids = [t for t in self.logit_bias if not 0 <= t < vocab_size]
+            if bad_ids:
+                raise bad("logit_bias", f"names token id {bad_ids[0]}, outside the vocabulary [0, {vocab_size})")
+            bad_ids = [t for t in self.stop_token_ids if not isinstance(t, int) or not 0 <= t < vocab_size]
+            if bad_ids:
+                raise bad("stop_token_ids", f"holds {bad_ids[0]!r}, outside the vocabulary [0, {vocab_size})")
         given = [n for n in ("json_schema", "regex", "grammar", "choices")
                  if getattr(self, n) is not None and getattr(self, n) is not False]
         if len(given) > 1:

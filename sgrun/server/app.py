@@ -1,4 +1,4 @@
-"""The starlette app: routes for the OpenAI-compatible API and the native protocol, request
+"""The starlette app: one plain handler per route (each reads the app's ServerState), request
 decoding with msgspec, and the error boundary that turns every failure into an OpenAI error
 object without touching the engine."""
 
@@ -20,16 +20,20 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from sgrun.server import chat, completions, generate_api
-from sgrun.server.errors import APIError, from_decode_error
+from sgrun.server.chat_prompt import render_prompt
+from sgrun.server.chat_stream import chat_stream
+from sgrun.server.errors import APIError, from_decode_error, from_exception
 from sgrun.server.guards import RequestGuard
 from sgrun.server.metrics import CONTENT_TYPE, ServerMetrics
 from sgrun.server.protocol import (AbortRequest, ApplyChatTemplateRequest, ApplyChatTemplateResponse,
                                    ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse,
                                    GenerateRequest, ModelCard, ModelList, ScoreRequest, TokenizeRequest,
                                    TokenizeResponse)
+from sgrun.server.request_limits import check_prompt_ids
+from sgrun.server.sse import SSEResponse
 from sgrun.server.state import ServerState
-from sgrun.server.streaming import SSEResponse, chat_stream
-from sgrun.server.tools import plan_tools
+from sgrun.server.tool_plan import plan_tools
+from sgrun.errors import SgrunError
 
 log = logging.getLogger("sgrun.server")
 
@@ -43,6 +47,10 @@ def json_response(obj: Any, status: int = 200) -> Response:
     return Response(_encode(obj), status_code=status, media_type="application/json")
 
 
+def server_state(request: Request) -> ServerState:
+    return request.app.state.sgrun
+
+
 async def decode_body(request: Request, type_: type[T]) -> T:
     body = await request.body()
     if not body:
@@ -53,26 +61,172 @@ async def decode_body(request: Request, type_: type[T]) -> T:
         raise from_decode_error(exc) from exc
 
 
-def error_boundary(state: ServerState) -> Callable[[Handler], Handler]:
+def guarded(fn: Handler) -> Handler:
     """Every handler failure becomes an OpenAI error response; a bug is a 500 for this request
     only, never a crash of the server or the engine."""
-    def wrap(fn: Handler) -> Handler:
-        @functools.wraps(fn)
-        async def handler(request: Request) -> Response:
-            try:
-                return await fn(request)
-            except APIError as err:
-                state.metrics.observe_error(err)
-                return err.to_response()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the boundary
-                log.exception("unhandled error in %s", request.url.path)
-                err = APIError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
-                state.metrics.observe_error(err)
-                return err.to_response()
-        return handler
-    return wrap
+    @functools.wraps(fn)
+    async def handler(request: Request) -> Response:
+        metrics = server_state(request).metrics
+        try:
+            return await fn(request)
+        except APIError as err:
+            metrics.observe_error(err)
+            return err.to_response()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the boundary
+            log.exception("unhandled error in %s", request.url.path)
+            err = APIError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
+            metrics.observe_error(err)
+            return err.to_response()
+    return handler
+
+
+# --------------------------------------------------------------------------- OpenAI API
+
+
+@guarded
+async def chat_completions(request: Request) -> Response:
+    state = server_state(request)
+    req = await decode_body(request, ChatCompletionRequest)
+    if req.stream:
+        prepared, run = await chat.start_chat(state, req)
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        return SSEResponse(chat_stream(state, prepared, run, req.model, include_usage))
+    return json_response(await chat.chat_completion(state, req, request))
+
+
+@guarded
+async def text_completions(request: Request) -> Response:
+    state = server_state(request)
+    req = await decode_body(request, CompletionRequest)
+    if req.stream:
+        prepared, runs = await completions.start_completions(state, req)
+        return SSEResponse(completions.completion_stream(state, req, prepared, runs))
+    return json_response(await completions.completion(state, req, request))
+
+
+@guarded
+async def list_models(request: Request) -> Response:
+    state = server_state(request)
+    return json_response(ModelList(data=[ModelCard(id=state.model_name, created=state.started,
+                                                   max_model_len=state.max_context)]))
+
+
+@guarded
+async def get_model(request: Request) -> Response:
+    state = server_state(request)
+    name = request.path_params["model"]
+    state.check_model(name)
+    return json_response(ModelCard(id=name, created=state.started, max_model_len=state.max_context))
+
+
+# --------------------------------------------------------------------------- operations
+
+
+async def health(request: Request) -> Response:
+    alive = server_state(request).engine.is_alive()
+    return json_response({"status": "ok" if alive else "unhealthy"}, 200 if alive else 503)
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    body = await asyncio.to_thread(server_state(request).metrics.render)
+    return Response(body, media_type=CONTENT_TYPE)
+
+
+@guarded
+async def flush_cache(request: Request) -> Response:
+    freed = await asyncio.to_thread(server_state(request).engine.flush_cache)
+    return json_response({"flushed": True, "pages_freed": freed})
+
+
+# --------------------------------------------------------------------------- native protocol
+
+
+@guarded
+async def generate(request: Request) -> Response:
+    state = server_state(request)
+    req = await decode_body(request, GenerateRequest)
+    if req.stream:
+        runs, _ = await generate_api.start_generate(state, req)
+        return SSEResponse(generate_api.generate_stream(state, req, runs))
+    return json_response(await generate_api.generate(state, req, request))
+
+
+@guarded
+async def score(request: Request) -> Response:
+    return json_response(await generate_api.score(server_state(request), await decode_body(request, ScoreRequest)))
+
+
+@guarded
+async def model_info(request: Request) -> Response:
+    return json_response(generate_api.model_info(server_state(request)))
+
+
+@guarded
+async def tokenize(request: Request) -> Response:
+    state = server_state(request)
+    req = await decode_body(request, TokenizeRequest)
+    ids = await asyncio.to_thread(state.tokenizer.encode, req.text, req.add_bos)
+    return json_response(TokenizeResponse(input_ids=ids, count=len(ids)))
+
+
+@guarded
+async def detokenize(request: Request) -> Response:
+    state = server_state(request)
+    req = await decode_body(request, DetokenizeRequest)
+    if req.input_ids:
+        check_prompt_ids(req.input_ids, state.tokenizer.vocab_size, "input_ids")
+    text = await asyncio.to_thread(state.tokenizer.decode, req.input_ids, req.skip_special_tokens)
+    return json_response(DetokenizeResponse(text=text))
+
+
+@guarded
+async def apply_chat_template(request: Request) -> Response:
+    state = server_state(request)
+    req = await decode_body(request, ApplyChatTemplateRequest)
+    plan = plan_tools(req.tools, None, None)
+
+    def render() -> tuple[str, list[int]]:
+        text = render_prompt(state.tokenizer, req.messages, plan.tools, req.add_generation_prompt)
+        return text, state.tokenizer.encode(text, add_bos=None)
+    try:
+        text, ids = await asyncio.to_thread(render)
+    except SgrunError as exc:  # e.g. a template that fails to render these messages
+        raise from_exception(exc) from exc
+    return json_response(ApplyChatTemplateResponse(text=text, input_ids=ids))
+
+
+@guarded
+async def abort_request(request: Request) -> Response:
+    req = await decode_body(request, AbortRequest)
+    server_state(request).engine.abort(req.rid)
+    return json_response({"aborted": True})
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind).to_response()
+
+
+ROUTES = [
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/completions", text_completions, methods=["POST"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model:path}", get_model, methods=["GET"]),
+    Route("/health", health, methods=["GET"]),
+    Route("/metrics", metrics_endpoint, methods=["GET"]),
+    Route("/generate", generate, methods=["POST"]),
+    Route("/score", score, methods=["POST"]),
+    Route("/model_info", model_info, methods=["GET"]),
+    Route("/get_model_info", model_info, methods=["GET"]),
+    Route("/tokenize", tokenize, methods=["POST"]),
+    Route("/detokenize", detokenize, methods=["POST"]),
+    Route("/apply_chat_template", apply_chat_template, methods=["POST"]),
+    Route("/abort_request", abort_request, methods=["POST"]),
+    Route("/flush_cache", flush_cache, methods=["POST"]),
+]
 
 
 def served_names(engine: Any, extra: list[str] | None) -> set[str]:
@@ -92,125 +246,6 @@ def build_app(engine: Any, *, served_model_names: list[str] | None = None, api_k
     primary = served_model_names[0] if served_model_names else engine.model_name
     state = ServerState(engine=engine, model_name=primary, served_names=served_names(engine, served_model_names),
                         metrics=metrics)
-    guarded = error_boundary(state)
-
-    @guarded
-    async def chat_completions(request: Request) -> Response:
-        req = await decode_body(request, ChatCompletionRequest)
-        if req.stream:
-            prepared, run = await chat.start_chat(state, req)
-            include_usage = bool(req.stream_options and req.stream_options.include_usage)
-            return SSEResponse(chat_stream(state, prepared, run, req.model, include_usage))
-        return json_response(await chat.chat_completion(state, req, request))
-
-    @guarded
-    async def text_completions(request: Request) -> Response:
-        req = await decode_body(request, CompletionRequest)
-        if req.stream:
-            prompts, runs, rid = await completions.start_completions(state, req)
-            return SSEResponse(completions.completion_stream(state, req, prompts, runs, rid))
-        return json_response(await completions.completion(state, req, request))
-
-    @guarded
-    async def list_models(request: Request) -> Response:
-        return json_response(ModelList(data=[ModelCard(id=primary, created=state.started,
-                                                       max_model_len=state.max_context)]))
-
-    @guarded
-    async def get_model(request: Request) -> Response:
-        name = request.path_params["model"]
-        state.check_model(name)
-        return json_response(ModelCard(id=name, created=state.started, max_model_len=state.max_context))
-
-    async def health(request: Request) -> Response:
-        alive = engine.is_alive()
-        return json_response({"status": "ok" if alive else "unhealthy"}, 200 if alive else 503)
-
-    async def metrics_endpoint(request: Request) -> Response:
-        body = await asyncio.to_thread(metrics.render)
-        return Response(body, media_type=CONTENT_TYPE)
-
-    @guarded
-    async def generate(request: Request) -> Response:
-        req = await decode_body(request, GenerateRequest)
-        if req.stream:
-            runs, _ = await generate_api.start_generate(state, req)
-            return SSEResponse(generate_api.generate_stream(state, req, runs))
-        return json_response(await generate_api.generate(state, req, request))
-
-    @guarded
-    async def score(request: Request) -> Response:
-        return json_response(await generate_api.score(state, await decode_body(request, ScoreRequest)))
-
-    @guarded
-    async def model_info(request: Request) -> Response:
-        return json_response(generate_api.model_info(state))
-
-    @guarded
-    async def tokenize(request: Request) -> Response:
-        req = await decode_body(request, TokenizeRequest)
-        ids = await asyncio.to_thread(state.tokenizer.encode, req.text, req.add_bos)
-        return json_response(TokenizeResponse(input_ids=ids, count=len(ids)))
-
-    @guarded
-    async def detokenize(request: Request) -> Response:
-        req = await decode_body(request, DetokenizeRequest)
-        vocab = state.tokenizer.vocab_size
-        if any(not 0 <= t < vocab for t in req.input_ids):
-            raise APIError(400, f"input_ids must be in [0, {vocab})", param="input_ids")
-        text = await asyncio.to_thread(state.tokenizer.decode, req.input_ids, req.skip_special_tokens)
-        return json_response(DetokenizeResponse(text=text))
-
-    @guarded
-    async def apply_chat_template(request: Request) -> Response:
-        req = await decode_body(request, ApplyChatTemplateRequest)
-        plan = plan_tools(req.tools, None, None)
-
-        def render() -> tuple[str, list[int]]:
-            text = chat.render_prompt(state.tokenizer, req.messages, plan.tools, req.add_generation_prompt)
-            return text, state.tokenizer.encode(text, add_bos=None)
-        try:
-            text, ids = await asyncio.to_thread(render)
-        except APIError:
-            raise
-        except Exception as exc:
-            from sgrun.server.errors import from_exception
-            raise from_exception(exc) from exc
-        return json_response(ApplyChatTemplateResponse(text=text, input_ids=ids))
-
-    @guarded
-    async def abort_request(request: Request) -> Response:
-        req = await decode_body(request, AbortRequest)
-        engine.abort(req.rid)
-        return json_response({"aborted": True})
-
-    @guarded
-    async def flush_cache(request: Request) -> Response:
-        freed = await asyncio.to_thread(engine.flush_cache)
-        return json_response({"flushed": True, "pages_freed": freed})
-
-    async def http_error(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return APIError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind).to_response()
-
-    routes = [
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/completions", text_completions, methods=["POST"]),
-        Route("/v1/models", list_models, methods=["GET"]),
-        Route("/v1/models/{model:path}", get_model, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/generate", generate, methods=["POST"]),
-        Route("/score", score, methods=["POST"]),
-        Route("/model_info", model_info, methods=["GET"]),
-        Route("/get_model_info", model_info, methods=["GET"]),
-        Route("/tokenize", tokenize, methods=["POST"]),
-        Route("/detokenize", detokenize, methods=["POST"]),
-        Route("/apply_chat_template", apply_chat_template, methods=["POST"]),
-        Route("/abort_request", abort_request, methods=["POST"]),
-        Route("/flush_cache", flush_cache, methods=["POST"]),
-    ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -218,7 +253,7 @@ def build_app(engine: Any, *, served_model_names: list[str] | None = None, api_k
         if close_engine_on_shutdown:
             await asyncio.to_thread(engine.close)
 
-    app = Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    app = Starlette(routes=ROUTES, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
     app.state.sgrun = state
     guarded_app = RequestGuard(app, api_key, max_body_bytes, on_error=metrics.observe_error)
     guarded_app.state = state  # type: ignore[attr-defined]  # tests reach the engine through it

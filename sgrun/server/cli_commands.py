@@ -1,5 +1,5 @@
-"""`sgrun serve` and `sgrun bench serve`: argument parsers that sgrun/cli.py attaches to its
-subcommands, and the functions they run."""
+"""`sgrun serve`: the argument parser sgrun/cli.py attaches to its subcommands, and the function
+it runs."""
 
 from __future__ import annotations
 
@@ -62,43 +62,3 @@ def run_serve(args: argparse.Namespace) -> int:
     print(f"sgrun serve: {engine.model_name} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0
-
-
-def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("bench", help="benchmarks")
-    sub = p.add_subparsers(dest="bench_command", required=True)
-    s = sub.add_parser("serve", help="replay a workload against an OpenAI-compatible endpoint",
-                       description="Replay a chat or agents workload against any OpenAI-compatible server and "
-                                   "report request and output-token throughput, TTFT and TPOT p50/p99.")
-    s.add_argument("--base-url", required=True, help="e.g. http://127.0.0.1:30000/v1")
-    s.add_argument("--model", default=None, help="model name to send (default: the first of /v1/models)")
-    s.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "none"))
-    s.add_argument("--workload", choices=["chat", "agents"], default="chat")
-    s.add_argument("--concurrency", type=int, default=16)
-    s.add_argument("--num-requests", type=int, default=64)
-    s.add_argument("--request-rate", type=float, default=None,
-                   help="Poisson arrivals per second (default: send as fast as concurrency allows)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--max-tokens", type=int, default=None,
-                   help="override the workload's output length (chat: 64-128, agents: 32)")
-    s.add_argument("--warmup", type=int, default=1, help="requests sent (and not measured) before the run")
-    s.add_argument("--json", dest="json_out", default=None, help="also write the results to this JSON file")
-    s.set_defaults(func=run_bench_serve)
-    return p
-
-
-def run_bench_serve(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from sgrun.server.bench import BenchConfig, print_report, run_benchmark
-
-    cfg = BenchConfig(base_url=args.base_url, model=args.model, api_key=args.api_key, workload=args.workload,
-                      concurrency=args.concurrency, num_requests=args.num_requests, request_rate=args.request_rate,
-                      seed=args.seed, max_tokens=args.max_tokens, warmup=args.warmup)
-    report = asyncio.run(run_benchmark(cfg))
-    print_report(report)
-    if args.json_out:
-        import json
-        with open(args.json_out, "w") as f:
-            json.dump(report, f, indent=2)
-    return 0 if report["failed"] == 0 else 1

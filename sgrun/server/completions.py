@@ -11,23 +11,33 @@ from typing import Any
 
 from starlette.requests import Request
 
-from sgrun.engine.outputs import TokenLogprob
-from sgrun.errors import SgrunError
-from sgrun.server.chat import engine_failure, usage
-from sgrun.server.engine_bridge import RunningRequest, merged_events, submit
-from sgrun.server.errors import APIError, bad_request, from_exception
-from sgrun.server.openai_params import OPENAI_FIELD_NAMES, build_sampling_params, check_n, check_sequence_count
+from sgrun.engine.sampling_params import SamplingParams
+from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
+from sgrun.server.engine_bridge import RunningRequest, merged_events, submit_all
+from sgrun.server.errors import bad_request
+from sgrun.server.field_mapping import COMPLETION_NAMES, openai_sampling_params
+from sgrun.server.openai_shapes import completion_logprobs, usage
 from sgrun.server.protocol import CompletionChoice, CompletionLogprobs, CompletionRequest, CompletionResponse
+from sgrun.server.request_limits import (check_prompt_count, check_prompt_ids, check_sequence_count,
+                                         resolve_max_tokens)
+from sgrun.server.sse import DONE, sse, stream_failure
 from sgrun.server.state import ServerState
-from sgrun.server.streaming import DONE, sse, stream_failure
 
-MAX_PROMPTS = 256
+DEFAULT_MAX_TOKENS = 16
 
 
 @dataclass
 class PreparedPrompt:
     ids: list[int]
     text: str          # for echo
+
+
+@dataclass
+class PreparedCompletion:
+    request_id: str
+    prompts: list[PreparedPrompt]
+    params: list[SamplingParams]   # one per prompt (their max_tokens default depends on the prompt)
+    constraint: ConstraintSpec | None
 
 
 def split_prompts(prompt: str | list[Any]) -> list[str | list[int]]:
@@ -46,45 +56,56 @@ def split_prompts(prompt: str | list[Any]) -> list[str | list[int]]:
                       param="prompt")
 
 
-def prepare_prompts(state: ServerState, req: CompletionRequest) -> list[PreparedPrompt]:
+def constraint_spec(req: CompletionRequest) -> ConstraintSpec | None:
+    given = [ConstraintSpec(kind, value, param) for kind, value, param in
+             (("regex", req.regex, "regex"), ("grammar", req.ebnf, "ebnf"), ("json_schema", req.json_schema, "json_schema"))
+             if value is not None]
+    if len(given) > 1:
+        raise bad_request("give at most one of regex, ebnf and json_schema", param="regex")
+    return given[0] if given else None
+
+
+def prepare_completion(state: ServerState, req: CompletionRequest) -> PreparedCompletion:
+    """Everything that can reject a request before its constraint is compiled (on a worker thread)."""
     state.check_model(req.model)
-    check_n(req.n)
     if req.suffix:
         raise bad_request("suffix (fill-in-the-middle) is not supported by this server; put all text in prompt",
                           param="suffix", code="unsupported_parameter")
     if req.best_of is not None and req.best_of != (req.n or 1):
         raise bad_request("best_of is not supported (only best_of == n)", param="best_of",
                           code="unsupported_parameter")
-    prompts = split_prompts(req.prompt)
-    if len(prompts) > MAX_PROMPTS:
-        raise bad_request(f"at most {MAX_PROMPTS} prompts per request", param="prompt")
+    raw_prompts = split_prompts(req.prompt)
+    check_prompt_count(len(raw_prompts), "prompt")
     tok = state.tokenizer
-    out = []
-    vocab = state.engine.config.vocab_size
-    for i, p in enumerate(prompts):
+    prompts = []
+    for i, p in enumerate(raw_prompts):
+        param = f"prompt[{i}]" if len(raw_prompts) > 1 else "prompt"
         if isinstance(p, str):
             if not p:
-                raise bad_request("prompt must not be an empty string", param=f"prompt[{i}]" if len(prompts) > 1 else "prompt")
-            out.append(PreparedPrompt(tok.encode(p), p))
+                raise bad_request("prompt must not be an empty string", param=param)
+            prompts.append(PreparedPrompt(tok.encode(p), p))
         else:
-            if not p:
-                raise bad_request("a token-id prompt must not be empty", param="prompt")
-            if any(not 0 <= t < vocab for t in p):
-                raise bad_request(f"prompt token ids must be in [0, {vocab})", param="prompt")
-            out.append(PreparedPrompt(p, tok.decode(p) if req.echo else ""))
-    return out
+            ids = check_prompt_ids(p, tok.vocab_size, param)
+            prompts.append(PreparedPrompt(ids, tok.decode(ids) if req.echo else ""))
+    spec = constraint_spec(req)
+    check_sequence_count(len(prompts), req.n or 1)
+    max_tokens = req.max_tokens if req.max_tokens is not None else DEFAULT_MAX_TOKENS
+    params = [openai_sampling_params(req, resolve_max_tokens(max_tokens, len(p.ids), state.max_context,
+                                                             max_tokens_field="max_tokens", prompt_field="prompt"),
+                                     req.logprobs, COMPLETION_NAMES, tok.vocab_size)
+              for p in prompts]
+    return PreparedCompletion("cmpl-" + uuid.uuid4().hex, prompts, params, spec)
 
 
-def _completion_logprobs(items: list[TokenLogprob], top_n: int, start_offset: int) -> CompletionLogprobs:
-    tokens, lps, tops, offsets = [], [], [], []
-    offset = start_offset
-    for t in items:
-        tokens.append(t.token)
-        lps.append(t.logprob)
-        tops.append({tok: lp for _, tok, lp in t.top[:top_n]} if top_n else None)
-        offsets.append(offset)
-        offset += len(t.token)
-    return CompletionLogprobs(tokens=tokens, token_logprobs=lps, top_logprobs=tops, text_offset=offsets)
+async def start_completions(state: ServerState, req: CompletionRequest
+                            ) -> tuple[PreparedCompletion, list[RunningRequest]]:
+    prepared = await asyncio.to_thread(prepare_completion, state, req)
+    constraint = await compile_request_constraint(state.tokenizer, prepared.constraint, state.metrics)
+    rid = prepared.request_id
+    runs = await submit_all(state.engine, [p.ids for p in prepared.prompts], prepared.params, constraint,
+                            state.metrics, "completion", COMPLETION_NAMES,
+                            [f"{rid}-{i}" for i in range(len(prepared.prompts))])
+    return prepared, runs
 
 
 async def _prompt_logprobs(state: ServerState, p: PreparedPrompt) -> CompletionLogprobs:
@@ -100,80 +121,43 @@ async def _prompt_logprobs(state: ServerState, p: PreparedPrompt) -> CompletionL
                               text_offset=offsets)
 
 
-async def start_completions(state: ServerState, req: CompletionRequest
-                            ) -> tuple[list[PreparedPrompt], list[RunningRequest], str]:
-    try:
-        prompts = await asyncio.to_thread(prepare_prompts, state, req)
-        if req.logprobs is not None and not 0 <= req.logprobs <= 20:
-            raise bad_request(f"logprobs must be in [0, 20], got {req.logprobs}", param="logprobs")
-        constraint = {}
-        if sum(x is not None for x in (req.regex, req.ebnf, req.json_schema)) > 1:
-            raise bad_request("give at most one of regex, ebnf and json_schema", param="regex")
-        if req.regex is not None:
-            constraint = {"regex": req.regex}
-        elif req.ebnf is not None:
-            constraint = {"grammar": req.ebnf}
-        elif req.json_schema is not None:
-            constraint = {"json_schema": req.json_schema}
-        check_sequence_count(len(prompts), req.n or 1)
-        params_list = [build_sampling_params(req, req.max_tokens if req.max_tokens is not None else 16,
-                                             len(p.ids), state.max_context, req.logprobs,
-                                             vocab_size=state.tokenizer.vocab_size, **constraint)
-                       for p in prompts]
-    except (APIError, SgrunError) as exc:
-        err = from_exception(exc)
-        raise err from exc
-    rid = "cmpl-" + uuid.uuid4().hex
-    constraint_param = next(iter(constraint), None)
-    runs: list[RunningRequest] = []
-    try:
-        for i, (p, params) in enumerate(zip(prompts, params_list)):
-            runs.append(await submit(state.engine, p.ids, params, state.metrics, "completion",
-                                     request_id=f"{rid}-{i}", param_names=OPENAI_FIELD_NAMES,
-                                     constraint_param={"grammar": "ebnf"}.get(constraint_param, constraint_param)))
-    except BaseException:
-        for r in runs:
-            r.abort()
-        raise
-    return prompts, runs, rid
-
-
 async def completion(state: ServerState, req: CompletionRequest, request: Request) -> CompletionResponse:
-    prompts, runs, rid = await start_completions(state, req)
+    prepared, runs = await start_completions(state, req)
     try:
         results = await asyncio.gather(*(r.run_to_end(request) for r in runs))
     finally:
         for r in runs:
             r.abort()
     choices = []
-    prompt_total = completion_total = cached_total = 0
     n = runs[0].params.n
-    for pi, (p, run, samples) in enumerate(zip(prompts, runs, results)):
-        if (err := engine_failure(samples)) is not None:
-            raise err
-        final = await run.final_output()
-        prompt_total += run.prompt_tokens
-        completion_total += run.completion_tokens
-        cached_total += min(final.cached_tokens, run.prompt_tokens) if final else 0
+    for pi, (p, run, outputs) in enumerate(zip(prepared.prompts, runs, results)):
+        run.raise_if_failed()
         echo_lp = await _prompt_logprobs(state, p) if (req.echo and req.logprobs is not None) else None
-        for s_i, s in enumerate(samples):
-            text = (p.text if req.echo else "") + s.text
+        for out in outputs:
+            text = (p.text if req.echo else "") + out.text
             lp = None
             if req.logprobs is not None:
-                lp = _completion_logprobs(s.logprobs, req.logprobs, len(p.text) if req.echo else 0)
+                lp = completion_logprobs(out.logprobs or [], req.logprobs, len(p.text) if req.echo else 0)
                 if echo_lp is not None:
                     lp = CompletionLogprobs(tokens=echo_lp.tokens + lp.tokens,
                                             token_logprobs=echo_lp.token_logprobs + lp.token_logprobs,
                                             top_logprobs=echo_lp.top_logprobs + lp.top_logprobs,
                                             text_offset=echo_lp.text_offset + lp.text_offset)
-            choices.append(CompletionChoice(index=pi * n + s_i, text=text, finish_reason=s.finish_reason, logprobs=lp))
-    return CompletionResponse(id=rid, created=int(time.time()), model=req.model, choices=choices,
-                              usage=usage(prompt_total, completion_total, cached_total))
+            choices.append(CompletionChoice(index=pi * n + out.index, text=text, finish_reason=out.finish_reason,
+                                            logprobs=lp))
+    return CompletionResponse(id=prepared.request_id, created=int(time.time()), model=req.model, choices=choices,
+                              usage=_total_usage(runs))
 
 
-async def completion_stream(state: ServerState, req: CompletionRequest, prompts: list[PreparedPrompt],
-                            runs: list[RunningRequest], rid: str) -> AsyncIterator[bytes]:
+def _total_usage(runs: list[RunningRequest]):
+    return usage(sum(r.prompt_tokens for r in runs), sum(r.completion_tokens for r in runs),
+                 sum(r.cached_tokens for r in runs))
+
+
+async def completion_stream(state: ServerState, req: CompletionRequest, prepared: PreparedCompletion,
+                            runs: list[RunningRequest]) -> AsyncIterator[bytes]:
     created = int(time.time())
+    rid = prepared.request_id
     n = runs[0].params.n
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
 
@@ -181,29 +165,26 @@ async def completion_stream(state: ServerState, req: CompletionRequest, prompts:
         return sse(CompletionResponse(id=rid, created=created, model=req.model, choices=[
             CompletionChoice(index=index, text=text, finish_reason=finish, logprobs=logprobs)]))
 
-    offsets = [len(p.text) if req.echo else 0 for p in prompts for _ in range(n)]
+    offsets = [len(p.text) if req.echo else 0 for p in prepared.prompts for _ in range(n)]
     try:
         if req.echo:
-            for pi, p in enumerate(prompts):
+            for pi, p in enumerate(prepared.prompts):
                 for s_i in range(n):
                     yield chunk(pi * n + s_i, p.text)
         async for pi, ev in merged_events(runs):
             if ev.error:
-                yield stream_failure(state, ev.error)
+                yield stream_failure(state.metrics, ev.error)
                 return
             index = pi * n + ev.index
             lp = None
             if req.logprobs is not None and ev.logprobs:
-                lp = _completion_logprobs(ev.logprobs, req.logprobs, offsets[index])
+                lp = completion_logprobs(ev.logprobs, req.logprobs, offsets[index])
             offsets[index] += len(ev.text)
             if ev.text or lp is not None or ev.finish_reason is not None:
                 yield chunk(index, ev.text, ev.finish_reason, lp)
         if include_usage:
-            finals = [await r.final_output() for r in runs]
-            cached = sum(min(f.cached_tokens, r.prompt_tokens) for f, r in zip(finals, runs) if f)
             yield sse(CompletionResponse(id=rid, created=created, model=req.model, choices=[],
-                                         usage=usage(sum(r.prompt_tokens for r in runs),
-                                                     sum(r.completion_tokens for r in runs), cached)))
+                                         usage=_total_usage(runs)))
         yield DONE
     finally:
         for r in runs:

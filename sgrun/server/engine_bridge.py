@@ -1,5 +1,5 @@
-"""Running one engine request from asyncio: submit on a worker thread (the engine validates
-and compiles constraints in the caller's thread), stream its events, and abort it when the
+"""Running one engine request from asyncio: submit (with its constraint already compiled),
+accumulate its events into the engine's own CompletionOutput per sample, and abort it when the
 client goes away or the handler stops early, so its pages are freed."""
 
 from __future__ import annotations
@@ -7,27 +7,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
 
-from sgrun.engine.outputs import RequestOutput, StreamEvent, TokenLogprob
+from sgrun.constrain import Constraint
+from sgrun.engine.outputs import CompletionOutput, StreamEvent
 from sgrun.engine.sampling_params import SamplingParams
-from sgrun.errors import ConstraintError
-from sgrun.server.errors import APIError, from_exception
+from sgrun.server.errors import APIError, from_exception, generation_failed
+from sgrun.server.field_mapping import FieldNames
 from sgrun.server.metrics import ServerMetrics
-
-
-@dataclass
-class SampleState:
-    """What has been generated so far for one sample (`index`) of a request."""
-    text: str = ""
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    finish_reason: str | None = None
-    matched_stop: str | int | None = None
-    error: str | None = None
 
 
 class RunningRequest:
@@ -43,9 +32,21 @@ class RunningRequest:
         self.kind = kind
         self.arrival = arrival
         self.first_token_time: float | None = None
-        self.samples = [SampleState() for _ in range(params.n)]
+        self.outputs = [CompletionOutput(index=i, text="", token_ids=[], finish_reason=None,
+                                         logprobs=[] if params.logprobs is not None else None)
+                        for i in range(params.n)]
+        self.error: str | None = None     # the first engine-side failure of any sample
         self.finished = False
         self._recorded = False
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens served from the radix cache (the handle knows once the request is admitted)."""
+        return min(self.handle.cached_tokens, self.prompt_tokens)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(len(o.token_ids) for o in self.outputs)
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         """The engine's events, in order; aborts the request if the consumer stops early."""
@@ -59,7 +60,7 @@ class RunningRequest:
                 self.abort()
             self._record()
 
-    async def run_to_end(self, request: Request | None = None) -> list[SampleState]:
+    async def run_to_end(self, request: Request | None = None) -> list[CompletionOutput]:
         """Consume every event; if the HTTP client disconnects first, abort and raise."""
         async def consume() -> None:
             async for _ in self.events():
@@ -67,7 +68,7 @@ class RunningRequest:
 
         if request is None:
             await consume()
-            return self.samples
+            return self.outputs
         consumer = asyncio.ensure_future(consume())
         watcher = asyncio.ensure_future(_wait_for_disconnect(request))
         try:
@@ -81,39 +82,31 @@ class RunningRequest:
             watcher.cancel()
             if not consumer.done():
                 consumer.cancel()
-        return self.samples
+        return self.outputs
 
-    async def final_output(self) -> RequestOutput | None:
-        """The engine's RequestOutput once every event was consumed (for cached-token counts)."""
-        try:
-            return await asyncio.wait_for(self.handle.aresult(), timeout=5.0)
-        except Exception:  # the summary is a nicety; never fail a finished request over it
-            return None
+    def raise_if_failed(self) -> None:
+        """A request the engine aborted because of an internal error is a 500 for this request."""
+        if self.error is not None:
+            raise generation_failed(self.error)
 
     def abort(self) -> None:
         if not self.finished:
             self.finished = True
-            try:
-                self.handle.abort()
-            except Exception:  # already finished or engine shutting down: nothing left to free
-                pass
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(len(s.token_ids) for s in self.samples)
+            self.handle.abort()  # only queues a message for the engine loop; never raises
 
     def _account(self, ev: StreamEvent) -> None:
-        s = self.samples[ev.index]
+        out = self.outputs[ev.index]
         if ev.token_ids and self.first_token_time is None:
             self.first_token_time = time.perf_counter()
-        s.text += ev.text
-        s.token_ids.extend(ev.token_ids)
-        if ev.logprobs:
-            s.logprobs.extend(ev.logprobs)
+        out.text += ev.text
+        out.token_ids.extend(ev.token_ids)
+        if ev.logprobs and out.logprobs is not None:
+            out.logprobs.extend(ev.logprobs)
         if ev.finish_reason is not None:
-            s.finish_reason = ev.finish_reason
-            s.matched_stop = ev.matched_stop
-            s.error = ev.error
+            out.finish_reason = ev.finish_reason
+            out.matched_stop = ev.matched_stop
+            if ev.error and self.error is None:
+                self.error = ev.error
 
     def _record(self) -> None:
         if self._recorded:
@@ -125,10 +118,9 @@ class RunningRequest:
         tpot = None
         if self.first_token_time is not None and out_tokens > self.params.n:
             tpot = (end - self.first_token_time) / (out_tokens / self.params.n - 1)
-        errored = any(s.error for s in self.samples)
-        aborted = any(s.finish_reason == "abort" for s in self.samples) or not all(s.finish_reason for s in self.samples)
+        aborted = any(o.finish_reason in (None, "abort") for o in self.outputs)
         self.metrics.observe_request(self.kind, self.prompt_tokens, out_tokens, ttft, tpot,
-                                     status="error" if errored else "aborted" if aborted else "ok",
+                                     status="error" if self.error else "aborted" if aborted else "ok",
                                      e2e=end - self.arrival)
 
 
@@ -140,22 +132,32 @@ async def _wait_for_disconnect(request: Request) -> None:
             return
 
 
-async def submit(engine: Any, prompt: list[int], params: SamplingParams, metrics: ServerMetrics, kind: str,
-                 request_id: str | None = None, param_names: dict[str, str] | None = None,
-                 param_prefix: str = "", constraint_param: str | None = None) -> RunningRequest:
-    """Submit on a worker thread; validation and constraint errors become 400s."""
+async def submit(engine: Any, prompt: list[int], params: SamplingParams, constraint: Constraint | None,
+                 metrics: ServerMetrics, kind: str, names: FieldNames, request_id: str | None = None
+                 ) -> RunningRequest:
+    """Submit on a worker thread (the engine checks the prompt against its context there); an
+    error it raises is a 400 under the field name the client sent."""
     arrival = time.perf_counter()
-    started = time.perf_counter()
     try:
-        handle = await asyncio.to_thread(engine.submit, prompt, params, request_id)
+        handle = await asyncio.to_thread(engine.submit, prompt, params, request_id, constraint)
     except Exception as exc:
-        err = from_exception(exc, param_prefix, param_names)
-        if isinstance(exc, ConstraintError) and err.param is None:
-            err.param = constraint_param
-        raise err from exc
-    if params.has_constraint:
-        metrics.observe_constraint_submit(time.perf_counter() - started)
+        raise from_exception(exc, names) from exc
     return RunningRequest(handle, len(prompt), params, metrics, kind, arrival)
+
+
+async def submit_all(engine: Any, prompts: list[list[int]], params: list[SamplingParams],
+                     constraint: Constraint | None, metrics: ServerMetrics, kind: str, names: FieldNames,
+                     request_ids: list[str]) -> list[RunningRequest]:
+    """Submit one engine request per prompt; if one is refused, those already running are aborted."""
+    runs: list[RunningRequest] = []
+    try:
+        for p, sp, rid in zip(prompts, params, request_ids):
+            runs.append(await submit(engine, p, sp, constraint, metrics, kind, names, rid))
+    except BaseException:
+        for r in runs:
+            r.abort()
+        raise
+    return runs
 
 
 async def merged_events(runs: list[RunningRequest]) -> AsyncIterator[tuple[int, StreamEvent]]:

@@ -4,11 +4,15 @@ project exceptions and msgspec decode errors to it."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import msgspec
 from starlette.responses import Response
 
 from sgrun.errors import ConstraintError, InvalidRequestError, ModelLoadError
+
+if TYPE_CHECKING:
+    from sgrun.server.field_mapping import FieldNames
 
 
 class ErrorBody(msgspec.Struct):
@@ -70,27 +74,19 @@ def from_decode_error(exc: msgspec.DecodeError) -> APIError:
     return bad_request(f"request body is not valid JSON: {text}", code="invalid_json")
 
 
-def from_exception(exc: BaseException, param_prefix: str = "", field_names: dict[str, str] | None = None) -> APIError:
-    """Map exceptions raised while validating or submitting a request to API errors.
-
-    `field_names` renames engine field names to the API's (e.g. max_new_tokens -> max_tokens)."""
+def from_exception(exc: BaseException, names: "FieldNames | None" = None) -> APIError:
+    """Map exceptions raised while validating or submitting a request to API errors; `names`
+    turns the engine's field name into the client's (e.g. max_new_tokens -> max_tokens)."""
     if isinstance(exc, APIError):
         return exc
+    field = getattr(exc, "field", None)
+    param = names.client(field) if names is not None else field
     if isinstance(exc, ConstraintError):
-        return APIError(400, str(exc), "invalid_request_error", param=_param(getattr(exc, "field", None), param_prefix, field_names),
-                        code="constraint_error")
+        return APIError(400, str(exc), "invalid_request_error", param=param, code="constraint_error")
     if isinstance(exc, InvalidRequestError):
-        return APIError(400, str(exc), "invalid_request_error",
-                        param=_param(exc.field, param_prefix, field_names), code="invalid_value")
+        return APIError(400, str(exc), "invalid_request_error", param=param, code="invalid_value")
     if isinstance(exc, msgspec.DecodeError):
         return from_decode_error(exc)
     if isinstance(exc, ModelLoadError):
         return APIError(400, str(exc), "invalid_request_error", code="model_error")
     return APIError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
-
-
-def _param(field: str | None, prefix: str, names: dict[str, str] | None) -> str | None:
-    if field is None:
-        return None
-    field = (names or {}).get(field, field)
-    return prefix + field

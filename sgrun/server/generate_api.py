@@ -7,23 +7,21 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.requests import Request
 
 from sgrun.engine.outputs import StreamEvent, TokenLogprob
 from sgrun.engine.sampling_params import SamplingParams
-from sgrun.errors import InvalidRequestError, SgrunError
-from sgrun.server.engine_bridge import RunningRequest, SampleState, merged_events, submit
-from sgrun.server.errors import APIError, bad_request, from_exception, generation_failed
-from sgrun.server.openai_params import check_sequence_count, check_token_ids
+from sgrun.errors import SgrunError
+from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
+from sgrun.server.engine_bridge import RunningRequest, merged_events, submit_all
+from sgrun.server.errors import bad_request, from_exception
+from sgrun.server.field_mapping import FieldNames, native_names, native_sampling_params
 from sgrun.server.protocol import (GenerateMetaInfo, GenerateRequest, GenerateResult, GenerateStreamEvent,
                                    ModelInfo, ScoreRequest, ScoreResponse)
+from sgrun.server.request_limits import check_prompt_count, check_prompt_ids, check_sequence_count
+from sgrun.server.sse import DONE, sse, stream_failure
 from sgrun.server.state import ServerState
-from sgrun.server.streaming import DONE, sse, stream_failure
-
-MAX_BATCH = 256
-DEFAULT_MAX_NEW_TOKENS = 128
 
 
 def generate_prompts(req: GenerateRequest) -> tuple[list[str | list[int]], bool]:
@@ -46,28 +44,6 @@ def generate_prompts(req: GenerateRequest) -> tuple[list[str | list[int]], bool]
     raise bad_request("input_ids must be a list of token ids or a list of such lists", param="input_ids")
 
 
-def generate_params(req: GenerateRequest) -> SamplingParams:
-    raw: dict[str, Any] = dict(req.sampling_params or {})
-    if "ebnf" in raw:  # SGLang's name for a grammar
-        if raw.get("grammar") is not None:
-            raise bad_request("give either 'ebnf' or 'grammar'", param="sampling_params.ebnf")
-        raw["grammar"] = raw.pop("ebnf")
-    raw.setdefault("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
-    if req.top_logprobs_num and not 0 <= req.top_logprobs_num <= 20:
-        raise bad_request(f"top_logprobs_num must be in [0, 20], got {req.top_logprobs_num}", param="top_logprobs_num")
-    if req.return_logprob:
-        raw["logprobs"] = req.top_logprobs_num
-    for key in ("stop",):
-        if isinstance(raw.get(key), str):
-            raw[key] = [raw[key]]
-    try:
-        return SamplingParams.from_dict(raw)
-    except InvalidRequestError as exc:
-        raise from_exception(exc, "sampling_params.") from exc
-    except TypeError as exc:  # a field of the wrong type that dataclass construction rejected
-        raise bad_request(f"sampling_params: {exc}", param="sampling_params") from exc
-
-
 def _rids(req: GenerateRequest, count: int) -> list[str]:
     if req.rid is None:
         return ["gen-" + uuid.uuid4().hex for _ in range(count)]
@@ -77,31 +53,32 @@ def _rids(req: GenerateRequest, count: int) -> list[str]:
     return rids
 
 
+def _constraint_spec(params: SamplingParams, names: FieldNames) -> ConstraintSpec | None:
+    for kind in ("json_schema", "regex", "grammar", "choices"):
+        value = getattr(params, kind)
+        if value is not None and value is not False:
+            return ConstraintSpec(kind, value, names.client(kind) or kind)
+    return None
+
+
 async def start_generate(state: ServerState, req: GenerateRequest) -> tuple[list[RunningRequest], bool]:
-    try:
-        prompts, is_batch = generate_prompts(req)
-        if len(prompts) > MAX_BATCH:
-            raise bad_request(f"at most {MAX_BATCH} prompts per request", param="text")
-        params = generate_params(req)
-        check_token_ids(params, state.tokenizer.vocab_size, "sampling_params.")
-        check_sequence_count(len(prompts), params.n, "sampling_params.n")
-        rids = _rids(req, len(prompts))
-        ids = await asyncio.to_thread(lambda: [state.tokenizer.encode(p) if isinstance(p, str) else p for p in prompts])
-    except (APIError, SgrunError) as exc:
-        err = from_exception(exc)
-        raise err from exc
-    constraint_param = next((f"sampling_params.{k}" for k in ("json_schema", "regex", "grammar", "choices")
-                             if getattr(params, k) is not None), None)
-    runs: list[RunningRequest] = []
-    try:
-        for rid, p in zip(rids, ids):
-            # Each prompt gets its own params copy: the engine may normalise fields in place.
-            runs.append(await submit(state.engine, p, params.replace(), state.metrics, "generate", request_id=rid,
-                                     param_prefix="sampling_params.", constraint_param=constraint_param))
-    except BaseException:
-        for r in runs:
-            r.abort()
-        raise
+    prompts, is_batch = generate_prompts(req)
+    check_prompt_count(len(prompts), "text" if req.text is not None else "input_ids")
+    names = native_names(req.sampling_params)
+    if req.input_ids is not None:
+        names = names.with_renames(prompt="input_ids")
+    params = native_sampling_params(req.sampling_params, req.return_logprob, req.top_logprobs_num, names,
+                                    state.tokenizer.vocab_size)
+    check_sequence_count(len(prompts), params.n, names.client("n") or "n")
+    rids = _rids(req, len(prompts))
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str):
+            check_prompt_ids(p, state.tokenizer.vocab_size, "input_ids")
+    ids = await asyncio.to_thread(lambda: [state.tokenizer.encode(p) if isinstance(p, str) else p for p in prompts])
+    constraint = await compile_request_constraint(state.tokenizer, _constraint_spec(params, names), state.metrics)
+    # Each prompt gets its own params copy: the engine may normalise fields in place.
+    runs = await submit_all(state.engine, ids, [params.replace() for _ in ids], constraint, state.metrics,
+                            "generate", names, rids)
     return runs, is_batch or params.n > 1
 
 
@@ -120,29 +97,21 @@ def _meta(run: RunningRequest, completion_tokens: int, cached: int, finish: str 
     return meta
 
 
-def _check_failures(state: ServerState, samples: list[SampleState]) -> None:
-    for s in samples:
-        if s.error:
-            raise generation_failed(s.error)
-
-
 async def generate(state: ServerState, req: GenerateRequest, request: Request) -> GenerateResult | list[GenerateResult]:
     runs, as_list = await start_generate(state, req)
     try:
-        all_samples = await asyncio.gather(*(r.run_to_end(request) for r in runs))
+        all_outputs = await asyncio.gather(*(r.run_to_end(request) for r in runs))
     finally:
         for r in runs:
             r.abort()
     results = []
-    for run, samples in zip(runs, all_samples):
-        _check_failures(state, samples)
-        final = await run.final_output()
-        cached = final.cached_tokens if final else 0
+    for run, outputs in zip(runs, all_outputs):
+        run.raise_if_failed()
         latency = time.perf_counter() - run.arrival
-        for s in samples:
-            results.append(GenerateResult(text=s.text, output_ids=s.token_ids, meta_info=_meta(
-                run, len(s.token_ids), cached, s.finish_reason, s.matched_stop,
-                s.logprobs if req.return_logprob else None, latency)))
+        for out in outputs:
+            results.append(GenerateResult(text=out.text, output_ids=out.token_ids, meta_info=_meta(
+                run, len(out.token_ids), run.cached_tokens, out.finish_reason, out.matched_stop,
+                out.logprobs if req.return_logprob else None, latency)))
     return results if as_list else results[0]
 
 
@@ -152,7 +121,7 @@ async def generate_stream(state: ServerState, req: GenerateRequest, runs: list[R
     try:
         async for pi, ev in merged_events(runs):
             if ev.error:
-                yield stream_failure(state, ev.error)
+                yield stream_failure(state.metrics, ev.error)
                 return
             run = runs[pi]
             index = pi * n + ev.index
@@ -168,7 +137,7 @@ def _stream_event(run: RunningRequest, index: int, ev: StreamEvent, completion_t
                   return_logprob: bool) -> GenerateStreamEvent:
     done = ev.finish_reason is not None
     # cached_tokens is known once the request is admitted; report it at the end from the handle.
-    cached = run.handle.cached_tokens if done else 0
+    cached = run.cached_tokens if done else 0
     meta = _meta(run, completion_tokens, cached, ev.finish_reason, ev.matched_stop if done else None,
                  ev.logprobs if return_logprob else None, time.perf_counter() - run.arrival if done else None)
     return GenerateStreamEvent(index=index, text=ev.text, output_ids=list(ev.token_ids), meta_info=meta)
@@ -184,9 +153,8 @@ async def score(state: ServerState, req: ScoreRequest) -> ScoreResponse:
         prompt_ids = await asyncio.to_thread(
             lambda: state.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
         scores = await asyncio.to_thread(state.engine.score, prompt, list(req.continuations))
-    except (APIError, SgrunError) as exc:
-        err = from_exception(exc)
-        raise err from exc
+    except SgrunError as exc:
+        raise from_exception(exc) from exc
     scores = [list(map(float, s)) for s in scores]
     return ScoreResponse(logprobs=scores, sum_logprobs=[sum(s) for s in scores], num_tokens=[len(s) for s in scores],
                          prompt_tokens=len(prompt_ids))

@@ -9,6 +9,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from sgrun.constrain import GLOBAL_CACHE
+
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
@@ -31,10 +33,12 @@ class ServerMetrics:
                              buckets=_LATENCY_BUCKETS, registry=r)
         self.errors = Counter("sgrun_errors", "Requests refused or failed, by error type and HTTP status",
                               ["type", "status"], registry=r)
-        self.constraint_submit = Histogram(
+        self.constraint_compile = Histogram(
             "sgrun_constraint_compile_seconds",
-            "Time to validate and compile (or fetch from cache) a constrained request's automaton",
+            "Time to compile (or fetch from cache) a constrained request's automaton",
             buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0), registry=r)
+        self.constraint_refusals = Counter("sgrun_constraint_refusals", "Constraints refused at compile time, by kind",
+                                           ["kind"], registry=r)
         self.running = Gauge("sgrun_requests_running", "Requests in the running batch", registry=r)
         self.waiting = Gauge("sgrun_requests_waiting", "Requests waiting to be scheduled", registry=r)
         self.pages = Gauge("sgrun_kv_pages", "KV pool pages by state", ["state"], registry=r)
@@ -66,8 +70,11 @@ class ServerMetrics:
     def observe_error(self, err: Any) -> None:
         self.errors.labels(getattr(err, "type", "internal_error"), str(getattr(err, "status", 500))).inc()
 
-    def observe_constraint_submit(self, seconds: float) -> None:
-        self.constraint_submit.observe(seconds)
+    def observe_constraint_compile(self, seconds: float) -> None:
+        self.constraint_compile.observe(seconds)
+
+    def observe_constraint_refusal(self, kind: str) -> None:
+        self.constraint_refusals.labels(kind).inc()
 
     # --- scrape ---------------------------------------------------------------------------
     def render(self) -> bytes:
@@ -92,17 +99,6 @@ class ServerMetrics:
         self.cache_hit_rate.set(s.get("cache_hit_rate", 0.0) or 0.0)
         self.cached_tokens.set(s.get("cached_tokens_total", 0))
         self.engine_prompt_tokens.set(s.get("prompt_tokens_total", 0))
-        hits, misses = _constraint_cache_counts(s)
-        if hits is not None:
-            self.constraint_cache_hits.set(hits)
-        if misses is not None:
-            self.constraint_cache_misses.set(misses)
-
-
-def _constraint_cache_counts(stats: dict[str, Any]) -> tuple[int | None, int | None]:
-    """Constraint-cache hits/misses: from engine.stats() if it reports them, else from the
-    constraint compiler's process-wide cache."""
-    if "constraint_cache_hits" in stats:
-        return stats.get("constraint_cache_hits"), stats.get("constraint_cache_misses")
-    from sgrun.constrain import GLOBAL_CACHE
-    return GLOBAL_CACHE.hits, GLOBAL_CACHE.misses
+        # The compiled-constraint cache is process-wide, owned by the constraint compiler.
+        self.constraint_cache_hits.set(GLOBAL_CACHE.hits)
+        self.constraint_cache_misses.set(GLOBAL_CACHE.misses)

@@ -1,5 +1,4 @@
-"""Server-sent events: the response type that always closes its generator (so an aborted
-stream aborts its engine request at once), and the chat-completion chunk stream."""
+"""The streamed chat completion: OpenAI chunks with content or tool-call deltas per choice."""
 
 from __future__ import annotations
 
@@ -7,48 +6,14 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import msgspec
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
-
-from sgrun.server.chat import PreparedChat, chat_logprobs, usage
+from sgrun.server.chat import PreparedChat
 from sgrun.server.engine_bridge import RunningRequest
-from sgrun.server.errors import generation_failed
+from sgrun.server.openai_shapes import chat_logprobs, usage
 from sgrun.server.protocol import (ChatChunkChoice, ChatCompletionChunk, ChatDelta, FunctionCallDelta,
                                    ToolCallDelta)
+from sgrun.server.sse import DONE, sse, stream_failure
 from sgrun.server.state import ServerState
-from sgrun.server.tools import StreamingToolParser, ToolCallDeltaPiece
-
-DONE = b"data: [DONE]\n\n"
-_encode = msgspec.json.Encoder().encode
-
-
-def stream_failure(state: ServerState, error: str) -> bytes:
-    """The SSE tail for a stream whose request the engine aborted: the error event, then [DONE]."""
-    err = generation_failed(error)
-    state.metrics.observe_error(err)
-    return err.to_sse() + DONE
-
-
-def sse(obj: Any) -> bytes:
-    return b"data: " + _encode(obj) + b"\n\n"
-
-
-class SSEResponse(StreamingResponse):
-    media_type = "text/event-stream"
-
-    def __init__(self, content: AsyncIterator[bytes]):
-        super().__init__(content, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            # Starlette stops iterating on disconnect but leaves the generator open; closing it
-            # runs its `finally`, which aborts the engine request and frees its pages now.
-            aclose = getattr(self.body_iterator, "aclose", None)
-            if aclose is not None:
-                await aclose()
+from sgrun.server.tool_stream_parser import StreamingToolParser, ToolCallDeltaPiece
 
 
 def _tool_deltas(pieces: list[ToolCallDeltaPiece]) -> list[ToolCallDelta]:
@@ -82,7 +47,7 @@ async def chat_stream(state: ServerState, prepared: PreparedChat, run: RunningRe
             yield chunk(i, ChatDelta(role="assistant", content=""))
         async for ev in run.events():
             if ev.error:
-                yield stream_failure(state, ev.error)
+                yield stream_failure(state.metrics, ev.error)
                 return
             logprobs = chat_logprobs(state.tokenizer, ev.logprobs, top_n) if (want_logprobs and ev.logprobs) else None
             parser = parsers[ev.index]
@@ -104,10 +69,8 @@ async def chat_stream(state: ServerState, prepared: PreparedChat, run: RunningRe
                     finish = "tool_calls"
                 yield chunk(ev.index, ChatDelta(), finish=finish)
         if include_usage:
-            final = await run.final_output()
-            cached = final.cached_tokens if final is not None else 0
             yield sse(ChatCompletionChunk(id=rid, created=created, model=model, choices=[],
-                                          usage=usage(run.prompt_tokens, run.completion_tokens, cached)))
+                                          usage=usage(run.prompt_tokens, run.completion_tokens, run.cached_tokens)))
         yield DONE
     finally:
         run.abort()  # no-op when it finished; frees pages when the client went away

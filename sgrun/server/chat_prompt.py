@@ -1,0 +1,97 @@
+"""Chat messages -> prompt text: OpenAI messages checked and turned into the dicts a chat
+template renders (tool calls and results written in the call format when the template cannot
+render them), then the model's template applied. Shared by /v1/chat/completions and
+/apply_chat_template."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sgrun.server.errors import bad_request
+from sgrun.server.protocol import ChatMessage, ToolDef
+from sgrun.server.tool_format import default_tools_block, render_call
+from sgrun.server.tool_plan import tool_json
+
+_ROLES = {"system", "user", "assistant", "tool", "developer"}
+
+
+def _content_text(msg: ChatMessage, i: int) -> str | None:
+    if msg.content is None or isinstance(msg.content, str):
+        return msg.content
+    texts = []
+    for j, part in enumerate(msg.content):
+        if part.type != "text" or part.text is None:
+            raise bad_request(f"content part type {part.type!r} is not supported; this model reads text only",
+                              param=f"messages[{i}].content[{j}].type")
+        texts.append(part.text)
+    return "\n".join(texts)
+
+
+def template_messages(messages: list[ChatMessage], tools: list[ToolDef], template_takes_tools: bool
+                      ) -> list[dict[str, Any]]:
+    """OpenAI messages -> the dicts a chat template renders. Tool calls and tool results are
+    written in the call format when the template cannot render them itself."""
+    if not messages:
+        raise bad_request("messages must contain at least one message", param="messages")
+    out: list[dict[str, Any]] = []
+    for i, m in enumerate(messages):
+        if m.role not in _ROLES:
+            raise bad_request(f"unknown role {m.role!r}; use system, user, assistant or tool",
+                              param=f"messages[{i}].role")
+        role = "system" if m.role == "developer" else m.role
+        text = _content_text(m, i)
+        if role == "assistant":
+            calls = m.tool_calls or []
+            if text is None and not calls:
+                raise bad_request("an assistant message needs content or tool_calls", param=f"messages[{i}].content")
+            if template_takes_tools:
+                d: dict[str, Any] = {"role": "assistant", "content": text or ""}
+                if calls:
+                    d["tool_calls"] = [{"id": c.id, "type": "function",
+                                        "function": {"name": c.function.name,
+                                                     "arguments": _loads_or_raw(c.function.arguments)}}
+                                       for c in calls]
+                out.append(d)
+            else:
+                parts = ([text] if text else []) + [render_call(c.function.name, c.function.arguments) for c in calls]
+                out.append({"role": "assistant", "content": "\n".join(parts)})
+            continue
+        if text is None:
+            raise bad_request(f"a {m.role} message needs content", param=f"messages[{i}].content")
+        d = {"role": role, "content": text}
+        if role == "tool":
+            if template_takes_tools:
+                if m.tool_call_id:
+                    d["tool_call_id"] = m.tool_call_id
+                if m.name:
+                    d["name"] = m.name
+        elif m.name:
+            d["name"] = m.name
+        out.append(d)
+    if tools and not template_takes_tools:
+        block = default_tools_block(tools)
+        if out[0]["role"] == "system":
+            out[0] = dict(out[0], content=out[0]["content"] + "\n\n" + block)
+        else:
+            out.insert(0, {"role": "system", "content": block})
+    return out
+
+
+def _loads_or_raw(arguments: str) -> Any:
+    try:
+        return json.loads(arguments)
+    except json.JSONDecodeError:
+        return arguments
+
+
+def render_prompt(tokenizer: Any, messages: list[ChatMessage], tools: list[ToolDef],
+                  add_generation_prompt: bool = True) -> str:
+    template = tokenizer.chat_template
+    if template is None:
+        raise bad_request("this model has no chat template; use /v1/completions with a plain prompt",
+                          param="messages")
+    takes_tools = bool(template.accepts_tools)
+    msgs = template_messages(messages, tools, takes_tools)
+    return tokenizer.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt,
+                                         tools=[tool_json(t) for t in tools] if (tools and takes_tools) else None)

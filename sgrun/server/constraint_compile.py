@@ -1,0 +1,41 @@
+"""A request's constraint, compiled by the handler itself before it submits: the spec names the
+client field it came from, so a compile error is a 400 under that field; compile time and
+refusals go to the metrics. Compiling runs on a worker thread, never on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sgrun.constrain import Constraint, compile_constraint
+from sgrun.errors import ConstraintError
+from sgrun.server.errors import APIError
+from sgrun.server.metrics import ServerMetrics
+
+
+@dataclass(frozen=True)
+class ConstraintSpec:
+    kind: str        # "json_schema" | "regex" | "grammar" | "choices": compile_constraint's keyword
+    value: Any
+    param: str       # the request field a compile error points at
+
+
+def compile_spec(tokenizer: Any, spec: ConstraintSpec, metrics: ServerMetrics) -> Constraint:
+    started = time.perf_counter()
+    try:
+        constraint = compile_constraint(tokenizer, **{spec.kind: spec.value})
+    except ConstraintError as exc:
+        metrics.observe_constraint_refusal(spec.kind)
+        raise APIError(400, str(exc), param=spec.param, code="constraint_error") from exc
+    finally:
+        metrics.observe_constraint_compile(time.perf_counter() - started)
+    return constraint
+
+
+async def compile_request_constraint(tokenizer: Any, spec: ConstraintSpec | None,
+                                     metrics: ServerMetrics) -> Constraint | None:
+    if spec is None:
+        return None
+    return await asyncio.to_thread(compile_spec, tokenizer, spec, metrics)
