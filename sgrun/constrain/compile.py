@@ -18,7 +18,9 @@ from sgrun.errors import ConstraintError
 
 
 def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None = None, grammar: str | None = None,
-                       choices: list[str] | None = None, whitespace: str = "compact", lenient: bool = False,
+                       choices: list[str] | None = None, triggers: list[dict] | None = None,
+                       tool_calls: Any = None, reasoning: tuple[str, str] | None = None,
+                       whitespace: str = "compact", lenient: bool = False,
                        use_cache: bool = True, warm_up: bool = True) -> Constraint:
     """Compile exactly one of json_schema / regex / grammar / choices over the tokenizer's vocabulary.
 
@@ -29,12 +31,20 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     whitespace where JSON allows it), or a regex string used at each such place.
     lenient: drop unsupported JSON Schema keywords with a warning instead of raising.
     warm_up: precompute masks of the states a request meets first (bounded; see AutomatonConstraint.warm_up).
+    triggers: free text until one of the triggers appears, then that trigger's constraint (see
+    triggered.py): a list of {"trigger": str, <one of json_schema / regex / choices>: ...}.
+    tool_calls: a tool_calls.ToolCallConstraint (calls in a model's format, held to the tools).
+    reasoning: (open, close), e.g. ("<think>", "</think>"): the output may start with a reasoning
+    section, free text up to `close`; the constraint holds from there on.
     """
     given = [k for k, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar),
-                            ("choices", choices)) if v is not None]
+                            ("choices", choices), ("triggers", triggers), ("tool_calls", tool_calls)) if v is not None]
     if len(given) != 1:
-        raise ConstraintError(f"give exactly one of json_schema, regex, grammar, choices (got {given or 'none'})")
+        raise ConstraintError(f"give exactly one of json_schema, regex, grammar, choices, triggers, tool_calls "
+                              f"(got {given or 'none'})")
     kind = given[0]
+    if reasoning is not None and kind == "grammar":
+        raise ConstraintError("a reasoning section cannot precede a grammar constraint; use a JSON Schema or regex")
     if kind == "json_schema":
         schema = _load_schema(json_schema)
         spec = json.dumps(schema, sort_keys=False, separators=(",", ":"))
@@ -47,6 +57,11 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
         if not isinstance(grammar, str):
             raise ConstraintError("grammar must be a string (Lark/GBNF text or a shipped grammar name)")
         spec, options = grammar, ()
+    elif kind == "triggers":
+        from sgrun.constrain.trigger_spec import canonical_triggers
+        spec, options = canonical_triggers(triggers), (whitespace,)
+    elif kind == "tool_calls":
+        spec, options = tool_calls.spec(), ()
     else:
         if not isinstance(choices, (list, tuple)) or not choices or not all(isinstance(c, str) for c in choices):
             raise ConstraintError("choices must be a non-empty list of strings")
@@ -61,9 +76,21 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
             if kind == "json_schema":
                 from sgrun.constrain.json_schema import schema_to_nfa
                 nfa, root = schema_to_nfa(schema, whitespace=whitespace, lenient=lenient)
+            elif kind == "triggers":
+                from sgrun.constrain.trigger_spec import triggers_nfa
+                nfa, root = triggers_nfa(triggers, whitespace)
+            elif kind == "tool_calls":
+                from sgrun.constrain.tool_calls.call_constraint import tool_calls_node
+                nfa = ByteNFA()
+                root = nfa.new_fragment()
+                nfa.define_fragment(root, tool_calls_node(tool_calls, nfa))
             else:
                 node = parse_regex(regex).fullmatch_node() if kind == "regex" else literal_choices(list(choices))
                 nfa, root = nfa_from_node(node)
+            if reasoning is not None:
+                from sgrun.constrain.triggered import after_reasoning
+                inner, root = root, nfa.new_fragment()
+                nfa.define_fragment(root, after_reasoning(("call", inner), *reasoning))
             nfa.trim()
             if root not in nfa.nonempty_fragments():
                 raise EmptyConstraintError(f"the {kind} constraint admits no output at all")
@@ -75,6 +102,8 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
 
     if not use_cache:
         return build()
+    if reasoning is not None:
+        options = options + (tuple(reasoning),)
     return GLOBAL_CACHE.get_or_compile((kind, spec, options, tokenizer.fingerprint), build)
 
 

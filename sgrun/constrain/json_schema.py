@@ -87,10 +87,12 @@ def _json_type(v: Any) -> str:
 
 
 class SchemaCompiler:
-    def __init__(self, root: Any, whitespace: str = "compact", lenient: bool = False):
+    def __init__(self, root: Any, whitespace: str = "compact", lenient: bool = False, nfa: ByteNFA | None = None):
         self.root = root
         self.lenient = lenient
-        self.nfa = ByteNFA()
+        # A shared NFA lets several documents (one per tool) be sub-automata of one constraint,
+        # each resolving its own $ref/$defs.
+        self.nfa = nfa if nfa is not None else ByteNFA()
         self.index = SchemaIndex(root)
         draft = root.get("$schema", "") if isinstance(root, dict) else ""
         if draft and not any(d in str(draft) for d in _KNOWN_DRAFTS):

@@ -1,0 +1,57 @@
+"""The constraint of a request with tools: calls held to the tools' schemas, in the model's call
+format, combined with what the request allows instead of calls (free text in `auto` mode, a
+response_format answer, or nothing when a call is required)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sgrun.constrain.byte_nfa import ByteNFA
+from sgrun.constrain.json_schema import SchemaCompiler
+from sgrun.constrain.regex_ast import Node, alt, lit, seq
+from sgrun.constrain.tool_calls.registry import get_format
+from sgrun.constrain.tool_calls.tool_arguments import ToolArguments
+from sgrun.constrain.tool_calls.tool_spec import ToolSpec
+from sgrun.constrain.triggered import triggered_node
+from sgrun.errors import ConstraintError
+
+
+@dataclass(frozen=True)
+class ToolCallConstraint:
+    """What a request's tools mean for its output.
+
+    mode: "auto" (the model decides: an answer, or calls from the opener on) or "required"
+    (calls only; a named tool_choice is "required" with that one tool).
+    answer_schema: in auto mode, a text answer must match this JSON Schema (True: any JSON
+    value); None: a text answer is free text."""
+    format: str
+    tools: tuple[ToolSpec, ...]
+    mode: str = "auto"
+    parallel: bool = True
+    answer_schema: Any = None
+    whitespace: str = "compact"
+
+    def spec(self) -> str:
+        """Canonical text of the constraint (the compiled-constraint cache key)."""
+        return json.dumps({"format": self.format, "tools": [t.to_openai() for t in self.tools], "mode": self.mode,
+                           "parallel": self.parallel, "answer": self.answer_schema, "ws": self.whitespace},
+                          sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def tool_calls_node(c: ToolCallConstraint, nfa: ByteNFA) -> Node:
+    if c.mode not in ("auto", "required"):
+        raise ConstraintError(f"tool-call mode must be 'auto' or 'required', got {c.mode!r}")
+    if not c.tools:
+        raise ConstraintError("a tool-call constraint needs at least one tool")
+    fmt = get_format(c.format)
+    args = [ToolArguments(i, t, nfa, c.whitespace) for i, t in enumerate(c.tools)]
+    after = fmt.calls_after_opener(args, c.parallel)
+    if c.mode == "required":
+        return seq(lit(fmt.opener), after)
+    if c.answer_schema is not None:
+        answer = ("call", SchemaCompiler({} if c.answer_schema is True else c.answer_schema,
+                                         whitespace=c.whitespace, nfa=nfa).compile_root())
+        return alt(answer, seq(lit(fmt.opener), after))
+    return triggered_node([(fmt.opener, after)], free_may_end=True, anchored=fmt.anchored)
