@@ -27,7 +27,8 @@ def tokenizer(model_path):
 @pytest.fixture(scope="session")
 def shared_engine(model_path):
     import sgrun
-    engine = sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=1.0)
+    engine = sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=1.0,
+                          quantization="none")  # exact equality with the dense reference
     yield engine
     engine.close()
 

@@ -32,7 +32,7 @@ def test_batched_equals_alone(engine, prompts, alone):
 
 
 def test_tiny_prefill_chunks_equal_alone(model_path, prompts, alone):
-    with sgrun.Engine(str(model_path), dtype="float32", memory_gb=0.2, max_batch_tokens=16,
+    with sgrun.Engine(str(model_path), dtype="float32", quantization="none", memory_gb=0.2, max_batch_tokens=16,
                       debug_checks=True) as eng:
         outs = eng.generate(prompts, PARAMS)
         assert eng.stats()["steps"] > max(len(o.prompt_token_ids) for o in outs) // 16
@@ -43,7 +43,7 @@ def test_tiny_prefill_chunks_equal_alone(model_path, prompts, alone):
 @pytest.mark.parametrize("prefix_cache", [True, False])
 def test_preemption_under_a_small_pool_equals_alone(model_path, prompts, alone, prefix_cache):
     # 24 pages of 16 tokens hold ~2-3 of these requests at once: the rest must wait or be preempted.
-    with sgrun.Engine(str(model_path), dtype="float32", max_pages=24, page_size=16, max_batch_tokens=512,
+    with sgrun.Engine(str(model_path), dtype="float32", quantization="none", max_pages=24, page_size=16, max_batch_tokens=512,
                       enable_prefix_cache=prefix_cache, debug_checks=True) as eng:
         outs = eng.generate(prompts, PARAMS)
         stats = eng.stats()

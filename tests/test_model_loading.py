@@ -98,7 +98,7 @@ TOKENS = [1, 504, 3458, 314, 260, 1345, 28, 198, 42, 2821, 9025, 216, 33, 34]
 
 
 def our_logits(path) -> torch.Tensor:
-    engine = sgrun.Engine(str(path), dtype="float32", max_pages=16, page_size=16)
+    engine = sgrun.Engine(str(path), dtype="float32", max_pages=16, page_size=16, quantization="none")
     try:
         scores = engine.score(TOKENS[:1], [TOKENS[1:]])[0]
     finally:

@@ -13,7 +13,7 @@ GREEDY = sgrun.SamplingParams(max_new_tokens=12, temperature=0)
 
 @pytest.fixture(scope="module")
 def no_cache(model_path):
-    with sgrun.Engine(str(model_path), dtype="float32", memory_gb=0.5, enable_prefix_cache=False) as eng:
+    with sgrun.Engine(str(model_path), dtype="float32", quantization="none", memory_gb=0.5, enable_prefix_cache=False) as eng:
         yield eng
 
 
@@ -95,7 +95,7 @@ def test_eviction_under_a_small_pool_keeps_everything_consistent(model_path, no_
     prompts = [p + tokenizer.encode(f" Question {j}: summarise.") for j in range(5) for p in prefixes]
     params = sgrun.SamplingParams(max_new_tokens=4, temperature=0)
     expected = [o.token_ids for o in no_cache.generate(prompts, params)]
-    with sgrun.Engine(str(model_path), dtype="float32", max_pages=80, page_size=16, max_running=8,
+    with sgrun.Engine(str(model_path), dtype="float32", quantization="none", max_pages=80, page_size=16, max_running=8,
                       debug_checks=True) as eng:  # the checker runs after every engine step
         outs = eng.generate(prompts, params)
         assert [o.token_ids for o in outs] == expected
@@ -107,7 +107,7 @@ def test_eviction_under_a_small_pool_keeps_everything_consistent(model_path, no_
 
 
 def test_cache_capacity_fraction_bounds_cached_pages(model_path, tokenizer):
-    with sgrun.Engine(str(model_path), dtype="float32", max_pages=64, cache_fraction=0.25, debug_checks=True) as eng:
+    with sgrun.Engine(str(model_path), dtype="float32", quantization="none", max_pages=64, cache_fraction=0.25, debug_checks=True) as eng:
         for i in range(4):
             eng.generate([tokenizer.encode(f"Prompt number {i}. " * 40)], sgrun.SamplingParams(max_new_tokens=2, temperature=0))
         assert eng.stats()["pages_cached"] <= 16

@@ -36,7 +36,7 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 @pytest.fixture(scope="module")
 def engine():
-    eng = sgrun.Engine(dtype="float32")
+    eng = sgrun.Engine(dtype="float32", quantization="none")
     yield eng
     eng.close()
 

@@ -32,7 +32,8 @@ from sgrun.engine.scheduler import Scheduler
 from sgrun.engine.sequence import Sequence
 from sgrun.errors import InvalidRequestError
 from sgrun.models.llama import LlamaModel
-from sgrun.models.loader import load_model_files
+from sgrun.models.loader import load_model_files, stored_quantization
+from sgrun.models.quant_linear import QUANT_MODES
 
 log = logging.getLogger("sgrun.engine")
 
@@ -67,19 +68,26 @@ def _close_live_engines() -> None:
         engine.close()
 
 
-_MODELS: dict[tuple[str, torch.dtype], tuple[LlamaModel, Any, str]] = {}
+_MODELS: dict[tuple[str, torch.dtype, str], tuple[LlamaModel, Any, str]] = {}
 _MODELS_LOCK = threading.Lock()
 
 
-def _load(model: str | os.PathLike | None, dtype: torch.dtype):
+def _load(model: str | os.PathLike | None, dtype: torch.dtype, quantization: str):
     """Load (model, tokenizer, path) once per process: weights are read-only at inference, so
-    several engines on the same file (tests, benchmarks comparing settings) share them."""
+    several engines on the same file (tests, benchmarks comparing settings) share them.
+    quantization "auto" follows the file (a Q4 GGUF stays int4, Q8 int8, f16/bf16/f32 dense)."""
     from sgrun.models.fetch import resolve_model_path
-    key = (str(resolve_model_path(model).resolve()), dtype)
+    if quantization not in ("auto", *QUANT_MODES):
+        raise InvalidRequestError(f"quantization must be one of auto, {', '.join(QUANT_MODES)}; got {quantization!r}",
+                                  field="quantization")
+    path = str(resolve_model_path(model).resolve())
+    if quantization == "auto":
+        quantization = stored_quantization(path)
+    key = (path, dtype, quantization)
     with _MODELS_LOCK:
         if key not in _MODELS:
-            loaded = load_model_files(key[0], torch.float32)
-            _MODELS[key] = (LlamaModel(loaded.config, loaded.weights, dtype), loaded.tokenizer, loaded.path)
+            loaded = load_model_files(path, torch.float32)
+            _MODELS[key] = (LlamaModel(loaded.config, loaded.weights, dtype, quantization), loaded.tokenizer, loaded.path)
         return _MODELS[key]
 
 
@@ -88,11 +96,12 @@ class Engine:
                  num_threads: int | None = None, page_size: int = 16, max_pages: int | None = None,
                  memory_gb: float | None = None, max_running: int = 64, max_batch_tokens: int = 2048,
                  enable_prefix_cache: bool = True, cache_fraction: float | None = None,
-                 max_context: int | None = None, debug_checks: bool = False):
+                 max_context: int | None = None, debug_checks: bool = False, quantization: str = "auto"):
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         self.dtype = resolve_dtype(dtype)
-        self.model, self.tokenizer, self.model_path = _load(model, self.dtype)
+        self.model, self.tokenizer, self.model_path = _load(model, self.dtype, quantization)
+        self.quantization = self.model.quantization
         self.config = cfg = self.model.cfg
         self.model_name = cfg.name
         if max_pages is None:

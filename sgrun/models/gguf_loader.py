@@ -69,14 +69,36 @@ def config_from_metadata(meta: dict[str, Any], name: str) -> ModelConfig:
     )
 
 
+# What each GGML type becomes under the default quantization ("follow the file").
+_FILE_QUANT = {
+    GGMLQuantizationType.Q4_0: "int4", GGMLQuantizationType.Q4_1: "int4", GGMLQuantizationType.Q4_K: "int4",
+    GGMLQuantizationType.Q5_0: "int8", GGMLQuantizationType.Q5_1: "int8", GGMLQuantizationType.Q5_K: "int8",
+    GGMLQuantizationType.Q6_K: "int8", GGMLQuantizationType.Q8_0: "int8",
+}
+
+
+def file_quantization(gguf: GGUFFile) -> str:
+    """The quantization the file's layer linears use, as sgrun names it (none, int8, int4):
+    the most common one among the block weights, so a mixed file follows its bulk."""
+    counts: dict[str, int] = {}
+    for t in gguf.tensors:
+        if t.name.startswith("blk.") and t.name.endswith(".weight") and len(t.shape) == 2:
+            mode = _FILE_QUANT.get(t.qtype, "none")
+            counts[mode] = counts.get(mode, 0) + 1
+    return max(counts, key=counts.get) if counts else "none"
+
+
 def _unpermute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
     """llama.cpp stores Q/K rows interleaved for its RoPE; undo it to Hugging Face's half-split layout."""
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, Any], dict[str, torch.Tensor]]:
+    """Weights dequantized to `dtype`; meta carries the file's quantization under
+    "sgrun.file_quantization" so the model can re-quantize to the same width."""
     gguf = GGUFFile(path)
-    meta = gguf.metadata
+    meta = dict(gguf.metadata)
+    meta["sgrun.file_quantization"] = file_quantization(gguf)
     cfg = config_from_metadata(meta, name=path.stem)
     arch = meta["general.architecture"]
     weights: dict[str, torch.Tensor] = {}

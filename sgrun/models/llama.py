@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from sgrun.models.config import ModelConfig
+from sgrun.models.quant_linear import QUANT_MODES, Int8Linear, Linear, make_linear
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
@@ -38,24 +39,40 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
 @dataclass
 class LayerWeights:
     attn_norm: torch.Tensor
-    qkv: torch.Tensor            # [(H + 2*KV) * D, hidden]: q, k, v projections fused
-    qkv_bias: torch.Tensor | None
-    o: torch.Tensor
+    qkv: Linear                  # [(H + 2*KV) * D, hidden]: q, k, v projections fused (with qkv bias)
+    o: Linear
     mlp_norm: torch.Tensor
-    gate_up: torch.Tensor        # [2 * intermediate, hidden]: gate and up fused
-    down: torch.Tensor
+    gate_up: Linear              # [2 * intermediate, hidden]: gate and up fused
+    down: Linear
 
 
 class LlamaModel:
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype):
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
+                 quantization: str = "none"):
+        """quantization: none (dense `dtype`), int8 or int4 for the layer linears; with either,
+        the embedding table and lm_head are kept int8 (one table when they are tied)."""
+        if quantization not in QUANT_MODES:
+            raise ValueError(f"quantization must be one of {', '.join(QUANT_MODES)}; got {quantization!r}")
         self.cfg = cfg
         self.dtype = dtype
+        self.quantization = quantization
 
         def w(name: str) -> torch.Tensor:
             return weights[name].to(dtype).contiguous()
 
-        self.embed = w("model.embed_tokens.weight")
-        self.lm_head = self.embed if cfg.tie_embeddings else w("lm_head.weight")
+        def lin(names: list[str], bias: torch.Tensor | None = None) -> Linear:
+            # Fused projections are concatenated before quantizing (rows never share a group).
+            return make_linear(torch.cat([weights[n] for n in names]), bias, quantization, dtype)
+
+        if quantization == "none":
+            self.embed_table: Int8Linear | None = None
+            self.embed = w("model.embed_tokens.weight")
+            self.lm_head: Linear = make_linear(self.embed, None, "none", dtype)
+            if not cfg.tie_embeddings:
+                self.lm_head = make_linear(weights["lm_head.weight"], None, "none", dtype)
+        else:
+            self.embed_table = Int8Linear(weights["model.embed_tokens.weight"], None, dtype)
+            self.lm_head = self.embed_table if cfg.tie_embeddings else Int8Linear(weights["lm_head.weight"], None, dtype)
         self.final_norm = w("model.norm.weight")
         self.layers: list[LayerWeights] = []
         for i in range(cfg.num_layers):
@@ -65,12 +82,11 @@ class LlamaModel:
                 bias = torch.cat([w(f"{p}self_attn.{n}_proj.bias") for n in "qkv"])
             self.layers.append(LayerWeights(
                 attn_norm=w(f"{p}input_layernorm.weight"),
-                qkv=torch.cat([w(f"{p}self_attn.{n}_proj.weight") for n in "qkv"]).contiguous(),
-                qkv_bias=bias,
-                o=w(f"{p}self_attn.o_proj.weight"),
+                qkv=lin([f"{p}self_attn.{n}_proj.weight" for n in "qkv"], bias),
+                o=lin([f"{p}self_attn.o_proj.weight"]),
                 mlp_norm=w(f"{p}post_attention_layernorm.weight"),
-                gate_up=torch.cat([w(f"{p}mlp.gate_proj.weight"), w(f"{p}mlp.up_proj.weight")]).contiguous(),
-                down=w(f"{p}mlp.down_proj.weight"),
+                gate_up=lin([f"{p}mlp.gate_proj.weight", f"{p}mlp.up_proj.weight"]),
+                down=lin([f"{p}mlp.down_proj.weight"]),
             ))
         freqs = torch.outer(torch.arange(cfg.max_position, dtype=torch.float32), rope_inv_freq(cfg))
         emb = torch.cat([freqs, freqs], dim=-1)
@@ -97,17 +113,17 @@ class LlamaModel:
         H, KV, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         cos = self.cos[positions].unsqueeze(1)
         sin = self.sin[positions].unsqueeze(1)
-        h = self.embed[input_ids]
+        h = self.embed[input_ids] if self.embed_table is None else self.embed_table.rows(input_ids)
         for li, lw in enumerate(self.layers):
             x = self.rms_norm(h, lw.attn_norm)
-            qkv = F.linear(x, lw.qkv, lw.qkv_bias)
+            qkv = lw.qkv(x)
             qk, v = qkv.split([(H + KV) * D, KV * D], dim=-1)
             qk = self._rotate(qk.view(T, H + KV, D), cos, sin)  # q and k heads rotated together
             q, k = qk.split([H, KV], dim=1)
             o = attn.forward(li, q, k, v.view(T, KV, D))
-            h = h + F.linear(o.reshape(T, H * D), lw.o)
+            h = h + lw.o(o.reshape(T, H * D))
             x = self.rms_norm(h, lw.mlp_norm)
-            gate, up = F.linear(x, lw.gate_up).chunk(2, dim=-1)
-            h = h + F.linear(F.silu(gate) * up, lw.down)
+            gate, up = lw.gate_up(x).chunk(2, dim=-1)
+            h = h + lw.down(F.silu(gate) * up)
         h = self.rms_norm(h[logit_rows], self.final_norm)
-        return F.linear(h, self.lm_head).float()
+        return self.lm_head(h).float()

@@ -20,6 +20,7 @@ class LoadedModel:
     weights: dict[str, torch.Tensor]
     tokenizer: Tokenizer
     path: str
+    quantization: str = "none"   # what the file's linears are stored as (none, int8, int4)
 
 
 def load_model_files(model: str | os.PathLike | None, dtype: torch.dtype = torch.float32) -> LoadedModel:
@@ -30,6 +31,7 @@ def load_model_files(model: str | os.PathLike | None, dtype: torch.dtype = torch
     else:
         cfg, meta, weights = load_gguf(path, dtype)
         tok = Tokenizer.from_gguf_fields(meta, vocab_size=cfg.vocab_size)
+        return LoadedModel(cfg, weights, tok, str(path), meta["sgrun.file_quantization"])
     return LoadedModel(cfg, weights, tok, str(path))
 
 
@@ -42,3 +44,13 @@ def load_tokenizer(model: str | os.PathLike | None) -> Tokenizer:
     from sgrun.models.gguf_loader import config_from_metadata
     meta = GGUFFile(path).metadata
     return Tokenizer.from_gguf_fields(meta, vocab_size=config_from_metadata(meta, path.stem).vocab_size)
+
+
+def stored_quantization(model: str | os.PathLike | None) -> str:
+    """What the file's layer linears are stored as (none, int8, int4), from the header alone."""
+    path = resolve_model_path(model)
+    if path.is_dir():
+        return "none"
+    from sgrun.models.gguf_file import GGUFFile
+    from sgrun.models.gguf_loader import file_quantization
+    return file_quantization(GGUFFile(path))

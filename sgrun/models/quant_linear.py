@@ -1,0 +1,139 @@
+"""Linear layers whose weights stay quantized in memory (int8 per row, int4 in groups of 32).
+
+Small batches (decode) multiply with torch's CPU weight-only kernels, which read the int8/int4
+weights directly: at batch 1 that is ~4-10x faster than a bf16 `F.linear` on this model's
+shapes (benchmarks in docs/benchmarks.md), because the step is bound by weight bytes and
+oneDNN's small-M bf16 path has a high fixed cost. Large batches (prefill chunks) are compute-
+bound and the bf16 GEMM (AMX) beats the weight-only kernels there by ~2x, so above
+`KERNEL_MAX_ROWS` rows the weight is dequantized for that one call and multiplied densely;
+the dequantized copy is dropped after the call, so memory holds only the quantized form.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+import torch
+import torch.nn.functional as F
+
+QuantMode = Literal["none", "int8", "int4"]
+QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")
+
+# Rows (tokens) up to which the weight-only kernels run; above it, dequantize + dense GEMM.
+# Measured crossover on the 2-core AMX machine for SmolLM2's shapes is between 16 and 64 rows.
+KERNEL_MAX_ROWS = 48
+INT4_GROUP = 32
+# _weight_int4pack_mm_for_cpu packs weight rows in tiles of 64 (see _unpack_int4).
+_INT4_ROW_TILE = 64
+
+
+class Linear(Protocol):
+    out_features: int
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+    def nbytes(self) -> int: ...
+
+
+class DenseLinear:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None):
+        self.weight, self.bias = weight.contiguous(), bias
+        self.out_features = weight.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    def dequantized(self) -> torch.Tensor:
+        return self.weight
+
+    def nbytes(self) -> int:
+        return self.weight.numel() * self.weight.element_size()
+
+
+class Int8Linear:
+    """Symmetric int8 with one scale per output row: w = q * scale[row]."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+        w = weight.float()
+        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+        self.q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+        self.scale = scale.to(dtype)
+        self.bias = None if bias is None else bias.to(dtype)
+        self.out_features = weight.shape[0]
+
+    def dequantized(self) -> torch.Tensor:
+        return self.q.to(self.scale.dtype) * self.scale[:, None]
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Dequantized rows (an embedding lookup without dequantizing the whole table)."""
+        return self.q[ids].to(self.scale.dtype) * self.scale[ids, None]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > KERNEL_MAX_ROWS:
+            return F.linear(x, self.dequantized(), self.bias)
+        y = torch.ops.aten._weight_int8pack_mm(x, self.q, self.scale)
+        return y if self.bias is None else y + self.bias
+
+    def nbytes(self) -> int:
+        return self.q.numel() + self.scale.numel() * self.scale.element_size()
+
+
+class Int4Linear:
+    """Asymmetric int4 in groups of INT4_GROUP along the input dim: w = (q - 8) * s + z.
+
+    GGUF Q4_0/Q4_1 blocks are exactly this format (32 weights, a scale and a minimum), and
+    min/max requantization of their dequantized values reproduces the file's codes, so a Q4
+    file loses nothing here beyond rounding its f16 scales to the activation dtype."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+        n, k = weight.shape
+        if not int4_supported(weight.shape):
+            raise ValueError(f"int4 needs out_features % {_INT4_ROW_TILE} == 0 and in_features % {INT4_GROUP} == 0; got {n}x{k}")
+        g = weight.float().view(n, k // INT4_GROUP, INT4_GROUP)
+        lo, hi = g.amin(dim=-1), g.amax(dim=-1)
+        scale = ((hi - lo) / 15.0).clamp(min=1e-12)
+        q = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
+        zero = lo + 8.0 * scale
+        # [k / group, n, 2] (scale, zero), the kernel's layout.
+        self.scales_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(dtype)
+        self.bias = None if bias is None else bias.to(dtype)
+        self.out_features, self.in_features = n, k
+
+    def dequantized(self) -> torch.Tensor:
+        n, k = self.out_features, self.in_features
+        q = _unpack_int4(self.packed, n, k).view(n, k // INT4_GROUP, INT4_GROUP)
+        sz = self.scales_zeros.transpose(0, 1).contiguous()        # [n, k / group, 2], small
+        scale, zero = sz[..., 0:1], sz[..., 1:2]
+        return torch.addcmul(zero - 8 * scale, q.to(sz.dtype), scale).view(n, k)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[0] > KERNEL_MAX_ROWS:
+            return F.linear(x, self.dequantized(), self.bias)
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scales_zeros)
+        return y if self.bias is None else y + self.bias
+
+    def nbytes(self) -> int:
+        return self.packed.numel() + self.scales_zeros.numel() * self.scales_zeros.element_size()
+
+
+def _unpack_int4(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """Invert _convert_weight_to_int4pack_for_cpu: bytes [n/64, k, 32], low nibble = row j of
+    the 64-row tile, high nibble = row j + 32 (checked against the packer in the tests)."""
+    tiles = packed.view(n // _INT4_ROW_TILE, k, _INT4_ROW_TILE // 2)
+    both = torch.cat([tiles & 15, tiles >> 4], dim=-1)         # [n/64, k, 64]
+    return both.transpose(1, 2).reshape(n, k)
+
+
+def int4_supported(shape: torch.Size | tuple[int, ...]) -> bool:
+    return shape[0] % _INT4_ROW_TILE == 0 and shape[1] % INT4_GROUP == 0
+
+
+def make_linear(weight: torch.Tensor, bias: torch.Tensor | None, mode: str, dtype: torch.dtype) -> Linear:
+    """A linear for `weight` [out, in] under quantization `mode`; int4 falls back to int8 for
+    shapes the int4 kernel cannot tile."""
+    if mode == "int4" and int4_supported(weight.shape):
+        return Int4Linear(weight, bias, dtype)
+    if mode in ("int4", "int8"):
+        return Int8Linear(weight, bias, dtype)
+    return DenseLinear(weight.to(dtype), None if bias is None else bias.to(dtype))
