@@ -8,9 +8,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
@@ -22,13 +21,14 @@ from starlette.routing import Route
 from sgrun.server import chat, completions, generate_api
 from sgrun.server.chat_prompt import render_prompt
 from sgrun.server.chat_stream import chat_stream
-from sgrun.server.errors import APIError, from_decode_error, from_exception
-from sgrun.server.guards import RequestGuard
+from sgrun.server.errors import APIError, from_exception, internal_error
+from sgrun.server.guards import RequestGuard, request_id_of
 from sgrun.server.metrics import CONTENT_TYPE, ServerMetrics
 from sgrun.server.protocol import (AbortRequest, ApplyChatTemplateRequest, ApplyChatTemplateResponse,
                                    ChatCompletionRequest, CompletionRequest, DetokenizeRequest, DetokenizeResponse,
                                    GenerateRequest, ModelCard, ModelList, ScoreRequest, TokenizeRequest,
                                    TokenizeResponse)
+from sgrun.server.request_body import decode_body
 from sgrun.server.request_limits import check_prompt_ids
 from sgrun.server.sse import SSEResponse
 from sgrun.server.state import ServerState
@@ -38,7 +38,6 @@ from sgrun.errors import SgrunError
 log = logging.getLogger("sgrun.server")
 
 DEFAULT_MAX_BODY_BYTES = 8 << 20
-T = TypeVar("T")
 _encode = msgspec.json.Encoder().encode
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -51,34 +50,29 @@ def server_state(request: Request) -> ServerState:
     return request.app.state.sgrun
 
 
-async def decode_body(request: Request, type_: type[T]) -> T:
-    body = await request.body()
-    if not body:
-        raise APIError(400, "request body is empty; send a JSON object", code="invalid_json")
-    try:
-        return msgspec.json.decode(body, type=type_)
-    except msgspec.DecodeError as exc:
-        raise from_decode_error(exc) from exc
-
-
 def guarded(fn: Handler) -> Handler:
     """Every handler failure becomes an OpenAI error response; a bug is a 500 for this request
-    only, never a crash of the server or the engine."""
+    only, never a crash of the server or the engine. Every 5xx is logged with the request id its
+    message quotes; the traceback stays in the log."""
     @functools.wraps(fn)
     async def handler(request: Request) -> Response:
         metrics = server_state(request).metrics
+        rid = request_id_of(request.scope)
         try:
             return await fn(request)
         except APIError as err:
+            if err.status >= 500:
+                log.error("%s %s %s -> %d: %s", rid, request.method, request.url.path, err.status, err.message)
             metrics.observe_error(err)
-            return err.to_response()
+            return err.to_response(rid)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the boundary
-            log.exception("unhandled error in %s", request.url.path)
-            err = APIError(500, f"internal error: {type(exc).__name__}: {exc}", "internal_error")
+            log.exception("%s %s %s -> 500: unhandled %s", rid, request.method, request.url.path,
+                          type(exc).__name__)
+            err = internal_error(f"{type(exc).__name__} while handling {request.url.path}", rid)
             metrics.observe_error(err)
-            return err.to_response()
+            return err.to_response(rid)
     return handler
 
 
@@ -229,23 +223,12 @@ ROUTES = [
 ]
 
 
-def served_names(engine: Any, extra: list[str] | None) -> set[str]:
-    names = {engine.model_name, engine.model_name.split(".")[0]}  # also without the quantisation suffix
-    path = getattr(engine, "model_path", None)
-    if path:
-        base = os.path.basename(str(path).rstrip("/"))
-        names |= {base, os.path.splitext(base)[0], str(path)}
-    return names | set(extra or [])
-
-
 def build_app(engine: Any, *, served_model_names: list[str] | None = None, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_engine_on_shutdown: bool = False) -> Any:
-    """The ASGI app serving `engine`. The first of `served_model_names` (else engine.model_name) is
-    the id /v1/models lists; every name in the set is accepted in requests."""
+    """The ASGI app serving `engine`. The first of `served_model_names` (else the model's name) is
+    the id /v1/models lists; see ServerState for the names requests may use."""
     metrics = ServerMetrics(engine)
-    primary = served_model_names[0] if served_model_names else engine.model_name
-    state = ServerState(engine=engine, model_name=primary, served_names=served_names(engine, served_model_names),
-                        metrics=metrics)
+    state = ServerState.for_engine(engine, served_model_names, metrics)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

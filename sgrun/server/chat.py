@@ -14,7 +14,7 @@ from starlette.requests import Request
 from sgrun.constrain import Constraint
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.server.chat_prompt import render_prompt
-from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
+from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint, compile_spec
 from sgrun.server.engine_bridge import RunningRequest, submit
 from sgrun.server.errors import bad_request
 from sgrun.server.field_mapping import CHAT_NAMES, FieldNames, openai_sampling_params
@@ -22,7 +22,7 @@ from sgrun.server.openai_shapes import chat_logprobs, usage
 from sgrun.server.protocol import ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ResponseMessage
 from sgrun.server.request_limits import resolve_max_tokens
 from sgrun.server.state import ServerState
-from sgrun.server.tool_format import check_parameter_schemas, parse_tool_calls, tool_call_regex
+from sgrun.server.tool_format import parameter_schema_specs, parse_tool_calls, tool_call_regex
 from sgrun.server.tool_plan import ToolPlan, plan_tools
 
 
@@ -37,7 +37,7 @@ class PreparedChat:
     names: FieldNames
 
 
-def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, tokenizer: object) -> ConstraintSpec | None:
+def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerState) -> ConstraintSpec | None:
     """The one constraint of a chat request: response_format, regex, ebnf, or the tool-call
     format when the model may call tools."""
     given: list[ConstraintSpec] = []
@@ -66,7 +66,8 @@ def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, tokenizer: objec
         if given:
             raise bad_request("response_format, regex and ebnf cannot be combined with tools unless "
                               "tool_choice is 'none'", param="tool_choice")
-        check_parameter_schemas(tokenizer, plan.tools)
+        for spec in parameter_schema_specs(plan.tools):
+            compile_spec(state.tokenizer, spec, state.metrics)
         return ConstraintSpec("regex", tool_call_regex(plan), "tools")
     return given[0] if given else None
 
@@ -81,7 +82,7 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     if req.top_logprobs is not None and not req.logprobs:
         raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    spec = constraint_spec(req, plan, state.tokenizer)
+    spec = constraint_spec(req, plan, state)
     max_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     names = CHAT_NAMES.with_renames(max_new_tokens=max_field)
     max_tokens = resolve_max_tokens(req.max_completion_tokens if req.max_completion_tokens is not None

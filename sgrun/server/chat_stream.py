@@ -47,7 +47,7 @@ async def chat_stream(state: ServerState, prepared: PreparedChat, run: RunningRe
             yield chunk(i, ChatDelta(role="assistant", content=""))
         async for ev in run.events():
             if ev.error:
-                yield stream_failure(state.metrics, ev.error)
+                yield stream_failure(state.metrics, ev.error, run.request_id)
                 return
             logprobs = chat_logprobs(state.tokenizer, ev.logprobs, top_n) if (want_logprobs and ev.logprobs) else None
             parser = parsers[ev.index]

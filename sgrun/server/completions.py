@@ -173,7 +173,7 @@ async def completion_stream(state: ServerState, req: CompletionRequest, prepared
                     yield chunk(pi * n + s_i, p.text)
         async for pi, ev in merged_events(runs):
             if ev.error:
-                yield stream_failure(state.metrics, ev.error)
+                yield stream_failure(state.metrics, ev.error, runs[pi].request_id)
                 return
             index = pi * n + ev.index
             lp = None

@@ -5,6 +5,7 @@ refusals go to the metrics. Compiling runs on a worker thread, never on the even
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,9 @@ from sgrun.constrain import Constraint, compile_constraint
 from sgrun.errors import ConstraintError
 from sgrun.server.errors import APIError
 from sgrun.server.metrics import ServerMetrics
+
+log = logging.getLogger("sgrun.server")
+_KIND_NAMES = {"json_schema": "JSON Schema", "regex": "regex", "grammar": "grammar", "choices": "choices list"}
 
 
 @dataclass(frozen=True)
@@ -28,7 +32,16 @@ def compile_spec(tokenizer: Any, spec: ConstraintSpec, metrics: ServerMetrics) -
         constraint = compile_constraint(tokenizer, **{spec.kind: spec.value})
     except ConstraintError as exc:
         metrics.observe_constraint_refusal(spec.kind)
-        raise APIError(400, str(exc), param=spec.param, code="constraint_error") from exc
+        raise APIError(400, f"{spec.param}: {exc}", param=spec.param, code="constraint_error") from exc
+    except (RecursionError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
+        # The compiler choked on this input instead of refusing it: still the input's 400 (it
+        # is malformed or beyond what we compile), and the traceback goes to the log to be fixed.
+        metrics.observe_constraint_refusal(spec.kind)
+        log.warning("compiling %s (%s) raised %s instead of a ConstraintError", spec.param, spec.kind,
+                    type(exc).__name__, exc_info=True)
+        raise APIError(400, f"{spec.param}: this {_KIND_NAMES[spec.kind]} is malformed or too complex to compile "
+                            f"({type(exc).__name__}); check it against its specification and simplify it",
+                       param=spec.param, code="constraint_error") from exc
     finally:
         metrics.observe_constraint_compile(time.perf_counter() - started)
     return constraint

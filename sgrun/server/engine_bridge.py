@@ -5,6 +5,7 @@ client goes away or the handler stops early, so its pages are freed."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,6 +18,8 @@ from sgrun.engine.sampling_params import SamplingParams
 from sgrun.server.errors import APIError, from_exception, generation_failed
 from sgrun.server.field_mapping import FieldNames
 from sgrun.server.metrics import ServerMetrics
+
+log = logging.getLogger("sgrun.server")
 
 
 class RunningRequest:
@@ -36,6 +39,7 @@ class RunningRequest:
                                          logprobs=[] if params.logprobs is not None else None)
                         for i in range(params.n)]
         self.error: str | None = None     # the first engine-side failure of any sample
+        self.aborted_by_server = False    # the client went away or the handler stopped early
         self.finished = False
         self._recorded = False
 
@@ -87,11 +91,12 @@ class RunningRequest:
     def raise_if_failed(self) -> None:
         """A request the engine aborted because of an internal error is a 500 for this request."""
         if self.error is not None:
-            raise generation_failed(self.error)
+            raise generation_failed(self.error, self.request_id)
 
     def abort(self) -> None:
         if not self.finished:
             self.finished = True
+            self.aborted_by_server = True
             self.handle.abort()  # only queues a message for the engine loop; never raises
 
     def _account(self, ev: StreamEvent) -> None:
@@ -107,6 +112,7 @@ class RunningRequest:
             out.matched_stop = ev.matched_stop
             if ev.error and self.error is None:
                 self.error = ev.error
+                log.error("engine request %s (sample %d) failed: %s", self.request_id, ev.index, ev.error)
 
     def _record(self) -> None:
         if self._recorded:
@@ -119,6 +125,12 @@ class RunningRequest:
         if self.first_token_time is not None and out_tokens > self.params.n:
             tpot = (end - self.first_token_time) / (out_tokens / self.params.n - 1)
         aborted = any(o.finish_reason in (None, "abort") for o in self.outputs)
+        if self.error is not None:
+            self.metrics.observe_abort("error")
+        elif self.aborted_by_server:
+            self.metrics.observe_abort("client_disconnect")
+        elif aborted:
+            self.metrics.observe_abort("engine")   # engine shutdown or /abort_request
         self.metrics.observe_request(self.kind, self.prompt_tokens, out_tokens, ttft, tpot,
                                      status="error" if self.error else "aborted" if aborted else "ok",
                                      e2e=end - self.arrival)

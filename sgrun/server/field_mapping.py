@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from sgrun.errors import InvalidRequestError
 from sgrun.server.errors import bad_request, from_exception
 
@@ -44,15 +44,10 @@ def openai_sampling_params(req: Any, max_tokens: int, logprobs: int | None, name
                            vocab_size: int) -> SamplingParams:
     """The sampling fields chat and completion requests share -> SamplingParams. `max_tokens` is
     already resolved against the context (request_limits.resolve_max_tokens)."""
-    stop = req.stop
-    if isinstance(stop, str):
-        stop = [stop]
     temperature = _default(req.temperature, 1.0)
     if not 0.0 <= temperature <= 2.0:  # OpenAI's range (the engine allows more)
         raise bad_request(f"temperature must be in [0, 2], got {temperature}", param="temperature",
                           code="invalid_value")
-    if len(stop or []) > 16:
-        raise bad_request("stop may hold at most 16 strings", param="stop")
     fields: dict[str, Any] = dict(
         max_new_tokens=max_tokens,
         temperature=temperature,
@@ -62,9 +57,9 @@ def openai_sampling_params(req: Any, max_tokens: int, logprobs: int | None, name
         repetition_penalty=_default(req.repetition_penalty, 1.0),
         frequency_penalty=_default(req.frequency_penalty, 0.0),
         presence_penalty=_default(req.presence_penalty, 0.0),
-        logit_bias=_logit_bias(req.logit_bias),
+        logit_bias=req.logit_bias or {},
         seed=req.seed,
-        stop=list(stop or []),
+        stop=req.stop or [],
         stop_token_ids=list(req.stop_token_ids or []),
         ignore_eos=bool(req.ignore_eos),
         skip_special_tokens=_default(req.skip_special_tokens, True),
@@ -74,21 +69,14 @@ def openai_sampling_params(req: Any, max_tokens: int, logprobs: int | None, name
     return _validated(fields, names, vocab_size)
 
 
-def _logit_bias(bias: dict[str, float] | None) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for k, v in (bias or {}).items():
-        try:
-            out[int(k)] = float(v)
-        except ValueError:
-            raise bad_request(f"logit_bias keys must be token ids, got {k!r}", param="logit_bias") from None
-    return out
-
-
 def native_names(raw: dict[str, Any] | None) -> FieldNames:
     """Native field names; a grammar the client sent as `ebnf` is reported as `ebnf`."""
+    names = NATIVE_NAMES
     if raw and "ebnf" in raw:
-        return NATIVE_NAMES.with_renames(grammar=NATIVE_NAMES.prefix + "ebnf")
-    return NATIVE_NAMES
+        names = names.with_renames(grammar=names.prefix + "ebnf")
+    if raw and "logprobs" in raw:  # sent inside sampling_params rather than as top_logprobs_num
+        names = names.with_renames(logprobs=names.prefix + "logprobs")
+    return names
 
 
 def native_sampling_params(raw: dict[str, Any] | None, return_logprob: bool, top_logprobs_num: int,
@@ -100,19 +88,16 @@ def native_sampling_params(raw: dict[str, Any] | None, return_logprob: bool, top
             raise bad_request("give either 'ebnf' or 'grammar'", param=names.client("ebnf"))
         fields["grammar"] = fields.pop("ebnf")
     fields.setdefault("max_new_tokens", NATIVE_DEFAULT_MAX_NEW_TOKENS)
-    if top_logprobs_num and not 0 <= top_logprobs_num <= 20:
-        raise bad_request(f"top_logprobs_num must be in [0, 20], got {top_logprobs_num}", param="top_logprobs_num")
+    if not 0 <= top_logprobs_num <= MAX_LOGPROBS:
+        raise bad_request(f"top_logprobs_num must be in [0, {MAX_LOGPROBS}], got {top_logprobs_num}",
+                          param="top_logprobs_num")
     if return_logprob:
         fields["logprobs"] = top_logprobs_num
-    if isinstance(fields.get("stop"), str):
-        fields["stop"] = [fields["stop"]]
     return _validated(fields, names, vocab_size)
 
 
 def _validated(fields: dict[str, Any], names: FieldNames, vocab_size: int) -> SamplingParams:
     try:
-        return SamplingParams(**fields).validated(vocab_size)
+        return SamplingParams.from_dict(fields, vocab_size)
     except InvalidRequestError as exc:
         raise from_exception(exc, names) from exc
-    except TypeError as exc:  # a field of the wrong type that dataclass construction rejected
-        raise bad_request(f"sampling parameters: {exc}", param=names.prefix.rstrip(".") or None) from exc

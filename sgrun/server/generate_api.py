@@ -121,7 +121,7 @@ async def generate_stream(state: ServerState, req: GenerateRequest, runs: list[R
     try:
         async for pi, ev in merged_events(runs):
             if ev.error:
-                yield stream_failure(state.metrics, ev.error)
+                yield stream_failure(state.metrics, ev.error, runs[pi].request_id)
                 return
             run = runs[pi]
             index = pi * n + ev.index
@@ -163,7 +163,7 @@ async def score(state: ServerState, req: ScoreRequest) -> ScoreResponse:
 def model_info(state: ServerState) -> ModelInfo:
     tok = state.tokenizer
     tmpl = tok.chat_template
-    return ModelInfo(model_name=state.model_name, model_path=getattr(state.engine, "model_path", None),
+    return ModelInfo(model_name=state.model_name, model_path=state.model_file_name,
                      chat_template=tmpl.source if tmpl else None,
                      chat_template_accepts_tools=bool(tmpl and tmpl.accepts_tools),
                      eos_token_ids=sorted(tok.eos_token_ids), bos_token_id=tok.bos_token_id,

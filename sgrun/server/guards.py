@@ -1,9 +1,16 @@
-"""ASGI middleware that refuses requests before any handler runs: a missing or wrong API key
-(401) and a body over the size limit (413), both as OpenAI error objects."""
+"""ASGI middleware in front of every handler: gives each HTTP request an id (the
+`x-request-id` response header, and the id 5xx messages and the server log quote), and refuses
+a missing or wrong API key (401) and a body over the size limit (413), as OpenAI error objects.
+
+An oversized upload still gets its 413 rather than a connection reset: the guard reads and
+discards the rest of the body (up to a bound) before answering, unless the client asked
+`Expect: 100-continue`, in which case it answers at once and the body is never sent."""
 
 from __future__ import annotations
 
 import hmac
+import uuid
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -11,14 +18,24 @@ from sgrun.server.errors import APIError
 
 # Paths anyone may read: load balancers and Prometheus scrapers carry no key.
 OPEN_PATHS = frozenset({"/health", "/metrics"})
+# How much of an oversized body is read and dropped so the client can see the 413; past this the
+# connection is closed (a client that keeps sending that long is not waiting for an answer).
+DRAIN_LIMIT_BYTES = 64 << 20
 
 
-class _BodyTooLarge(Exception):
-    pass
+class BodyTooLarge(APIError):
+    def __init__(self, limit: int):
+        super().__init__(413, f"request body exceeds the limit of {limit} bytes; send a smaller body",
+                         "invalid_request_error", code="request_too_large")
+
+
+def request_id_of(scope: Scope) -> str | None:
+    return scope.get("state", {}).get("request_id")
 
 
 class RequestGuard:
-    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int, on_error=None):
+    def __init__(self, app: ASGIApp, api_key: str | None, max_body_bytes: int,
+                 on_error: Callable[[APIError], None] | None = None):
         self.app = app
         self.api_key = api_key
         self.max_body_bytes = max_body_bytes
@@ -28,13 +45,16 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        rid = "req-" + uuid.uuid4().hex[:16]
+        scope.setdefault("state", {})["request_id"] = rid
         if self.api_key is not None and scope["path"] not in OPEN_PATHS and not self._authorised(scope):
             await self._refuse(APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
                                         "authentication_error", code="invalid_api_key"), scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = _header_int(scope, b"content-length")
         if declared is not None and declared > self.max_body_bytes:
-            await self._refuse(self._too_large(), scope, receive, send)
+            await self._refuse(BodyTooLarge(self.max_body_bytes), scope, receive, send,
+                               drain=not _expects_continue(scope))
             return
 
         received = 0
@@ -45,25 +65,27 @@ class RequestGuard:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > self.max_body_bytes:
-                    raise _BodyTooLarge()
+                    if not body_done:  # drop the rest first, so the client can read the 413
+                        await drain_body(receive)
+                    raise BodyTooLarge(self.max_body_bytes)
             return message
 
         async def tracking_send(message: Message) -> None:
             nonlocal response_started
             if message["type"] == "http.response.start":
                 response_started = True
+                headers = list(message.get("headers", []))
+                if not any(k == b"x-request-id" for k, _ in headers):
+                    message = {**message, "headers": [*headers, (b"x-request-id", rid.encode())]}
             await send(message)
 
         try:
             await self.app(scope, counted_receive, tracking_send)
-        except _BodyTooLarge:
-            if not response_started:  # chunked upload that grew past the limit
-                await self._refuse(self._too_large(), scope, receive, send)
-
-    def _too_large(self) -> APIError:
-        return APIError(413, f"request body exceeds the limit of {self.max_body_bytes} bytes",
-                        "invalid_request_error", code="request_too_large")
+        except BodyTooLarge as err:  # a chunked upload that grew past the limit outside a handler
+            if not response_started:
+                await self._refuse(err, scope, receive, send)
 
     def _authorised(self, scope: Scope) -> bool:
         for name, value in scope.get("headers", []):
@@ -74,20 +96,39 @@ class RequestGuard:
                 return hmac.compare_digest(value.decode("latin-1").strip(), self.api_key or "")
         return False
 
-    async def _refuse(self, err: APIError, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _refuse(self, err: APIError, scope: Scope, receive: Receive, send: Send, drain: bool = False) -> None:
         if self.on_error is not None:
             self.on_error(err)
-        response = err.to_response()
+        if drain:
+            await drain_body(receive)
+        response = err.to_response(request_id_of(scope))
         # Closing after an error we did not read the body for keeps the connection state clean.
         response.headers["connection"] = "close"
         await response(scope, receive, send)
 
 
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", []):
-        if name == b"content-length":
+async def drain_body(receive: Receive, limit: int = DRAIN_LIMIT_BYTES) -> None:
+    """Read and drop the rest of a request body (up to `limit` bytes), so the client, still
+    sending, is not reset before it can read the response."""
+    dropped = 0
+    while dropped <= limit:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        dropped += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
+def _header_int(scope: Scope, name: bytes) -> int | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
             try:
                 return int(value)
             except ValueError:
                 return None
     return None
+
+
+def _expects_continue(scope: Scope) -> bool:
+    return any(k == b"expect" and v.lower() == b"100-continue" for k, v in scope.get("headers", []))

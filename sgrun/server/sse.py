@@ -22,9 +22,10 @@ def sse(obj: Any) -> bytes:
     return b"data: " + _encode(obj) + b"\n\n"
 
 
-def stream_failure(metrics: ServerMetrics, error: str) -> bytes:
-    """The SSE tail for a stream whose request the engine aborted: the error event, then [DONE]."""
-    err = generation_failed(error)
+def stream_failure(metrics: ServerMetrics, error: str, request_id: str) -> bytes:
+    """The SSE tail for a stream whose request the engine aborted: the error event, then [DONE]
+    (engine_bridge has logged the error under `request_id`)."""
+    err = generation_failed(error, request_id)
     metrics.observe_error(err)
     return err.to_sse() + DONE
 

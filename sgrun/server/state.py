@@ -1,22 +1,44 @@
-"""What every handler of one server app shares: the engine, names it answers to, metrics."""
+"""What every handler of one server app shares: the engine, the names it answers to, metrics.
+
+Clients only ever see served names: `--served-model-name` values, else the model's own name.
+Requests may also use the aliases a user would type (the name without its quantisation suffix,
+the model file's name), never a filesystem path."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgrun.server.errors import APIError
+from sgrun.errors import SgrunError
+from sgrun.server.errors import APIError, scrub
 from sgrun.server.metrics import ServerMetrics
 
 
 @dataclass
 class ServerState:
     engine: Any
-    model_name: str
-    served_names: set[str] = field(default_factory=set)
+    model_name: str                                        # the first served name: /v1/models lists it
+    served_names: list[str] = field(default_factory=list)  # what errors and listings show
+    accepted_names: set[str] = field(default_factory=set)  # served names and their aliases
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     started: int = field(default_factory=lambda: int(time.time()))
+
+    @classmethod
+    def for_engine(cls, engine: Any, served_model_names: list[str] | None, metrics: ServerMetrics) -> "ServerState":
+        for name in served_model_names or []:
+            if not name or os.path.isabs(name) or "\\" in name:
+                raise SgrunError(f"--served-model-name {name!r}: give a name, not a file path")
+        own = os.path.basename(str(engine.model_name).rstrip("/\\"))
+        served = list(served_model_names or [own])
+        aliases = {own, own.split(".")[0]}
+        path = getattr(engine, "model_path", None)
+        if path:
+            base = os.path.basename(str(path).rstrip("/\\"))
+            aliases |= {base, os.path.splitext(base)[0]}
+        return cls(engine=engine, model_name=served[0], served_names=served, accepted_names=set(served) | aliases,
+                   metrics=metrics)
 
     @property
     def tokenizer(self) -> Any:
@@ -26,9 +48,15 @@ class ServerState:
     def max_context(self) -> int:
         return int(self.engine.max_context)
 
+    @property
+    def model_file_name(self) -> str | None:
+        path = getattr(self.engine, "model_path", None)
+        return os.path.basename(str(path).rstrip("/\\")) if path else None
+
     def check_model(self, requested: str) -> None:
         """Requests name the model they want; anything we do not serve is a 404."""
-        if requested not in self.served_names:
-            raise APIError(404, f"The model '{requested}' does not exist; this server serves "
-                                f"{sorted(self.served_names)!r}", "not_found_error", param="model",
-                           code="model_not_found")
+        if requested not in self.accepted_names:
+            shown = scrub(requested, limit=100)  # never echo a path, even the client's own
+            raise APIError(404, f"The model '{shown}' does not exist; this server serves "
+                                f"{', '.join(repr(n) for n in self.served_names)}", "not_found_error",
+                           param="model", code="model_not_found")

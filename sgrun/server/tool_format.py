@@ -1,7 +1,7 @@
 """The tool-call format: how tool definitions reach a model whose chat template cannot render
 them, the constraint that makes calls well-formed, and parsing whole generated text back into
 calls. This module is the seam for call formats: chat.py and chat_stream.py use only
-`default_tools_block`, `render_call`, `tool_call_regex`, `check_parameter_schemas`,
+`default_tools_block`, `render_call`, `tool_call_regex`, `parameter_schema_specs`,
 `parse_tool_calls` and (streaming) tool_stream_parser.StreamingToolParser.
 
 The call format is `<tool_call>{"name":"f","arguments":{...}}</tool_call>` (Hermes / Qwen
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from typing import Any
 
 from outlines_core.json_schema import build_regex_from_schema
 
-from sgrun.errors import ConstraintError
+from sgrun.server.constraint_compile import ConstraintSpec
 from sgrun.server.errors import APIError
 from sgrun.server.protocol import FunctionCall, ToolCall, ToolDef
 from sgrun.server.tool_plan import ToolPlan, tool_json
@@ -53,19 +52,12 @@ def render_call(name: str, arguments: str) -> str:
 # --------------------------------------------------------------------------- constraining
 
 
-def check_parameter_schemas(tokenizer: Any, tools: list[ToolDef]) -> None:
-    """Compile each tool's parameters schema with sgrun's own JSON Schema compiler (cached), so an
-    unsupported keyword is a 400 naming the keyword, its path and the tool, exactly as for
-    response_format."""
-    from sgrun.constrain import compile_constraint
-    for i, t in enumerate(tools):
-        if t.function.parameters is None:
-            continue
-        try:
-            compile_constraint(tokenizer, json_schema=t.function.parameters)
-        except ConstraintError as exc:
-            raise APIError(400, f"tools[{i}].function.parameters ({t.function.name}): {exc}",
-                           param=f"tools[{i}].function.parameters", code="constraint_error") from exc
+def parameter_schema_specs(tools: list[ToolDef]) -> list[ConstraintSpec]:
+    """Each tool's parameters schema as a constraint to compile with sgrun's own JSON Schema
+    compiler (cached), so an unsupported keyword is a 400 naming the keyword, its path and the
+    tool, exactly as for response_format."""
+    return [ConstraintSpec("json_schema", t.function.parameters, f"tools[{i}].function.parameters")
+            for i, t in enumerate(tools) if t.function.parameters is not None]
 
 
 def _call_regex(tools: list[ToolDef]) -> str:
