@@ -14,7 +14,7 @@ from starlette.requests import Request
 from sgrun.constrain import Constraint
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.server.chat_prompt import render_prompt
-from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint, compile_spec
+from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
 from sgrun.server.engine_bridge import RunningRequest, submit
 from sgrun.server.errors import bad_request
 from sgrun.server.field_mapping import CHAT_NAMES, FieldNames, openai_sampling_params
@@ -35,9 +35,10 @@ class PreparedChat:
     plan: ToolPlan
     constraint: ConstraintSpec | None
     names: FieldNames
+    schema_checks: list[ConstraintSpec]   # tool parameter schemas, compiled to refuse what we cannot enforce
 
 
-def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerState) -> ConstraintSpec | None:
+def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan) -> ConstraintSpec | None:
     """The one constraint of a chat request: response_format, regex, ebnf, or the tool-call
     format when the model may call tools."""
     given: list[ConstraintSpec] = []
@@ -66,8 +67,6 @@ def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerSta
         if given:
             raise bad_request("response_format, regex and ebnf cannot be combined with tools unless "
                               "tool_choice is 'none'", param="tool_choice")
-        for spec in parameter_schema_specs(plan.tools):
-            compile_spec(state.tokenizer, spec, state.metrics)
         return ConstraintSpec("regex", tool_call_regex(plan), "tools")
     return given[0] if given else None
 
@@ -82,18 +81,21 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     if req.top_logprobs is not None and not req.logprobs:
         raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    spec = constraint_spec(req, plan, state)
+    spec = constraint_spec(req, plan)
     max_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     names = CHAT_NAMES.with_renames(max_new_tokens=max_field)
     max_tokens = resolve_max_tokens(req.max_completion_tokens if req.max_completion_tokens is not None
                                     else req.max_tokens, len(prompt_ids), state.max_context,
                                     max_tokens_field=max_field, prompt_field="messages")
     params = openai_sampling_params(req, max_tokens, logprobs, names, state.tokenizer.vocab_size)
-    return PreparedChat("chatcmpl-" + uuid.uuid4().hex, prompt_ids, params, plan, spec, names)
+    checks = parameter_schema_specs(plan.tools) if plan.expects_calls else []
+    return PreparedChat("chatcmpl-" + uuid.uuid4().hex, prompt_ids, params, plan, spec, names, checks)
 
 
 async def start_chat(state: ServerState, req: ChatCompletionRequest) -> tuple[PreparedChat, RunningRequest]:
     prepared = await asyncio.to_thread(prepare_chat, state, req)
+    for check in prepared.schema_checks:
+        await compile_request_constraint(state.tokenizer, check, state.metrics)
     constraint: Constraint | None = await compile_request_constraint(state.tokenizer, prepared.constraint,
                                                                      state.metrics)
     run = await submit(state.engine, prepared.prompt_ids, prepared.params, constraint, state.metrics, "chat",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +48,15 @@ def compile_spec(tokenizer: Any, spec: ConstraintSpec, metrics: ServerMetrics) -
     return constraint
 
 
+# Compiles get their own threads: a burst of slow constraints then queues here instead of
+# taking every thread of asyncio's default pool, which tokenising and submitting need.
+COMPILE_THREADS = 4
+_EXECUTOR = ThreadPoolExecutor(max_workers=COMPILE_THREADS, thread_name_prefix="sgrun-compile")
+
+
 async def compile_request_constraint(tokenizer: Any, spec: ConstraintSpec | None,
                                      metrics: ServerMetrics) -> Constraint | None:
     if spec is None:
         return None
-    return await asyncio.to_thread(compile_spec, tokenizer, spec, metrics)
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_EXECUTOR, compile_spec, tokenizer, spec, metrics)
