@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sgrun.constrain.byte_nfa import ALL_BYTES, ByteNFA
+from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import ConstraintTooComplexError
 from sgrun.constrain.regex_ast import Node
 
@@ -98,6 +99,7 @@ def dfa_from_node(node: Node, max_states: int = DEFAULT_MAX_DFA_STATES) -> ByteD
         cur = sets[i]
         i += 1
         raw = [(m, t) for s in cur for m, t in nfa.edges[s]]
+        tick(1 + len(raw))
         out: dict[frozenset, int] = {}
         for mask, targets in _partition(raw):
             nxt = closure(targets)
@@ -125,6 +127,7 @@ def product(a: ByteDFA, b: ByteDFA, mode: str = "and", max_states: int = DEFAULT
     while i < len(pairs):
         sa, sb = pairs[i]
         i += 1
+        tick()
         row = []
         b_edges = b.edges[sb] if sb is not None else []
         for ma, ta in a.edges[sa]:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import ConstraintTooComplexError
 from sgrun.constrain.regex_ast import Node
 from sgrun.constrain.utf8_ranges import utf8_sequences
 
 ALL_BYTES = (1 << 256) - 1
+_SHARE_REPEATS_OVER = 4  # bounded repeats longer than this call one shared copy of their body
 
 
 def byte_mask(lo: int, hi: int) -> int:
@@ -23,7 +25,7 @@ def byte_mask(lo: int, hi: int) -> int:
 
 
 class ByteNFA:
-    def __init__(self, max_states: int = 400_000):
+    def __init__(self, max_states: int = 400_000, share: bool = False):
         self.edges: list[list[tuple[int, int]]] = []
         self.eps: list[list[int]] = []
         self.calls: list[list[tuple[int, int]]] = []
@@ -32,6 +34,15 @@ class ByteNFA:
         self.end_of: dict[int, int] = {}  # end state -> fragment id
         self.max_states = max_states
         self._chars_cache: dict[Any, list[list[tuple[int, int]]]] = {}
+        # share=True (the lazily determinised NFAs): a bounded repeat's body and a repeated
+        # big leaf are built once as a fragment and entered by call edges, so `maxLength: 4096`
+        # costs ~2 states per repeat instead of a full copy of the body per repeat, and two
+        # properties with the same string leaf share one copy. Eager DFAs (dfa_from_node) need
+        # call-free NFAs and keep share=False.
+        self.share = share
+        self._shared: dict[Node, int] = {}
+        self.children: dict[int, set[int]] = {}  # fragment -> fragments it calls
+        self._defining: list[set[int]] = []
 
     # --- construction -----------------------------------------------------------------
     def new_state(self) -> int:
@@ -39,6 +50,7 @@ class ByteNFA:
             raise ConstraintTooComplexError(
                 f"constraint automaton exceeds {self.max_states} NFA states; reduce repeat counts, "
                 f"string length bounds or schema size")
+        tick()
         self.edges.append([])
         self.eps.append([])
         self.calls.append([])
@@ -53,8 +65,35 @@ class ByteNFA:
         return fid
 
     def define_fragment(self, fid: int, node: Node) -> None:
-        end = self.build(node, self.frag_start[fid])
+        called: set[int] = set()
+        self._defining.append(called)
+        try:
+            end = self.build(node, self.frag_start[fid])
+        finally:
+            self._defining.pop()
+        self.children[fid] = called
         self.eps[end].append(self.frag_end[fid])
+
+    def longest_call_chain(self, root: int) -> int:
+        """Most nested calls on any call path from `root` that does not repeat a fragment
+        (iterative; a recursive cycle counts once around)."""
+        best: dict[int, int] = {}
+        on_path: set[int] = set()
+        stack: list[tuple[int, list[int]]] = [(root, sorted(self.children.get(root, ())))]
+        on_path.add(root)
+        while stack:
+            fid, todo = stack[-1]
+            if todo:
+                child = todo.pop()
+                if child in on_path or child in best:
+                    continue
+                on_path.add(child)
+                stack.append((child, sorted(self.children.get(child, ()))))
+                continue
+            stack.pop()
+            on_path.discard(fid)
+            best[fid] = 1 + max((best.get(c, 0) for c in self.children.get(fid, ()) if c not in on_path), default=0)
+        return best.get(root, 1) - 1
 
     def build(self, node: Node, cur: int) -> int:
         """Add `node` starting at state `cur`; return its end state."""
@@ -85,6 +124,8 @@ class ByteNFA:
             return end
         if kind == "rep":
             _, child, lo, hi = node
+            if self.share and (hi if hi is not None else lo) > _SHARE_REPEATS_OVER and child[0] not in ("call", "bytes"):
+                child = self.shared(child)
             for _ in range(lo):
                 cur = self.build(child, cur)
             if hi is None:
@@ -101,6 +142,8 @@ class ByteNFA:
             self.eps[cur].append(end)
             return end
         if kind == "call":
+            if self._defining:
+                self._defining[-1].add(node[1])
             nxt = self.new_state()
             self.calls[cur].append((node[1], nxt))
             return nxt
@@ -109,6 +152,15 @@ class ByteNFA:
         if kind == "members":
             return self._build_members(node, cur)
         raise AssertionError(f"unknown regex node {kind!r}")
+
+    def shared(self, node: Node) -> Node:
+        """A call to the one fragment holding `node` (built on first use)."""
+        fid = self._shared.get(node)
+        if fid is None:
+            fid = self.new_fragment()
+            self._shared[node] = fid
+            self.define_fragment(fid, node)
+        return ("call", fid)
 
     def _build_members(self, node: Node, cur: int) -> int:
         """Object members in a fixed order, each required or optional, then any number of
@@ -176,7 +228,7 @@ class ByteNFA:
         changed = True
         while changed:
             changed = False
-            for fid in range(len(self.frag_start)):
+            for fid in range(len(self.frag_start) - 1, -1, -1):  # children were created after parents
                 if fid in nonempty:
                     continue
                 if self._reaches(self.frag_start[fid], self.frag_end[fid], nonempty):

@@ -8,8 +8,10 @@ from typing import Any
 from sgrun.constrain.automaton_constraint import AutomatonConstraint
 from sgrun.constrain.byte_nfa import ByteNFA
 from sgrun.constrain.cache import GLOBAL_CACHE
+from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S, compile_budget
 from sgrun.constrain.constraint import Constraint
-from sgrun.constrain.errors import EmptyConstraintError, InvalidSchemaError
+from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, InvalidSchemaError
+from sgrun.constrain.schema_checks import MAX_DOCUMENT_DEPTH, check_document_depth
 from sgrun.constrain.lazy_dfa import LazyDFA
 from sgrun.constrain.regex_ast import Node, literal_choices
 from sgrun.constrain.regex_parser import parse_regex
@@ -20,8 +22,9 @@ from sgrun.errors import ConstraintError
 def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None = None, grammar: str | None = None,
                        choices: list[str] | None = None, triggers: list[dict] | None = None,
                        tool_calls: Any = None, reasoning: tuple[str, str] | None = None,
-                       whitespace: str = "compact", lenient: bool = False,
-                       use_cache: bool = True, warm_up: bool = True) -> Constraint:
+                       whitespace: str = "compact", lenient: bool = False, key_order: str = "schema",
+                       use_cache: bool = True, warm_up: bool = True,
+                       budget_s: float | None = DEFAULT_COMPILE_BUDGET_S) -> Constraint:
     """Compile exactly one of json_schema / regex / grammar / choices over the tokenizer's vocabulary.
 
     json_schema: dict, JSON text, or True (any JSON value; `{}` means the same, as in JSON Schema).
@@ -29,7 +32,13 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     (e.g. "json"), or GBNF text (detected by `::=`). choices: list of exact strings.
     whitespace: "compact" (no insignificant whitespace in JSON), "flexible" (optional
     whitespace where JSON allows it), or a regex string used at each such place.
-    lenient: drop unsupported JSON Schema keywords with a warning instead of raising.
+    lenient: loosen JSON Schema keywords sgrun cannot enforce exactly (drop them, or enforce a
+    weaker form such as oneOf as anyOf) instead of refusing; each one is named in the result's
+    `warnings` (and a Python warning). Unknown `format`s are annotations either way (a warning).
+    key_order: "schema" (objects follow `properties` order, merged parts where declared) or
+    "required-first" (required keys first, each group in schema order).
+    budget_s: compile time budget, enforced inside the compiler; past it a
+    ConstraintTooComplexError (CompileBudgetExceeded) says the constraint is too complex. None: no limit.
     warm_up: precompute masks of the states a request meets first (bounded; see AutomatonConstraint.warm_up).
     triggers: free text until one of the triggers appears, then that trigger's constraint (see
     triggered.py): a list of {"trigger": str, <one of json_schema / regex / choices>: ...}.
@@ -48,7 +57,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     if kind == "json_schema":
         schema = _load_schema(json_schema)
         spec = json.dumps(schema, sort_keys=False, separators=(",", ":"))
-        options: tuple = (whitespace, lenient)
+        options: tuple = (whitespace, lenient, key_order)
     elif kind == "regex":
         if not isinstance(regex, str):
             raise ConstraintError("regex must be a string")
@@ -65,17 +74,28 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     else:
         if not isinstance(choices, (list, tuple)) or not choices or not all(isinstance(c, str) for c in choices):
             raise ConstraintError("choices must be a non-empty list of strings")
+        if any(c == "" for c in choices):
+            raise ConstraintError("choices must not contain the empty string (a choice must produce some text)")
         spec, options = json.dumps(list(choices)), ()
 
-    def build() -> Constraint:
-        table = token_table(tokenizer)
+    def build_in_budget() -> Constraint:
+        table = token_table(tokenizer)  # once per tokenizer, outside the budget
+        with compile_budget(budget_s, what=kind.replace("_", " ")):
+            try:
+                return build(table)
+            except RecursionError:
+                raise ConstraintTooComplexError(f"the {kind} nests too deeply to compile; flatten it") from None
+
+    def build(table) -> Constraint:
+        warnings: list[str] = []
         if kind == "grammar":
             from sgrun.constrain.grammar import compile_grammar
             c = compile_grammar(grammar, table)
         else:
             if kind == "json_schema":
                 from sgrun.constrain.json_schema import schema_to_nfa
-                nfa, root = schema_to_nfa(schema, whitespace=whitespace, lenient=lenient)
+                nfa, root, warnings = schema_to_nfa(schema, whitespace=whitespace, lenient=lenient,
+                                                    key_order=key_order)
             elif kind == "triggers":
                 from sgrun.constrain.trigger_spec import triggers_nfa
                 nfa, root = triggers_nfa(triggers, whitespace)
@@ -93,22 +113,24 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
                 nfa.define_fragment(root, after_reasoning(("call", inner), *reasoning))
             nfa.trim()
             if root not in nfa.nonempty_fragments():
-                raise EmptyConstraintError(f"the {kind} constraint admits no output at all")
+                raise EmptyConstraintError(f"the {kind.replace('_', ' ')} constraint admits no output at all")
             c = AutomatonConstraint(kind, spec, LazyDFA(nfa, root), table)
+        c.warnings = list(warnings)
         c.attach_tokenizer(tokenizer)
         if warm_up:
             c.warm_up()  # precompute the first masks a request needs, here rather than on the engine loop
         return c
 
     if not use_cache:
-        return build()
+        return build_in_budget()
     if reasoning is not None:
         options = options + (tuple(reasoning),)
-    return GLOBAL_CACHE.get_or_compile((kind, spec, options, tokenizer.fingerprint), build)
+    return GLOBAL_CACHE.get_or_compile((kind, spec, options, tokenizer.fingerprint), build_in_budget,
+                                       refusal_key=budget_s)
 
 
 def nfa_from_node(node: Node) -> tuple[ByteNFA, int]:
-    nfa = ByteNFA()
+    nfa = ByteNFA(share=True)
     root = nfa.new_fragment()
     nfa.define_fragment(root, node)
     return nfa, root
@@ -119,9 +141,13 @@ def _load_schema(json_schema: Any) -> Any:
         return {}
     if isinstance(json_schema, (str, bytes)):
         try:
-            return json.loads(json_schema)
+            json_schema = json.loads(json_schema)
         except json.JSONDecodeError as e:
             raise InvalidSchemaError(f"json_schema is not valid JSON: {e}") from None
+        except RecursionError:
+            raise InvalidSchemaError(f"json_schema nests more than {MAX_DOCUMENT_DEPTH} objects/arrays deep "
+                                     f"(the limit)") from None
     if isinstance(json_schema, (dict, bool)):
+        check_document_depth(json_schema)
         return json_schema
     raise InvalidSchemaError(f"json_schema must be a dict, a JSON string or True, not {type(json_schema).__name__}")

@@ -21,6 +21,7 @@ class Constraint(ABC):
     kind: str
     spec: str
     table: TokenTable
+    warnings: list[str] = []  # what the compile loosened or kept as annotation (set per instance)
 
     @property
     @abstractmethod

@@ -12,21 +12,24 @@ from __future__ import annotations
 import json
 import warnings
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any
 
 from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
 from sgrun.constrain.byte_nfa import ByteNFA
-from sgrun.constrain.errors import InvalidSchemaError, RegexError, UnsupportedSchemaError
+from sgrun.constrain.errors import InvalidSchemaError, UnsupportedSchemaError
 from sgrun.constrain.json_string import (any_text_dfa, constrained_string_node, excluded_dfa, length_dfa,
                                          string_node)
 from sgrun.constrain.numbers import (as_decimal_ratio, decimal_multiple_dfa, integer_bounds,
                                      integer_with_multiple, number_node)
 from sgrun.constrain.regex_ast import EMPTY, NOTHING, Node, alt, chars, lit, opt, rep, seq
 from sgrun.constrain.regex_parser import parse_regex
+from sgrun.constrain.schema_checks import (MAX_SCHEMA_NESTING, NestingTooDeepError, check_document_depth,
+                                           check_keywords)
 from sgrun.constrain.schema_merge import merge_schemas
+from sgrun.errors import ConstraintError
 from sgrun.constrain.schema_refs import SchemaIndex
 from sgrun.constrain.string_formats import FORMAT_REGEXES
+from sgrun.constrain.string_leaf import format_dfa, pattern_matches, pattern_search_dfa, string_leaf
 
 ANNOTATIONS = frozenset({
     "title", "description", "examples", "default", "$comment", "deprecated", "readOnly", "writeOnly",
@@ -40,19 +43,6 @@ _MAX_EXPAND = 64
 _KNOWN_DRAFTS = ("json-schema.org/draft-04/", "json-schema.org/draft-06/", "json-schema.org/draft-07/",
                  "json-schema.org/draft/2019-09/", "json-schema.org/draft/2020-12/", "json-schema.org/schema")
 _MAX_PERMUTED_KEYS = 5
-
-
-@lru_cache(maxsize=4096)
-def pattern_search_dfa(pattern: str) -> ByteDFA:
-    try:
-        parsed = parse_regex(pattern, dot_excludes=_ECMA_DOT_EXCLUDES)
-    except RegexError as e:
-        raise UnsupportedSchemaError("pattern", "", str(e)) from None
-    return dfa_from_node(parsed.search_node(chars((0, 0x10FFFF))))
-
-
-def pattern_matches(pattern: str, text: str) -> bool:
-    return pattern_search_dfa(pattern).fullmatch(text.encode("utf-8"))
 
 
 def canonical_json(value: Any) -> str:
@@ -87,19 +77,26 @@ def _json_type(v: Any) -> str:
 
 
 class SchemaCompiler:
-    def __init__(self, root: Any, whitespace: str = "compact", lenient: bool = False, nfa: ByteNFA | None = None):
+    def __init__(self, root: Any, whitespace: str = "compact", lenient: bool = False, nfa: ByteNFA | None = None,
+                 key_order: str = "schema"):
         self.root = root
         self.lenient = lenient
+        if key_order not in ("schema", "required-first"):
+            raise InvalidSchemaError(f"key_order must be 'schema' or 'required-first', not {key_order!r}")
+        self.required_first = key_order == "required-first"
+        self.warnings: list[str] = []  # what lenient mode dropped, formats kept as annotations
         # A shared NFA lets several documents (one per tool) be sub-automata of one constraint,
         # each resolving its own $ref/$defs.
-        self.nfa = nfa if nfa is not None else ByteNFA()
+        self.nfa = nfa if nfa is not None else ByteNFA(share=True)
         self.index = SchemaIndex(root)
         draft = root.get("$schema", "") if isinstance(root, dict) else ""
         if draft and not any(d in str(draft) for d in _KNOWN_DRAFTS):
             raise UnsupportedSchemaError("$schema", "#", f"unknown meta-schema {draft!r} (custom vocabularies "
                                                         f"are not supported; use a json-schema.org draft)")
         self.legacy_ref = any(d in str(draft) for d in ("draft-03", "draft-04", "draft-06", "draft-07"))
-        self._fragments: dict[tuple[int, str], int] = {}
+        self._fragments: dict[tuple[str, str], int] = {}
+        self._content_keys: dict[int, str] = {}
+        self._pending: list[tuple[int, Any, str, str]] = []
         self._keep: list[Any] = []  # keeps merged dicts alive so id() keys stay unique
         self._any_fid: int | None = None
         self._any_key_fid: int | None = None
@@ -112,17 +109,36 @@ class SchemaCompiler:
 
     # --- fragments ----------------------------------------------------------------------
     def compile_root(self) -> int:
-        return self.fragment(self.root, "#", self.index.base_for(self.root, "https://sgrun.invalid/root.json"))
+        root = self.fragment(self.root, "#", self.index.base_for(self.root, "https://sgrun.invalid/root.json"))
+        # Fragments are defined from a work list, not recursively, so schema nesting never
+        # grows the Python stack; the nesting limit is checked on the finished call graph.
+        while self._pending:
+            fid, schema, ptr, base = self._pending.pop()
+            self.nfa.define_fragment(fid, self.value_node(schema, ptr, base))
+        depth = self.nfa.longest_call_chain(root)
+        if depth > MAX_SCHEMA_NESTING:
+            raise NestingTooDeepError(f"the JSON schema nests values {depth} levels deep; the limit is "
+                                      f"{MAX_SCHEMA_NESTING} nested objects/arrays/sub-schemas: flatten it")
+        return root
 
     def fragment(self, schema: Any, ptr: str, base: str) -> int:
-        key = (id(schema), base)
+        """The fragment for `schema` (allocated now, defined later from the work list).
+        Identical sub-schemas (same JSON text, same base URI) share one fragment."""
+        ck = self._content_keys.get(id(schema))
+        if ck is None:
+            try:
+                ck = json.dumps(schema, separators=(",", ":"), default=repr)
+            except (TypeError, ValueError):
+                ck = f"id:{id(schema)}"
+            self._content_keys[id(schema)] = ck
+        key = (ck, base)
         fid = self._fragments.get(key)
         if fid is not None:
             return fid
         self._keep.append(schema)
         fid = self.nfa.new_fragment()
         self._fragments[key] = fid
-        self.nfa.define_fragment(fid, self.value_node(schema, ptr, base))
+        self._pending.append((fid, schema, ptr, base))
         return fid
 
     def call(self, schema: Any, ptr: str, base: str) -> Node:
@@ -152,6 +168,7 @@ class SchemaCompiler:
             raise UnsupportedSchemaError("$ref", ptr, "reference cycle without progress (infinite recursion)")
         base = self.index.base_for(schema, base)
         s = dict(schema)
+        check_keywords(s, ptr)
         for k in ("$dynamicRef", "$recursiveRef"):
             if k in s:
                 self.refuse(k, ptr, "dynamic references are not supported", s)
@@ -169,14 +186,19 @@ class SchemaCompiler:
                 return ("call", self.call(target, tptr, tbase))
             if target is False:
                 return []
-            parts = [] if target is True else [target]
-            return self._all_of([rest] + parts, [ptr, tptr], [base, tbase], depth)
+            if target is True:
+                return self._all_of([rest], [ptr], [base], depth)
+            if _declared_before(schema, "$ref", "properties"):
+                return self._all_of([target, rest], [tptr, ptr], [tbase, base], depth)
+            return self._all_of([rest, target], [ptr, tptr], [base, tbase], depth)
         if "allOf" in s:
             parts = s.pop("allOf")
             if not isinstance(parts, list):
                 raise InvalidSchemaError(f"allOf at {ptr} must be a list")
-            return self._all_of([s] + parts, [ptr] + [f"{ptr}/allOf/{i}" for i in range(len(parts))],
-                                [base] * (len(parts) + 1), depth)
+            ptrs = [f"{ptr}/allOf/{i}" for i in range(len(parts))]
+            if _declared_before(schema, "allOf", "properties"):  # merged properties go where declared
+                return self._all_of(parts + [s], ptrs + [ptr], [base] * (len(parts) + 1), depth)
+            return self._all_of([s] + parts, [ptr] + ptrs, [base] * (len(parts) + 1), depth)
         for key in ("anyOf", "oneOf"):
             if key in s:
                 branches_raw = s.pop(key)
@@ -191,13 +213,20 @@ class SchemaCompiler:
                         per_branch.append([])
                         continue
                     b = {} if b is True else b
-                    got = self._all_of([rest, b], [ptr, bptr], [base, base], depth) if rest else \
-                        self.expand(b, bptr, base, depth + 1, allow_call=True)
+                    # Only a branch that stands alone (no sibling keywords, not inside an allOf
+                    # merge) may stay a call; anything merged with other keywords must be
+                    # expanded, or the merge would drop those keywords (the call ignores them).
+                    if rest:
+                        parts2 = [b, rest] if _declared_before(schema, key, "properties") else [rest, b]
+                        got = self._all_of(parts2, [bptr, ptr] if parts2[0] is b else [ptr, bptr], [base, base],
+                                           depth)
+                    else:
+                        got = self.expand(b, bptr, base, depth + 1, allow_call=allow_call)
                     if isinstance(got, tuple):  # a bare $ref branch stays a call (recursion-safe)
-                        got = [{"$sgrun_call": got[1]}]
+                        got = [{"$sgrun_call": got[1], "$sgrun_branch": (b, bptr, base)}]
                     per_branch.append(got)
                 if key == "oneOf":
-                    self._check_disjoint(per_branch, ptr)
+                    self._check_disjoint(per_branch, ptr, depth)
                 for g in per_branch:
                     out.extend(g)
                 return out
@@ -216,24 +245,35 @@ class SchemaCompiler:
             nxt = []
             for a in alternatives:
                 for g in got:
-                    nxt.append(merge_schemas(a, g, p, pattern_matches))
+                    nxt.append(merge_schemas(a, g, p, pattern_matches, self.refuse))
             if len(nxt) > 256:
                 raise UnsupportedSchemaError("allOf", p, "too many anyOf/oneOf combinations to merge")
             alternatives = nxt
         return alternatives
 
-    def _check_disjoint(self, per_branch: list[list[dict]], ptr: str) -> None:
+    def _check_disjoint(self, per_branch: list[list[dict]], ptr: str, depth: int) -> None:
         """oneOf is enforced as anyOf, which is exact only when no value matches two branches."""
-        sigs = [[self._signature(s) for s in br] for br in per_branch]
+        sigs = [[sig for s in br for sig in self._signatures(s, depth)] for br in per_branch]
         for i in range(len(sigs)):
             for j in range(i + 1, len(sigs)):
                 for a in sigs[i]:
                     for b in sigs[j]:
                         if not _disjoint(a, b):
-                            raise UnsupportedSchemaError(
-                                "oneOf", ptr, f"branches {i} and {j} may both match one value; only oneOf "
-                                              f"with provably exclusive branches (different types, consts or "
-                                              f"required/forbidden properties) is supported, use anyOf")
+                            self.refuse("oneOf", ptr, f"branches {i} and {j} may both match one value; only oneOf "
+                                                      f"with provably exclusive branches (different types, consts or "
+                                                      f"required/forbidden properties) is supported, use anyOf "
+                                                      f"(lenient: enforced as anyOf)")
+                            return
+
+    def _signatures(self, s: dict, depth: int) -> list[dict]:
+        if "$sgrun_call" in s:  # a $ref branch kept as a call: look at what it expands to
+            b, bptr, base = s["$sgrun_branch"]
+            try:
+                got = self.expand(b, bptr, base, depth + 1)
+            except ConstraintError:
+                return [{"types": None}]
+            return [self._signature(g) for g in got]
+        return [self._signature(s)]
 
     def _signature(self, s: dict) -> dict:
         if "$sgrun_call" in s:
@@ -260,13 +300,20 @@ class SchemaCompiler:
 
     # --- a plain schema: a union over the JSON types it admits -----------------------------
     def refuse(self, keyword: str, ptr: str, reason: str, s: dict | None = None) -> None:
+        """Refuse a keyword we cannot enforce exactly; lenient: loosen it (the caller drops it or
+        enforces something weaker) and record a warning naming it."""
         if self.lenient:
-            warnings.warn(f"sgrun: dropping unsupported JSON Schema keyword {keyword!r} at {ptr}: {reason}",
-                          stacklevel=3)
+            msg = f"JSON Schema keyword {keyword!r} at {ptr or '#'} is not enforced: {reason}"
+            self.warn(msg)
             if s is not None:
                 s.pop(keyword, None)
             return
         raise UnsupportedSchemaError(keyword, ptr, reason)
+
+    def warn(self, msg: str) -> None:
+        if msg not in self.warnings:
+            self.warnings.append(msg)
+            warnings.warn(f"sgrun: {msg}", stacklevel=4)
 
     def _types(self, s: dict, ptr: str) -> list[str]:
         t = s.get("type")
@@ -283,6 +330,7 @@ class SchemaCompiler:
     def plain_node(self, s: dict, ptr: str, base: str) -> Node:
         if "$sgrun_call" in s:
             return s["$sgrun_call"]
+        check_keywords(s, ptr)
         s = self._normalize_numbers(dict(s), ptr)
         self._check_keywords(s, ptr)
         if "not" in s:
@@ -529,21 +577,17 @@ class SchemaCompiler:
         patterns = ([s["pattern"]] if "pattern" in s else []) + list(s.get("$sgrun_patterns", []))
         fmt = s.get("format")
         if fmt is not None and fmt not in FORMAT_REGEXES:
-            self.refuse("format", ptr, f"format {fmt!r} is not enforced (supported: {', '.join(FORMAT_REGEXES)})", s)
+            # 2020-12: format is an annotation, and validators ignore formats they do not know.
+            self.warn(f"format {fmt!r} at {ptr} is not a format sgrun checks; kept as an annotation (any string)")
             fmt = None
-        exclude = s.get("$sgrun_exclude", [])
-        if not patterns and fmt is None and not exclude:
-            return string_node(lo, hi)
-        d = any_text_dfa() if (lo == 0 and hi is None) else length_dfa(lo, hi)
-        for p in patterns:
-            try:
-                d = product(d, pattern_search_dfa(p))
-            except UnsupportedSchemaError as e:
-                raise UnsupportedSchemaError("pattern", ptr, str(e).split(": ", 1)[-1]) from None
-        if fmt is not None:
-            d = product(d, _format_dfa(fmt))
-        d = excluded_dfa(d, exclude)
-        return constrained_string_node(d)
+        exclude = tuple(s.get("$sgrun_exclude", []))
+        if hi is not None and lo > hi:
+            return NOTHING
+        try:
+            node = string_leaf(lo, hi, tuple(patterns), fmt, exclude)
+        except UnsupportedSchemaError as e:
+            raise UnsupportedSchemaError("pattern", ptr, str(e).split(": ", 1)[-1]) from None
+        return self.nfa.shared(node) if node != NOTHING else NOTHING
 
     # --- arrays -------------------------------------------------------------------------
     def _array_node(self, s: dict, ptr: str, base: str) -> Node:
@@ -648,9 +692,9 @@ class SchemaCompiler:
             d = product(d, pattern_search_dfa(pn["pattern"]))
         if "format" in pn:
             if pn["format"] not in FORMAT_REGEXES:
-                self.refuse("format", ptr, f"format {pn['format']!r} is not enforced")
+                self.warn(f"format {pn['format']!r} at {ptr} is not a format sgrun checks; kept as an annotation")
             else:
-                d = product(d, _format_dfa(pn["format"]))
+                d = product(d, format_dfa(pn["format"]))
         if "enum" in pn or "const" in pn:
             vals = [v for v in (pn["enum"] if "enum" in pn else [pn["const"]]) if isinstance(v, str)]
             d = product(d, dfa_from_node(alt(*(lit(v) for v in vals)) if vals else NOTHING))
@@ -735,11 +779,6 @@ def _join(sep: Node, items: list[Node]) -> list[Node]:
     return out
 
 
-@lru_cache(maxsize=None)
-def _format_dfa(fmt: str) -> ByteDFA:
-    return dfa_from_node(parse_regex(FORMAT_REGEXES[fmt]).fullmatch_node())
-
-
 def _esc(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
@@ -771,9 +810,18 @@ def _disjoint(a: dict, b: dict) -> bool:
     return False
 
 
-def schema_to_nfa(schema: Any, whitespace: str = "compact", lenient: bool = False) -> tuple[ByteNFA, int]:
+def schema_to_nfa(schema: Any, whitespace: str = "compact", lenient: bool = False,
+                  key_order: str = "schema") -> tuple[ByteNFA, int, list[str]]:
+    """-> (NFA, root fragment, warnings: what lenient mode loosened, formats kept as annotations)."""
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchemaError("a JSON Schema must be an object or a boolean")
-    compiler = SchemaCompiler(schema, whitespace=whitespace, lenient=lenient)
+    check_document_depth(schema)
+    compiler = SchemaCompiler(schema, whitespace=whitespace, lenient=lenient, key_order=key_order)
     root = compiler.compile_root()
-    return compiler.nfa, root
+    return compiler.nfa, root, compiler.warnings
+
+
+def _declared_before(schema: dict, key: str, other: str) -> bool:
+    """Whether `key` comes before `other` in the schema as written (absent `other`: False)."""
+    keys = list(schema)
+    return other in schema and key in schema and keys.index(key) < keys.index(other)

@@ -15,10 +15,11 @@ import threading
 import numpy as np
 
 from sgrun.constrain.byte_nfa import ALL_BYTES, ByteNFA
+from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import ConstraintTooComplexError
 
 Stack = tuple | None  # (return_state, depth, parent) linked list
-DEFAULT_MAX_DEPTH = 64  # nested calls (sub-schemas / $ref / array-object nesting) kept on the stack
+DEFAULT_MAX_DEPTH = 160  # nested calls (sub-schemas, $ref, shared leaves) kept on the stack
 DEFAULT_MAX_DFA_STATES = 200_000
 _MAX_CLOSURE = 50_000
 
@@ -91,6 +92,7 @@ class LazyDFA:
                     todo.append(c)
             if len(seen) > _MAX_CLOSURE:
                 raise ConstraintTooComplexError("constraint automaton closure too large (left recursion?)")
+        tick(len(seen))
         root_end = self.root_end
         return frozenset(c for c in seen if nfa.edges[c[0]] or (c[0] == root_end and c[1] is None))
 

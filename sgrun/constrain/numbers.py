@@ -26,26 +26,49 @@ def digit_range(lo: int, hi: int) -> Node:
     return lit(str(lo)) if lo == hi else chars((0x30 + lo, 0x30 + hi))
 
 
-def _same_length_range(a: str, b: str) -> Node:
-    """Digit strings of equal length n with a <= s <= b (lexicographic = numeric)."""
+def _digits_ge(a: str) -> Node:
+    """Digit strings of len(a) that are >= a: one branch per position, so linear in len(a)."""
     if not a:
         return EMPTY
-    if a == b:
+    if a.strip("0") == "":
+        return rep(DIGIT, len(a), len(a))
+    d, rest = int(a[0]), a[1:]
+    above = seq(digit_range(d + 1, 9), rep(DIGIT, len(rest), len(rest))) if d < 9 else NOTHING
+    return alt(seq(lit(a[0]), _digits_ge(rest)), above)
+
+
+def _digits_le(b: str) -> Node:
+    """Digit strings of len(b) that are <= b (linear in len(b))."""
+    if not b:
+        return EMPTY
+    if b.strip("9") == "":
+        return rep(DIGIT, len(b), len(b))
+    d, rest = int(b[0]), b[1:]
+    below = seq(digit_range(0, d - 1), rep(DIGIT, len(rest), len(rest))) if d > 0 else NOTHING
+    return alt(below, seq(lit(b[0]), _digits_le(rest)))
+
+
+def _same_length_range(a: str, b: str) -> Node:
+    """Digit strings of equal length n with a <= s <= b (lexicographic = numeric). After the
+    common prefix the range splits once into ">= a's tail", a middle digit range and "<= b's
+    tail", each linear in the digits left, so the whole node is O(n) branches (was 2^n)."""
+    k = 0
+    while k < len(a) and a[k] == b[k]:
+        k += 1
+    if k == len(a):
         return lit(a)
-    if a[0] == b[0]:
-        return seq(lit(a[0]), _same_length_range(a[1:], b[1:]))
+    head, a, b = a[:k], a[k:], b[k:]
     n = len(a)
-    parts = []
-    # a[0] followed by >= a[1:], middle first digits with anything, b[0] followed by <= b[1:]
-    parts.append(seq(lit(a[0]), _same_length_range(a[1:], "9" * (n - 1))))
+    parts = [seq(lit(a[0]), _digits_ge(a[1:]))]
     if int(b[0]) - int(a[0]) >= 2:
         parts.append(seq(digit_range(int(a[0]) + 1, int(b[0]) - 1), rep(DIGIT, n - 1, n - 1)))
-    parts.append(seq(lit(b[0]), _same_length_range("0" * (n - 1), b[1:])))
-    return alt(*parts)
+    parts.append(seq(lit(b[0]), _digits_le(b[1:])))
+    return seq(lit(head), alt(*parts)) if head else alt(*parts)
 
 
 def natural_range(lo: int, hi: int | None) -> Node:
-    """Canonical decimal strings of integers n with lo <= n <= hi (hi None: unbounded), lo >= 0."""
+    """Canonical decimal strings of integers n with lo <= n <= hi (hi None: unbounded), lo >= 0.
+    Lengths strictly between those of lo and hi are one `[1-9][0-9]{la,lb-2}` repeat."""
     lo = max(lo, 0)
     if hi is not None and hi < lo:
         return NOTHING
@@ -55,15 +78,20 @@ def natural_range(lo: int, hi: int | None) -> Node:
         lo = 1
         if hi is not None and hi < 1:
             return alt(*parts)
-    la = len(str(lo))
-    lb = len(str(hi)) if hi is not None else None
-    for n in range(la, (lb if lb is not None else la) + 1):
-        a = str(lo) if n == la else "1" + "0" * (n - 1)
-        b = str(hi) if (lb is not None and n == lb) else "9" * n
-        if int(a) <= int(b):
-            parts.append(_same_length_range(a, b))
-    if lb is None:
+    sa = str(lo)
+    la = len(sa)
+    if hi is not None and len(str(hi)) == la:
+        parts.append(_same_length_range(sa, str(hi)))
+        return alt(*parts)
+    parts.append(_same_length_range(sa, "9" * la))
+    if hi is None:
         parts.append(seq(NONZERO, rep(DIGIT, la, None)))  # longer than lo: always bigger
+        return alt(*parts)
+    sb = str(hi)
+    lb = len(sb)
+    if lb - la >= 2:
+        parts.append(seq(NONZERO, rep(DIGIT, la, lb - 2)))
+    parts.append(_same_length_range("1" + "0" * (lb - 1), sb))
     return alt(*parts)
 
 

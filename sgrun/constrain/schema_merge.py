@@ -8,6 +8,15 @@ from typing import Any, Callable
 
 from sgrun.constrain.errors import UnsupportedSchemaError
 
+# Keywords with validation meaning; any other key is an annotation and merges by keeping one value.
+VALIDATION_KEYWORDS = frozenset({
+    "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "items",
+    "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength",
+    "pattern", "$sgrun_patterns", "$sgrun_exclude", "format", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "minProperties", "maxProperties", "not", "propertyNames", "contains",
+    "minContains", "maxContains", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies",
+    "unevaluatedProperties", "unevaluatedItems",
+})
 _MAX_KEYS = ("maximum", "maxLength", "maxItems", "maxProperties")
 _MIN_KEYS = ("minimum", "minLength", "minItems", "minProperties")
 _TYPE_ORDER = ("null", "boolean", "object", "array", "number", "string", "integer")
@@ -35,15 +44,28 @@ def merge_types(a: set[str] | None, b: set[str] | None) -> set[str] | None:
     return out
 
 
-def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, str], bool]) -> dict:
-    """Intersection of two schema dicts without $ref/allOf/anyOf/oneOf at their top level."""
+Refuse = Callable[..., None]
+
+
+def _strict(keyword: str, ptr: str, reason: str, s: dict | None = None) -> None:
+    raise UnsupportedSchemaError(keyword, ptr, reason)
+
+
+def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, str], bool],
+                  refuse: Refuse = _strict) -> dict:
+    """Intersection of two schema dicts without $ref/allOf/anyOf/oneOf at their top level.
+
+    What cannot be intersected exactly goes to `refuse(keyword, ptr, reason)`, which raises, or
+    (lenient) records a warning; the merge then keeps the first part's value (a looser schema).
+    Keywords without validation meaning (annotations, vendor `x-...` keys) never conflict."""
+    if "$sgrun_call" in a or "$sgrun_call" in b:  # a call ignores sibling keywords: never merge one
+        raise AssertionError("internal: a $ref call placeholder reached an allOf merge")
     _ANN = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
             "$schema", "$id", "$defs", "definitions", "$anchor")
     for x, y in ((a, b), (b, a)):
         for k in ("unevaluatedProperties", "unevaluatedItems"):
-            if k in x and any(key not in _ANN for key in y):
-                raise UnsupportedSchemaError(k, ptr, f"{k} combined with applicators (allOf/anyOf/oneOf/$ref) "
-                                                     f"is not supported")
+            if k in x and any(key not in _ANN and key in VALIDATION_KEYWORDS for key in y):
+                refuse(k, ptr, f"{k} combined with applicators (allOf/anyOf/oneOf/$ref) is not supported")
     out = dict(a)
     array_keys = ("items", "prefixItems", "additionalItems")
     if any(k in a for k in array_keys) and any(k in b for k in array_keys):
@@ -90,21 +112,41 @@ def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, st
             pass  # handled together below
         elif key == "items" and isinstance(av, (dict, bool)) and isinstance(bv, (dict, bool)):
             out[key] = _all_of(av, bv)
-        elif key in ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly",
-                     "writeOnly", "$schema", "$id", "$defs", "definitions", "$anchor"):
-            pass
+        elif key not in VALIDATION_KEYWORDS or key in _ANN:
+            pass  # annotations (and unknown keys, which JSON Schema treats as annotations)
         elif key == "not":
             out[key] = {"anyOf": [av, bv]}
+        elif key == "$sgrun_exclude":
+            out[key] = list(av) + list(bv)
+        elif key in ("dependentRequired", "dependentSchemas", "dependencies") and isinstance(av, dict) \
+                and isinstance(bv, dict):
+            out[key] = _merge_dependencies(av, bv)
         else:
-            raise UnsupportedSchemaError("allOf", ptr, f"cannot merge differing {key!r} values")
+            refuse("allOf", ptr, f"cannot merge differing {key!r} values (lenient: the first one is kept)")
     if any(k in a or k in b for k in ("properties", "patternProperties", "additionalProperties")):
-        _merge_objects(a, b, out, ptr, pattern_matches)
+        _merge_objects(a, b, out, ptr, pattern_matches, refuse)
     for key in ("enum",):
         if key in a and "const" in b or key in b and "const" in a:
             pass
     if "const" in a and "const" in b and canonical(a["const"]) != canonical(b["const"]):
         out.pop("const", None)
         out["enum"] = []
+    return out
+
+
+def _merge_dependencies(a: dict, b: dict) -> dict:
+    """Both parts' dependencies hold: per trigger property, the union of required names, or
+    the allOf of dependent schemas."""
+    out = dict(a)
+    for k, v in b.items():
+        if k not in out:
+            out[k] = v
+        elif isinstance(out[k], list) and isinstance(v, list):
+            out[k] = list(dict.fromkeys(out[k] + v))
+        else:
+            x = {"required": out[k]} if isinstance(out[k], list) else out[k]
+            y = {"required": v} if isinstance(v, list) else v
+            out[k] = _all_of(x, y)
     return out
 
 
@@ -154,7 +196,8 @@ def _value_schema(s: dict, name: str, pattern_matches: Callable[[str, str], bool
     return out
 
 
-def _merge_objects(a: dict, b: dict, out: dict, ptr: str, pattern_matches: Callable[[str, str], bool]) -> None:
+def _merge_objects(a: dict, b: dict, out: dict, ptr: str, pattern_matches: Callable[[str, str], bool],
+                   refuse: Refuse) -> None:
     a_pat, b_pat = a.get("patternProperties", {}), b.get("patternProperties", {})
     a_add, b_add = a.get("additionalProperties", True), b.get("additionalProperties", True)
     names = list(dict.fromkeys(list(a.get("properties", {})) + list(b.get("properties", {}))))
@@ -164,9 +207,12 @@ def _merge_objects(a: dict, b: dict, out: dict, ptr: str, pattern_matches: Calla
     else:
         out.pop("properties", None)
     if a_pat and b_pat and canonical(a_pat) != canonical(b_pat):
-        raise UnsupportedSchemaError("allOf", ptr, "cannot merge two different patternProperties")
+        refuse("allOf", ptr, "cannot merge two different patternProperties (lenient: both kept, as a union)")
+        a_pat = {**b_pat, **a_pat}
     if (a_pat and b_add not in (True, {})) or (b_pat and a_add not in (True, {})):
-        raise UnsupportedSchemaError("allOf", ptr, "cannot merge patternProperties with another additionalProperties")
+        refuse("allOf", ptr, "cannot merge patternProperties with another additionalProperties "
+                             "(lenient: additionalProperties dropped)")
+        a_add = b_add = True
     pat = a_pat or b_pat
     if pat:
         out["patternProperties"] = pat
