@@ -201,11 +201,12 @@ def test_pydantic_tool_refs_resolve_against_the_tools_own_parameters(tokenizer, 
 
 
 def test_unsupported_keyword_is_refused_naming_tool_keyword_and_pointer(tokenizer):
-    bad = ToolSpec("lookup", {"type": "object", "properties": {"when": {"type": "string", "format": "lunar-date"}}})
+    # (an unknown format is an annotation, not a refusal; a lookbehind pattern cannot be enforced)
+    bad = ToolSpec("lookup", {"type": "object", "properties": {"when": {"type": "string", "pattern": "(?<=a)b"}}})
     with pytest.raises(ToolSchemaError) as info:
         compile_constraint(tokenizer, tool_calls=ToolCallConstraint("hermes", (WEATHER, bad), "auto"))
     err = info.value
-    assert (err.index, err.tool, err.keyword, err.pointer) == (1, "lookup", "format", "#/properties/when")
+    assert (err.index, err.tool, err.keyword, err.pointer) == (1, "lookup", "pattern", "#/properties/when")
     assert "tools[1].function.parameters" in str(err) and "'lookup'" in str(err)
     whole = ToolSpec("pair", {"type": "object", "minProperties": 1, "required": ["x"],
                            "properties": {"x": {"type": "integer"}}})

@@ -97,6 +97,7 @@ class SchemaCompiler:
         self._fragments: dict[tuple[str, str], int] = {}
         self._content_keys: dict[int, str] = {}
         self._pending: list[tuple[int, Any, str, str]] = []
+        self._draining = False
         self._keep: list[Any] = []  # keeps merged dicts alive so id() keys stay unique
         self._any_fid: int | None = None
         self._any_key_fid: int | None = None
@@ -110,11 +111,6 @@ class SchemaCompiler:
     # --- fragments ----------------------------------------------------------------------
     def compile_root(self) -> int:
         root = self.fragment(self.root, "#", self.index.base_for(self.root, "https://sgrun.invalid/root.json"))
-        # Fragments are defined from a work list, not recursively, so schema nesting never
-        # grows the Python stack; the nesting limit is checked on the finished call graph.
-        while self._pending:
-            fid, schema, ptr, base = self._pending.pop()
-            self.nfa.define_fragment(fid, self.value_node(schema, ptr, base))
         depth = self.nfa.longest_call_chain(root)
         if depth > MAX_SCHEMA_NESTING:
             raise NestingTooDeepError(f"the JSON schema nests values {depth} levels deep; the limit is "
@@ -139,6 +135,17 @@ class SchemaCompiler:
         fid = self.nfa.new_fragment()
         self._fragments[key] = fid
         self._pending.append((fid, schema, ptr, base))
+        if not self._draining:
+            # Fragments are defined from a work list by the outermost call, not recursively, so
+            # schema nesting never grows the Python stack (the nesting limit is checked on the
+            # finished call graph in compile_root).
+            self._draining = True
+            try:
+                while self._pending:
+                    f, sch, p, b = self._pending.pop()
+                    self.nfa.define_fragment(f, self.value_node(sch, p, b))
+            finally:
+                self._draining = False
         return fid
 
     def call(self, schema: Any, ptr: str, base: str) -> Node:
@@ -330,6 +337,8 @@ class SchemaCompiler:
     def plain_node(self, s: dict, ptr: str, base: str) -> Node:
         if "$sgrun_call" in s:
             return s["$sgrun_call"]
+        if s.get("type") == []:  # an allOf of disjoint types
+            return NOTHING
         check_keywords(s, ptr)
         s = self._normalize_numbers(dict(s), ptr)
         self._check_keywords(s, ptr)
@@ -637,6 +646,8 @@ class SchemaCompiler:
         additional = s.get("additionalProperties", True)
         names_schema = s.get("propertyNames")
         names = list(props) + [r for r in required if r not in props]
+        if self.required_first:
+            names = [n for n in names if n in required] + [n for n in names if n not in required]
         key_filter = None
         if names_schema is not None:
             key_filter = self._property_names_dfa(names_schema, f"{ptr}/propertyNames")

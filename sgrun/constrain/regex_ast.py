@@ -50,13 +50,14 @@ def seq(*nodes: Node) -> Node:
 
 
 def alt(*nodes: Node) -> Node:
-    flat: list[Node] = []
+    flat: dict[Node, None] = {}  # ordered, deduplicated in linear time
     for n in nodes:
         parts = n[1] if n[0] == "alt" else (n,)
         for p in parts:
-            if p not in flat:
-                flat.append(p)
-    return flat[0] if len(flat) == 1 else ("alt", tuple(flat))
+            flat[p] = None
+    if len(flat) == 1:
+        return next(iter(flat))
+    return ("alt", tuple(flat))
 
 
 def rep(node: Node, lo: int, hi: int | None) -> Node:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import RegexError
 from sgrun.constrain.regex_ast import (EMPTY, MAX_CODEPOINT, Node, alt, lit, negate_ranges, normalize_ranges,
                                        rep, seq)
@@ -103,6 +104,7 @@ class _Parser:
             c = self.peek()
             if c is None or c in "|)":
                 break
+            tick()
             atom = self.parse_atom()
             if atom[0] == "anchor":
                 items.append(atom)

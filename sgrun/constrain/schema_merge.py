@@ -93,11 +93,7 @@ def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, st
         elif key == "required":
             out[key] = list(dict.fromkeys(list(av) + list(bv)))
         elif key in ("enum", "const"):
-            aset = av if key == "enum" else [av]
-            bset = {canonical(x) for x in (bv if key == "enum" else [bv])}
-            both = [x for x in aset if canonical(x) in bset]
-            out.pop("const", None)
-            out["enum"] = both
+            pass  # intersected together below
         elif key == "pattern":
             out["pattern"] = av
             out.setdefault("$sgrun_patterns", []).append(bv)
@@ -125,13 +121,36 @@ def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, st
             refuse("allOf", ptr, f"cannot merge differing {key!r} values (lenient: the first one is kept)")
     if any(k in a or k in b for k in ("properties", "patternProperties", "additionalProperties")):
         _merge_objects(a, b, out, ptr, pattern_matches, refuse)
-    for key in ("enum",):
-        if key in a and "const" in b or key in b and "const" in a:
-            pass
-    if "const" in a and "const" in b and canonical(a["const"]) != canonical(b["const"]):
-        out.pop("const", None)
-        out["enum"] = []
+    _intersect_values(a, b, out)
     return out
+
+
+def _intersect_values(a: dict, b: dict, out: dict) -> None:
+    """const/enum of both parts: one enum of the values every list allows (in a's order)."""
+    lists = [[s["const"]] if k == "const" else list(s["enum"]) for s in (a, b) for k in ("const", "enum") if k in s]
+    if len(lists) < 2:
+        return
+    keep = lists[0]
+    for other in lists[1:]:
+        allowed = {value_key(x) for x in other}
+        keep = [x for x in keep if value_key(x) in allowed]
+    out.pop("const", None)
+    out["enum"] = keep
+
+
+def value_key(v: Any) -> str:
+    """Equality key of a JSON value (JSON Schema: 1 == 1.0, true != 1, key order irrelevant)."""
+    return canonical(_integral(v))
+
+
+def _integral(v: Any) -> Any:
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, list):
+        return [_integral(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _integral(x) for k, x in v.items()}
+    return v
 
 
 def _merge_dependencies(a: dict, b: dict) -> dict:

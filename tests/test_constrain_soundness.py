@@ -1,0 +1,221 @@
+"""Soundness of the JSON Schema compiler: fixed regressions, bad input that must get a clear
+ConstraintError, and a property test — every compiled constraint rejects every instance that
+`jsonschema` rejects (serialized the way the compiler emits it), over generated schemas."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from constrain_fixtures import SchemaOrder, load_default_tokenizer
+from sgrun.constrain import compile_constraint
+from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, InvalidSchemaError
+from sgrun.errors import ConstraintError
+
+
+@pytest.fixture(scope="module")
+def constrain_tok():
+    return load_default_tokenizer()
+
+
+def _compile(tok, schema, **kw):
+    return compile_constraint(tok, json_schema=schema, warm_up=False, use_cache=False, **kw)
+
+
+def test_allof_with_anyof_of_refs_keeps_sibling_keywords(constrain_tok):
+    c = _compile(constrain_tok, {"$defs": {"any": {}}, "allOf": [{"type": "string"}, {"anyOf": [{"$ref": "#/$defs/any"}]}]})
+    assert not c.matches_bytes(b"123") and c.matches_bytes(b'"a"')
+    c = _compile(constrain_tok, {"$defs": {"x": {"type": "object"}},
+                                 "allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                           {"anyOf": [{"$ref": "#/$defs/x"}, {"$ref": "#/$defs/x"}]}]})
+    assert not c.matches_bytes(b'{"b":1}') and c.matches_bytes(b'{"a":1}')
+
+
+@pytest.mark.parametrize("schema, needle", [
+    ({"type": "object", "required": 7}, "'required' at # must be a list"),
+    ({"type": "string", "minLength": -1}, "'minLength' at # must be a non-negative integer"),
+    ({"type": "string", "maxLength": "5"}, "'maxLength' at # must be a non-negative integer"),
+    ({"properties": {"a": {"type": "strin"}}}, "'type' at #/properties/a"),
+    ({"allOf": [{"maxLength": 3}, {"maxLength": "4"}]}, "'maxLength' at #/allOf/1"),
+    ({"anyOf": []}, "'anyOf' at # must be a non-empty list"),
+])
+def test_bad_keyword_values_are_invalid_schema_errors(constrain_tok, schema, needle):
+    with pytest.raises(InvalidSchemaError, match=needle.replace("[", r"\[")):
+        _compile(constrain_tok, schema)
+
+
+def test_nesting_limits_are_named_never_recursion_errors(constrain_tok):
+    deep: dict = {}
+    cur = deep
+    for _ in range(5000):
+        cur["a"] = {}
+        cur = cur["a"]
+    with pytest.raises(ConstraintTooComplexError, match="limit"):
+        _compile(constrain_tok, deep)
+    with pytest.raises(ConstraintError, match="limit"):
+        _compile(constrain_tok, "[" * 100_000 + "]" * 100_000)
+    nested: dict = {"type": "object"}
+    cur = nested
+    for _ in range(120):  # 120 nested objects: within the document limit, past the value-nesting one
+        cur["properties"] = {"a": {"type": "object"}}
+        cur["required"] = ["a"]
+        cur = cur["properties"]["a"]
+    with pytest.raises(ConstraintTooComplexError, match="limit is 100"):
+        _compile(constrain_tok, nested)
+
+
+def test_hostile_numbers_and_lengths_compile_fast(constrain_tok):
+    t = time.perf_counter()
+    c = _compile(constrain_tok, {"type": "integer", "minimum": 0, "maximum": 9223372036854775807})
+    assert c.matches_bytes(b"9223372036854775807") and not c.matches_bytes(b"9223372036854775808")
+    c = _compile(constrain_tok, {"type": "integer", "minimum": 0, "maximum": 1e18, "multipleOf": 7})
+    for x in (0, 7, 999999999999999999, 10**18 - 8, 10**18 + 6, 13, 10**18 - 2):
+        assert c.matches_bytes(str(x).encode()) == (x % 7 == 0 and x <= 10**18), x
+    c = _compile(constrain_tok, {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 4096}
+                                                                  for i in range(10)}})
+    assert c.matches_bytes(b'{"p3":"' + b"x" * 4096 + b'"}') and not c.matches_bytes(b'{"p3":"' + b"x" * 4097 + b'"}')
+    c = _compile(constrain_tok, {"type": "string", "pattern": "[a-z]+@[a-z]+\\.[a-z]{2,}"})  # unanchored: searched
+    assert c.matches_bytes(b'"mail me at ada@example.org today"') and not c.matches_bytes(b'"ada@example"')
+    assert time.perf_counter() - t < 5
+
+
+def test_unknown_format_is_an_annotation_with_a_warning(constrain_tok):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = _compile(constrain_tok, {"type": "string", "format": "semver"})
+    assert c.matches_bytes(b'"anything"')
+    assert any("semver" in w for w in c.warnings)
+
+
+def test_lenient_loosens_every_refusal_with_a_named_warning(constrain_tok):
+    overlapping = {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}
+    with pytest.raises(ConstraintError, match="oneOf"):
+        _compile(constrain_tok, overlapping)
+    unmergeable = {"allOf": [{"format": "date"}, {"format": "email"}]}
+    with pytest.raises(ConstraintError, match="allOf"):
+        _compile(constrain_tok, unmergeable)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        c = _compile(constrain_tok, overlapping, lenient=True)
+        assert c.matches_bytes(b'"ab"') and any("'oneOf'" in w for w in c.warnings)
+        c = _compile(constrain_tok, unmergeable, lenient=True)
+        assert any("'allOf'" in w for w in c.warnings)
+
+
+def test_annotation_keys_merge_in_allof(constrain_tok):
+    c = _compile(constrain_tok, {"allOf": [{"x-intellij-html-description": "a", "_id": 1, "type": "object"},
+                                           {"x-intellij-html-description": "b", "_id": 2, "translation": {}}]})
+    assert c.matches_bytes(b"{}") and not c.matches_bytes(b"1")
+
+
+def test_key_order_follows_declaration_and_required_first(constrain_tok):
+    base = {"$defs": {"b": {"properties": {"id": {"type": "integer"}}, "required": ["id"]}}}
+    parts_first = {**base, "allOf": [{"$ref": "#/$defs/b"}], "properties": {"name": {"type": "string"}}}
+    own_first = {**base, "properties": {"name": {"type": "string"}}, "allOf": [{"$ref": "#/$defs/b"}]}
+    assert _compile(constrain_tok, parts_first).matches_bytes(b'{"id":1,"name":"x"}')
+    assert not _compile(constrain_tok, parts_first).matches_bytes(b'{"name":"x","id":1}')
+    assert _compile(constrain_tok, own_first).matches_bytes(b'{"name":"x","id":1}')
+    s = {"properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["b"]}
+    assert _compile(constrain_tok, s, key_order="required-first").matches_bytes(b'{"b":1,"a":2}')
+    assert not _compile(constrain_tok, s, key_order="required-first").matches_bytes(b'{"a":2,"b":1}')
+
+
+def test_choices_and_budget_errors(constrain_tok):
+    with pytest.raises(ConstraintError, match="empty string"):
+        compile_constraint(constrain_tok, choices=[""])
+    with pytest.raises(ConstraintTooComplexError, match="too complex"):
+        compile_constraint(constrain_tok, json_schema={"type": "string", "pattern": "(a|b)*a(a|b){14}c",
+                                                       "maxLength": 3000}, budget_s=0.3, use_cache=False)
+
+
+# --- the property test ---------------------------------------------------------------------
+_scalar_schemas = st.one_of(
+    st.fixed_dictionaries({"type": st.sampled_from(["integer", "number"])},
+                          optional={"minimum": st.integers(-50, 50), "maximum": st.integers(-50, 50),
+                                    "exclusiveMinimum": st.integers(-50, 50), "multipleOf": st.sampled_from([2, 3, 5])}),
+    st.fixed_dictionaries({"type": st.just("string")},
+                          optional={"minLength": st.integers(0, 4), "maxLength": st.integers(0, 6),
+                                    "pattern": st.sampled_from(["^a", "b$", "[0-9]", "^x*$"]),
+                                    "format": st.sampled_from(["date", "email", "semver"])}),
+    st.fixed_dictionaries({"enum": st.lists(st.one_of(st.integers(-3, 3), st.sampled_from(["a", "b", None, True])),
+                                            min_size=1, max_size=4)}),
+    st.fixed_dictionaries({"type": st.sampled_from(["boolean", "null", ["string", "null"]])}),
+    st.fixed_dictionaries({"const": st.sampled_from([1, "a", None, False])}),
+)
+
+
+def _composite(children):
+    names = st.sampled_from(["a", "b", "c"])
+    return st.one_of(
+        st.fixed_dictionaries({"type": st.just("object"), "properties": st.dictionaries(names, children, max_size=3)},
+                              optional={"required": st.lists(names, max_size=2, unique=True),
+                                        "additionalProperties": st.one_of(st.booleans(), children),
+                                        "minProperties": st.integers(0, 3), "maxProperties": st.integers(0, 3),
+                                        "dependentRequired": st.dictionaries(names, st.lists(names, max_size=2,
+                                                                                             unique=True), max_size=2)}),
+        st.fixed_dictionaries({"type": st.just("array"), "items": children},
+                              optional={"minItems": st.integers(0, 2), "maxItems": st.integers(0, 3),
+                                        "uniqueItems": st.booleans()}),
+        st.fixed_dictionaries({"anyOf": st.lists(children, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"oneOf": st.lists(children, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"allOf": st.lists(children, min_size=1, max_size=3)}),
+        st.fixed_dictionaries({"not": children}),
+        st.fixed_dictionaries({"if": children, "then": children}, optional={"else": children}),
+    )
+
+
+SCHEMAS = st.recursive(_scalar_schemas, _composite, max_leaves=6)
+VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-60, 60), st.sampled_from([0.5, -2.5, 10.0]),
+              st.sampled_from(["", "a", "ab", "b", "x1", "2024-02-29", "a@b.co", "xx", "abcdefg", "1.2.3"])),
+    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), kids,
+                                                                       max_size=3)),
+    max_leaves=6)
+
+
+def _validator(schema):
+    # sgrun enforces the formats it knows (format-assertion); jsonschema checks those too.
+    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+
+def check_sound(tok, schema, instances) -> int:
+    """Compile `schema`; assert no instance jsonschema rejects is accepted. Returns how many
+    instances were checked against a compiled constraint (0 if the schema was refused)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            c = compile_constraint(tok, json_schema=schema, warm_up=False)
+    except EmptyConstraintError:
+        for v in instances:  # an empty language is right only if nothing is valid
+            assert not _validator(schema).is_valid(v), (schema, v)
+        return 0
+    except ConstraintError:
+        return 0  # refused with a reason: sound by definition
+    validator = _validator(schema)
+    order = SchemaOrder(schema)
+    for v in instances:
+        text = order.serialize(v)
+        if c.matches_bytes(text.encode()):
+            errors = [e.message for e in validator.iter_errors(json.loads(text))]
+            # formats sgrun enforces are checked by jsonschema too; unknown ones are annotations
+            assert not errors, f"accepted an invalid instance: schema={schema} instance={text} errors={errors}"
+    return len(instances)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(schema=SCHEMAS, instances=st.lists(VALUES, min_size=4, max_size=8))
+def test_compiled_constraints_reject_what_jsonschema_rejects(constrain_tok, schema, instances):
+    check_sound(constrain_tok, schema, instances)
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None, suppress_health_check=list(HealthCheck))
+@given(schema=SCHEMAS, instances=st.lists(VALUES, min_size=4, max_size=12))
+def test_soundness_large_corpus(constrain_tok, schema, instances):
+    check_sound(constrain_tok, schema, instances)
