@@ -42,6 +42,8 @@ class ScriptedBackend(Backend):
             text = f"out{len(self.prompts)}"
         if params.json_schema is not None:
             text = '{"name": "add", "arguments": {"a": 2, "b": 3}}'
+        if params.tool_calls is not None and params.tool_calls["mode"] == "required":
+            text = '<tool_call>{"name":"add","arguments":{"a":2,"b":3}}</tool_call>'
         time.sleep(self.delay)
         if on_text is not None:
             for ch in text:
@@ -355,9 +357,12 @@ def test_agent_loop_with_scripted_backend(backend):
     assert result.answer.startswith("out")
     messages = result.state.messages()
     assert messages[-2] == {"role": "tool", "content": "5"}
-    assert messages[2]["content"] == '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
-    schema = agent.call_schema()
-    assert [b["properties"]["name"]["enum"] for b in schema["anyOf"]] == [["add"], ["fails"]]
+    assert messages[2]["content"] == '<tool_call>{"name":"add","arguments":{"a":2,"b":3}}</tool_call>'
+    # The system prompt and the turn's constraint come from the one tool-call package.
+    assert "<tools>" in messages[0]["content"] and '"name": "add"' in messages[0]["content"]
+    first = next(p for p in backend.params if p.tool_calls is not None)
+    assert first.tool_calls["mode"] == "required" and [t["function"]["name"] for t in first.tool_calls["tools"]] \
+        == ["add", "fails"]
 
 
 def test_agent_tool_exception_goes_back_to_the_model(backend):

@@ -214,13 +214,12 @@ def test_tool_choice_auto(client, model, engine):
              max_tokens=16)
     msg = r.choices[0].message
     assert (msg.tool_calls and r.choices[0].finish_reason == "tool_calls") or (msg.content and not msg.tool_calls)
-    # Pushed toward "<", the model must take the call branch, and the call is parsed.
+    # A text answer may start with "<" (only the full call opener starts a call).
     lt = engine.tokenizer.encode("<")[0]
     r = chat(client, model, messages=[{"role": "user", "content": "What's the weather in Rome?"}],
-             tools=[WEATHER_TOOL], tool_choice="auto", logit_bias={str(lt): 100}, parallel_tool_calls=False,
-             max_tokens=64)  # the bias also fills the city string with "<" (maxLength 20 bounds it)
-    assert r.choices[0].finish_reason == "tool_calls"
-    _check_calls(r.choices[0].message, {"get_weather"})
+             tools=[WEATHER_TOOL], tool_choice="auto", logit_bias={str(lt): 100}, max_tokens=8)
+    msg = r.choices[0].message
+    assert msg.content.startswith("<") and not msg.tool_calls and r.choices[0].finish_reason == "length"
 
 
 def test_tool_call_streaming_deltas(client, model):
@@ -252,7 +251,7 @@ def test_two_turn_tool_conversation(client, model, server):
     call = first.choices[0].message.tool_calls[0]
     messages += [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
                  {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 24 degrees celsius"}]
-    second = chat(client, model, messages=messages, tools=[WEATHER_TOOL], max_tokens=24)
+    second = chat(client, model, messages=messages, tools=[WEATHER_TOOL], tool_choice="none", max_tokens=24)
     msg = second.choices[0].message
     assert second.choices[0].finish_reason in ("stop", "length")
     assert msg.content and not msg.tool_calls

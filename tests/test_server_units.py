@@ -1,10 +1,9 @@
 """Server pieces that need no engine: tool-call parsing (whole and streamed), the tool-call
-constraint regex, message rendering, error mapping, SSE framing and the request guard."""
+constraint modes, message rendering, error mapping, SSE framing and the request guard."""
 
 from __future__ import annotations
 
 import json
-import re
 
 import msgspec
 import pytest
@@ -20,9 +19,10 @@ from sgrun.server.protocol import (ChatCompletionRequest, ChatMessage, FunctionC
                                    ToolChoiceFunction, ToolChoiceNamed, ToolDef)
 from sgrun.server.field_mapping import FieldNames
 from sgrun.server.sse import DONE, sse
-from sgrun.server.tool_format import parse_tool_calls, render_call, tool_call_regex
+from sgrun.constrain import compile_constraint
+from sgrun.constrain.tool_calls import StreamingCallParser, get_format
+from sgrun.server.tool_format import call_constraint, response_calls, tool_specs
 from sgrun.server.tool_plan import plan_tools
-from sgrun.server.tool_stream_parser import StreamingToolParser
 from sgrun.errors import InvalidRequestError
 
 WEATHER = ToolDef(FunctionDef("get_weather", "weather", {"type": "object", "properties": {"city": {"type": "string"}},
@@ -34,60 +34,57 @@ TWO_CALLS = ('<tool_call>{"name":"get_weather","arguments":{"city":"Paris \\"x\\
              '<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>')
 
 
-def test_parse_tool_calls_whole():
-    calls = parse_tool_calls(TWO_CALLS)
-    assert [c.function.name for c in calls] == ["get_weather", "add"]
+HERMES = get_format("hermes")
+
+
+def test_response_calls_whole():
+    content, calls = response_calls(HERMES, TWO_CALLS, plan_tools([WEATHER, ADD], "auto", None))
+    assert content is None and [c.function.name for c in calls] == ["get_weather", "add"]
     assert json.loads(calls[0].function.arguments) == {"city": 'Paris "x" {'}
     assert calls[0].id != calls[1].id
-    assert parse_tool_calls("Hello there") is None
-    assert parse_tool_calls('<tool_call>{"name":"add","arguments":{"a":1') is None  # truncated
-    assert parse_tool_calls('<tool_call>{"name":"add","arguments":{}}</tool_call> trailing') is None
+    plan = plan_tools([WEATHER, ADD], "auto", None)
+    assert response_calls(HERMES, "Hello there", plan) == ("Hello there", None)
+    content, calls = response_calls(HERMES, '<tool_call>{"name":"add","arguments":{"a":1', plan)  # truncated
+    assert content is None and calls[0].function.name == "add" and calls[0].function.arguments == '{"a":1'
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 5, 11, 1000])
 def test_streaming_tool_parser_matches_whole_parse(step):
-    parser = StreamingToolParser()
-    content, pieces = "", []
-    for i in range(0, len(TWO_CALLS), step):
-        c, p = parser.feed(TWO_CALLS[i:i + step])
-        content += c
-        pieces += p
-    c, p = parser.finish()
-    content += c
-    pieces += p
-    assert content == ""
-    names = [(p.index, p.name) for p in pieces if p.name]
-    assert names == [(0, "get_weather"), (1, "add")]
+    plan = plan_tools([WEATHER, ADD], "auto", None)
+    parser = StreamingCallParser(HERMES, tool_specs(plan.tools))
+    steps = [parser.feed(TWO_CALLS[i:i + step]) for i in range(0, len(TWO_CALLS), step)] + parser.finish()
+    assert "".join(s.content for s in steps) == ""
+    deltas = [d for s in steps for d in s.calls]
+    assert [(d.index, d.name) for d in deltas if d.name] == [(0, "get_weather"), (1, "add")]
     args: dict[int, str] = {}
-    for p in pieces:
-        args[p.index] = args.get(p.index, "") + (p.arguments or "")
-    whole = parse_tool_calls(TWO_CALLS)
+    for d in deltas:
+        args[d.index] = args.get(d.index, "") + d.arguments
+    _, whole = response_calls(HERMES, TWO_CALLS, plan)
     assert [json.loads(args[i]) for i in (0, 1)] == [json.loads(c.function.arguments) for c in whole]
 
 
 def test_streaming_tool_parser_passes_text_through():
-    parser = StreamingToolParser()
-    out = ""
-    for ch in "  Hello <tool_call> world":
-        out += parser.feed(ch)[0]
-    out += parser.finish()[0]
-    assert out == "  Hello <tool_call> world"
-    parser = StreamingToolParser()
-    assert parser.feed("<tool")[0] == ""          # could still become a call: held back
-    assert parser.finish()[0] == "<tool"          # ...but never did
+    parser = StreamingCallParser(HERMES, [])
+    out = "".join(parser.feed(ch).content for ch in "  Hello <b> world") + "".join(s.content for s in parser.finish())
+    assert out == "  Hello <b> world"
+    parser = StreamingCallParser(HERMES, [])
+    assert parser.feed("<tool").content == ""                      # could still become a call: held back
+    assert "".join(s.content for s in parser.finish()) == "<tool"  # ...but never did
 
 
-def test_tool_call_regex_modes():
-    auto = tool_call_regex(plan_tools([WEATHER, ADD], "auto", None))
-    required = tool_call_regex(plan_tools([WEATHER, ADD], "required", None))
-    single = tool_call_regex(plan_tools([WEATHER, ADD], "required", False))
-    named = tool_call_regex(plan_tools([WEATHER, ADD], ToolChoiceNamed(ToolChoiceFunction("add")), None))
-    one = '<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>'
-    assert re.fullmatch(auto, "Just text.") and re.fullmatch(auto, TWO_CALLS) and not re.fullmatch(auto, "<b>")
-    assert re.fullmatch(required, TWO_CALLS) and not re.fullmatch(required, "Just text.")
-    assert re.fullmatch(single, one) and not re.fullmatch(single, TWO_CALLS)
-    assert re.fullmatch(named, one) and not re.fullmatch(named, TWO_CALLS.split("\n")[0])
-    assert not re.fullmatch(required, '<tool_call>{"name":"add","arguments":{"a":1}}</tool_call>')
+def test_call_constraint_modes(tokenizer):
+    def compiled(choice, parallel=None):
+        plan = plan_tools([WEATHER, ADD], choice, parallel)
+        return compile_constraint(tokenizer, tool_calls=call_constraint(HERMES, plan, None))
+    auto, required, single = compiled("auto"), compiled("required"), compiled("required", False)
+    named = compiled(ToolChoiceNamed(ToolChoiceFunction("add")))
+    one = b'<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>'
+    two = TWO_CALLS.encode()
+    assert auto.matches_bytes(b"Just text.") and auto.matches_bytes(two) and auto.matches_bytes(b"<b>")
+    assert required.matches_bytes(two) and not required.matches_bytes(b"Just text.")
+    assert single.matches_bytes(one) and not single.matches_bytes(two)
+    assert named.matches_bytes(one) and not named.matches_bytes(two.split(b"\n")[0])
+    assert not required.matches_bytes(b'<tool_call>{"name":"add","arguments":{"a":1}}</tool_call>')
 
 
 def test_plan_tools_errors():
@@ -106,13 +103,12 @@ def test_template_messages_without_tool_support():
     call = ToolCall(id="call_1", function=FunctionCall(name="add", arguments='{"a": 1, "b": 2}'))
     msgs = [ChatMessage(role="user", content="add"), ChatMessage(role="assistant", tool_calls=[call]),
             ChatMessage(role="tool", content="3", tool_call_id="call_1")]
-    out = template_messages(msgs, [ADD], template_takes_tools=False)
+    out = template_messages(msgs, [ADD], template_takes_tools=False, fmt=HERMES)
     assert out[0]["role"] == "system" and "<tools>" in out[0]["content"] and '"name": "add"' in out[0]["content"]
-    assert out[2] == {"role": "assistant", "content": render_call("add", '{"a": 1, "b": 2}')}
     assert out[2]["content"] == '<tool_call>{"name":"add","arguments":{"a":1,"b":2}}</tool_call>'
     assert out[3] == {"role": "tool", "content": "3"}
     with pytest.raises(APIError) as e:
-        template_messages([ChatMessage(role="wizard", content="x")], [], False)
+        template_messages([ChatMessage(role="wizard", content="x")], [], False, HERMES)
     assert e.value.param == "messages[0].role"
 
 

@@ -172,8 +172,13 @@ class Engine:
 
     def compile_constraint(self, params: SamplingParams):
         from sgrun.constrain import compile_constraint
+        tool_calls = None
+        if params.tool_calls is not None:
+            from sgrun.constrain.tool_calls import ToolCallConstraint
+            tool_calls = ToolCallConstraint.from_dict(params.tool_calls)
         return compile_constraint(self.tokenizer, json_schema=params.json_schema, regex=params.regex,
-                                  grammar=params.grammar, choices=params.choices)
+                                  grammar=params.grammar, choices=params.choices, triggers=params.triggers,
+                                  tool_calls=tool_calls, reasoning=params.reasoning)
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(("abort", request_id))

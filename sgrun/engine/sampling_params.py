@@ -48,6 +48,14 @@ class SamplingParams:
     regex: str | None = None
     grammar: str | None = None        # Lark text, a shipped grammar name, or GBNF
     choices: list[str] | None = None
+    # Free text until a trigger appears, then that trigger's constraint (like structural tags):
+    # [{"trigger": "<json>", "json_schema": {...}}, {"trigger": "ANSWER:", "choices": [...]}].
+    triggers: list[dict[str, Any]] | None = None
+    # Tool calls in a model's call format, held to the tools' schemas (JSON form of
+    # sgrun.constrain.tool_calls.ToolCallConstraint: format, tools, mode, parallel, answer_schema).
+    tool_calls: dict[str, Any] | None = None
+    # The output may open with a reasoning section (open tag, close tag); the constraint starts after it.
+    reasoning: tuple[str, str] | list[str] | None = None
     jump_forward: bool = True
 
     @classmethod
@@ -69,7 +77,8 @@ class SamplingParams:
 
     @property
     def has_constraint(self) -> bool:
-        return any(x is not None and x is not False for x in (self.json_schema, self.regex, self.grammar, self.choices))
+        return any(x is not None and x is not False for x in (self.json_schema, self.regex, self.grammar, self.choices,
+                                                              self.triggers, self.tool_calls))
 
     def sample_seed(self, index: int) -> int | None:
         """The seed of sample `index` of n: seed + index, wrapped into the 63-bit range."""
@@ -189,10 +198,21 @@ def _stop(value: Any) -> list[str]:
 
 
 def _check_constraints(p: SamplingParams) -> None:
-    given = [n for n in ("json_schema", "regex", "grammar", "choices")
+    given = [n for n in ("json_schema", "regex", "grammar", "choices", "triggers", "tool_calls")
              if getattr(p, n) is not None and getattr(p, n) is not False]
     if len(given) > 1:
         raise _bad(given[1], f"cannot be combined with {given[0]}: give one constraint per request")
+    if p.triggers is not None and (not isinstance(p.triggers, list) or not p.triggers
+                                   or not all(isinstance(t, Mapping) for t in p.triggers)):
+        raise _bad("triggers", f"must be a non-empty list of {{\"trigger\": ..., <constraint>: ...}} objects, "
+                               f"got {_kind(p.triggers)}")
+    if p.tool_calls is not None and not isinstance(p.tool_calls, Mapping):
+        raise _bad("tool_calls", f"must be an object with format, tools and mode, got {_kind(p.tool_calls)}")
+    if p.reasoning is not None:
+        r = p.reasoning
+        if not isinstance(r, (list, tuple)) or len(r) != 2 or not all(isinstance(t, str) and t for t in r):
+            raise _bad("reasoning", f"must be [open_tag, close_tag], e.g. [\"<think>\", \"</think>\"], got {_kind(r)}")
+        p.reasoning = (r[0], r[1])
     if p.json_schema is not None and p.json_schema is not False and not isinstance(p.json_schema, (Mapping, str, bool)):
         raise _bad("json_schema", f"must be a JSON Schema object, a JSON string or true, got {_kind(p.json_schema)}")
     for name in ("regex", "grammar"):

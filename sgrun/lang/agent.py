@@ -1,10 +1,9 @@
-"""`sgrun.Agent`: a tool-calling loop as a DSL program.
-
-Each turn the model first *chooses* (a `select` between starting a tool call and answering), then
-a tool call is generated under a JSON Schema (anyOf over the tools: `{"name": enum, "arguments":
-{...}}`), so even a small model emits a call sgrun can execute. The Python function runs, its
-result (or its exception, as an error result) goes back as a `tool` message, and the loop goes
-on until the model answers or `max_steps` tool calls were made.
+"""sgrun.Agent: a tool-calling loop as a DSL program, on the same tool-call package as the server
+(sgrun.constrain.tool_calls): the call format's tools block in the system prompt, each assistant
+turn generated under the format's constraint (free text, or calls held to each tool's schema;
+calls only when a call is required), the calls parsed by the format's parser, the Python
+functions run, and their results (or exceptions, as error results) sent back as `tool` messages,
+until the model answers in text or `max_steps` calls were made.
 """
 
 from __future__ import annotations
@@ -13,23 +12,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from sgrun.constrain.tool_calls import CallFormat, ToolCallConstraint, ToolSpec, get_format
 from sgrun.lang.backend import Backend
 from sgrun.lang.function import SgFunction
-from sgrun.lang.ir import assistant_begin, assistant_end, gen, role, select, system, user
+from sgrun.lang.ir import assistant_begin, assistant_end, gen, role, system, user
 from sgrun.lang.state import ProgramState
 from sgrun.lang.tool_schema import function_to_tool
 
 ToolChoice = Literal["auto", "required", "none"]
-
-CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
-ANSWER_OPEN = "Answer:"
-
-_INSTRUCTIONS = (
-    "You can call these tools:\n<tools>\n{tools}\n</tools>\n"
-    "To call a tool, reply with " + CALL_OPEN + '{{"name": <tool name>, "arguments": <arguments object>}}'
-    + CALL_CLOSE + ". Each tool result comes back in a tool message. When you know the answer, "
-    "reply with " + ANSWER_OPEN + " followed by the answer."
-)
 
 
 @dataclass
@@ -58,8 +48,9 @@ class Agent:
     def __init__(self, tools: list[Callable[..., Any]] | tuple[Callable[..., Any], ...] = (),
                  system: str = "You are a helpful assistant.", max_steps: int = 4,
                  tool_choice: ToolChoice = "auto", max_tokens: int = 128, call_max_tokens: int = 128,
-                 backend: Backend | None = None):
+                 backend: Backend | None = None, call_format: str = "hermes"):
         self.system = system
+        self.format: CallFormat = get_format(call_format)
         self.max_steps = max_steps
         self.tool_choice: ToolChoice = tool_choice
         self.max_tokens = max_tokens
@@ -92,19 +83,17 @@ class Agent:
     def tools(self) -> list[dict[str, Any]]:
         return [t.spec for t in self._tools.values()]
 
-    def call_schema(self) -> dict[str, Any]:
-        """JSON Schema every tool call must match: one branch per tool."""
-        branches = [{"type": "object",
-                     "properties": {"name": {"enum": [name]}, "arguments": t.spec["function"]["parameters"]},
-                     "required": ["name", "arguments"], "additionalProperties": False}
-                    for name, t in self._tools.items()]
-        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+    def tool_specs(self) -> list[ToolSpec]:
+        return [ToolSpec.from_openai(t.spec) for t in self._tools.values()]
+
+    def call_constraint(self, mode: str) -> dict[str, Any]:
+        """SamplingParams.tool_calls for one turn: "auto" (text or calls) or "required" (calls only)."""
+        return ToolCallConstraint(self.format.name, tuple(self.tool_specs()), mode).to_dict()
 
     def system_prompt(self) -> str:
         if not self._tools:
             return self.system
-        listed = "\n".join(json.dumps(t.spec, ensure_ascii=False) for t in self._tools.values())
-        return f"{self.system}\n\n{_INSTRUCTIONS.format(tools=listed)}"
+        return f"{self.system}\n\n{self.format.tools_block(self.tool_specs())}"
 
     # --- running ------------------------------------------------------------------------------
     def run(self, question: str, backend: Backend | None = None, tool_choice: ToolChoice | None = None,
@@ -135,40 +124,44 @@ class Agent:
         tool_role = "tool" if s._executor.roles.supports("tool") else "user"
         choice: ToolChoice = tool_choice if self._tools else "none"
         finish_reason = "answer"
+        answer: str | None = None
+        turn = 0
         while True:
             if len(calls) >= max_steps and choice != "none":
                 choice, finish_reason = "none", "max_steps"
-            s += assistant_begin()
-            if choice == "auto":
-                s += select(f"decision_{len(calls)}", choices=[CALL_OPEN, ANSWER_OPEN])
-                calling = s[f"decision_{len(calls)}"] == CALL_OPEN
-            else:
-                calling = choice == "required"
-                s += CALL_OPEN if calling else ANSWER_OPEN
-            if not calling:
-                s += gen("answer", max_tokens=self.max_tokens)
-                s += assistant_end()
+            name = f"turn_{turn}"
+            turn += 1
+            if choice == "none":
+                s += assistant_begin() + gen(name, max_tokens=self.max_tokens) + assistant_end()
+                answer = s[name]
                 break
-            name = f"call_{len(calls)}"
-            s += gen(name, max_tokens=self.call_max_tokens, json_schema=self.call_schema()) + CALL_CLOSE
-            s += assistant_end()
-            call = self._execute(s[name])
-            calls.append(call)
-            s += role(tool_role, _result_text(call) if tool_role == "tool" else f"Tool result: {_result_text(call)}")
+            limit = self.call_max_tokens if choice == "required" else max(self.max_tokens, self.call_max_tokens)
+            s += assistant_begin() + gen(name, max_tokens=limit, tool_calls=self.call_constraint(choice)) \
+                + assistant_end()
+            content, parsed = self.format.parse_calls(s[name], self.tool_specs())
+            if not parsed:
+                answer = content
+                break
+            for p in parsed:
+                call = self._execute(p.name, p.arguments)
+                calls.append(call)
+                result = _result_text(call)
+                s += role(tool_role, result if tool_role == "tool" else f"Tool result: {result}")
             choice = "auto"  # "required" applies to the first turn only (else the loop never ends)
-        s.set_var("answer", s["answer"].strip())
+        s.set_var("answer", (answer or "").strip())
         s.set_var("tool_calls", calls)
         s.set_var("finish_reason", finish_reason)
 
-    def _execute(self, call_text: str) -> ToolCall:
+    def _execute(self, name: str, arguments_text: str) -> ToolCall:
         try:
-            call = json.loads(call_text)
-            name, arguments = call["name"], call["arguments"]
-        except (ValueError, KeyError, TypeError) as exc:
-            return ToolCall(None, None, error=f"invalid tool call {call_text!r}: {exc}")
+            arguments = json.loads(arguments_text) if arguments_text.strip() else {}
+        except ValueError as exc:
+            return ToolCall(name, None, error=f"invalid arguments {arguments_text!r} (the call was cut short?): {exc}")
         tool = self._tools.get(name)
         if tool is None:
             return ToolCall(name, arguments, error=f"unknown tool {name!r}")
+        if not isinstance(arguments, dict):
+            return ToolCall(name, None, error=f"arguments must be an object, got {arguments_text!r}")
         try:
             return ToolCall(name, arguments, result=tool.func(**arguments))
         except Exception as exc:  # noqa: BLE001 - a tool failure is the model's to handle, not the caller's

@@ -66,7 +66,8 @@ GEN_PARAM_NAMES: dict[str, str] = {
     "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
     "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
     "repetition_penalty": "repetition_penalty", "ignore_eos": "ignore_eos", "seed": "seed",
-    "regex": "regex", "json_schema": "json_schema", "grammar": "grammar",
+    "regex": "regex", "json_schema": "json_schema", "grammar": "grammar", "triggers": "triggers",
+    "tool_calls": "tool_calls",
 }
 
 
@@ -131,18 +132,24 @@ def gen(name: str | None = None, max_tokens: int | None = None, stop: str | list
         presence_penalty: float | None = None, ignore_eos: bool | None = None, regex: str | None = None,
         json_schema: Any = None, grammar: str | None = None, choices: list[str] | None = None,
         return_logprob: bool = False, *, stop_token_ids: list[int] | None = None,
-        repetition_penalty: float | None = None, seed: int | None = None) -> Expr:
+        repetition_penalty: float | None = None, seed: int | None = None,
+        triggers: list[dict[str, Any]] | None = None, tool_calls: dict[str, Any] | None = None) -> Expr:
     """Generate text from the model and append it (stored under `name` when given).
 
     `choices` makes this a `select` (as in SGLang): the choice with the highest length-normalised
     log-likelihood is taken. Unset parameters fall back to `run(**default_sampling)`, then to
-    `SamplingParams` defaults (max_tokens 128)."""
+    `SamplingParams` defaults (max_tokens 128).
+
+    `triggers` keeps generation free until a trigger string appears, then holds the rest to that
+    trigger's constraint: `gen("a", triggers=[{"trigger": "<json>", "json_schema": {...}}])`.
+    `tool_calls` holds the output to tool calls in a model's format (sgrun.Agent uses it)."""
     if choices is not None:
         return _located(Select(name, _checked_choices(choices), temperature or 0.0))
     given = dict(max_tokens=max_tokens, stop=stop, temperature=temperature, top_p=top_p, top_k=top_k,
                  min_p=min_p, frequency_penalty=frequency_penalty, presence_penalty=presence_penalty,
                  ignore_eos=ignore_eos, regex=regex, json_schema=json_schema, grammar=grammar,
-                 stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty, seed=seed)
+                 stop_token_ids=stop_token_ids, repetition_penalty=repetition_penalty, seed=seed,
+                 triggers=triggers, tool_calls=tool_calls)
     params = {GEN_PARAM_NAMES[k]: v for k, v in given.items() if v is not None}
     if isinstance(params.get("stop"), str):
         params["stop"] = [params["stop"]]

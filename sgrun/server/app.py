@@ -32,6 +32,8 @@ from sgrun.server.request_body import decode_body
 from sgrun.server.request_limits import check_prompt_ids
 from sgrun.server.sse import SSEResponse
 from sgrun.server.state import ServerState
+from sgrun.constrain.tool_calls import get_format
+from sgrun.server.reasoning import reasoning_tags
 from sgrun.server.tool_plan import plan_tools
 from sgrun.errors import SgrunError
 
@@ -182,7 +184,7 @@ async def apply_chat_template(request: Request) -> Response:
     plan = plan_tools(req.tools, None, None)
 
     def render() -> tuple[str, list[int]]:
-        text = render_prompt(state.tokenizer, req.messages, plan.tools, req.add_generation_prompt)
+        text = render_prompt(state.tokenizer, state.tool_format, req.messages, plan.tools, req.add_generation_prompt)
         return text, state.tokenizer.encode(text, add_bos=None)
     try:
         text, ids = await asyncio.to_thread(render)
@@ -224,11 +226,16 @@ ROUTES = [
 
 
 def build_app(engine: Any, *, served_model_names: list[str] | None = None, api_key: str | None = None,
-              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_engine_on_shutdown: bool = False) -> Any:
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_engine_on_shutdown: bool = False,
+              tool_call_parser: str | None = None, reasoning_parser: str | None = None) -> Any:
     """The ASGI app serving `engine`. The first of `served_model_names` (else the model's name) is
-    the id /v1/models lists; see ServerState for the names requests may use."""
+    the id /v1/models lists; see ServerState for the names requests may use. tool_call_parser
+    names the call format (default: detected from the chat template); reasoning_parser splits
+    `<think>` sections into reasoning_content."""
     metrics = ServerMetrics(engine)
-    state = ServerState.for_engine(engine, served_model_names, metrics)
+    state = ServerState.for_engine(engine, served_model_names, metrics,
+                                   tool_format=get_format(tool_call_parser) if tool_call_parser else None,
+                                   reasoning=reasoning_tags(reasoning_parser))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -5,6 +5,7 @@ non-streamed response. The streamed response is chat_stream.py."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,7 +23,8 @@ from sgrun.server.openai_shapes import chat_logprobs, usage
 from sgrun.server.protocol import ChatChoice, ChatCompletionRequest, ChatCompletionResponse, ResponseMessage
 from sgrun.server.request_limits import resolve_max_tokens
 from sgrun.server.state import ServerState
-from sgrun.server.tool_format import parameter_schema_specs, parse_tool_calls, tool_call_regex
+from sgrun.server.reasoning import ReasoningSplitter
+from sgrun.server.tool_format import call_constraint, response_calls
 from sgrun.server.tool_plan import ToolPlan, plan_tools
 
 
@@ -35,12 +37,14 @@ class PreparedChat:
     plan: ToolPlan
     constraint: ConstraintSpec | None
     names: FieldNames
-    schema_checks: list[ConstraintSpec]   # tool parameter schemas, compiled to refuse what we cannot enforce
+    reasoning: ReasoningSplitter | None = None    # a template for the request's outputs (copied per sample)
 
 
-def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan) -> ConstraintSpec | None:
+def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerState) -> ConstraintSpec | None:
     """The one constraint of a chat request: response_format, regex, ebnf, or the tool-call
-    format when the model may call tools."""
+    format when the model may call tools (OpenAI's semantics with response_format too: calls are
+    held to the tools, a text answer to the schema). With a reasoning parser it starts after the
+    reasoning section."""
     given: list[ConstraintSpec] = []
     rf = req.response_format
     if rf is not None:
@@ -64,11 +68,16 @@ def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan) -> ConstraintSpe
         raise bad_request("give at most one of response_format (json), regex and ebnf; got "
                           f"{sorted(s.param.split('.')[0] for s in given)}", param=given[-1].param)
     if plan.expects_calls:
-        if given:
-            raise bad_request("response_format, regex and ebnf cannot be combined with tools unless "
-                              "tool_choice is 'none'", param="tool_choice")
-        return ConstraintSpec("regex", tool_call_regex(plan), "tools")
-    return given[0] if given else None
+        if given and given[0].kind != "json_schema":
+            raise bad_request(f"{given[0].param} cannot be combined with tools unless tool_choice is 'none' "
+                              f"(response_format can)", param=given[0].param)
+        answer = given[0].value if given else None
+        return ConstraintSpec("tool_calls", call_constraint(state.tool_format, plan, answer), "tools",
+                              reasoning=state.reasoning, tool_indices=tuple(plan.indices))
+    if not given:
+        return None
+    return ConstraintSpec(given[0].kind, given[0].value, given[0].param,
+                          reasoning=state.reasoning if given[0].kind != "grammar" else None)
 
 
 def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
@@ -76,31 +85,43 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     thread: tokenising long prompts is not free)."""
     state.check_model(req.model)
     plan = plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
-    text = render_prompt(state.tokenizer, req.messages, plan.tools)
+    # Every tool is in the prompt whatever tool_choice says (as OpenAI does), so turns with
+    # different tool_choice share their prefix in the cache.
+    text = render_prompt(state.tokenizer, state.tool_format, req.messages, list(req.tools or []))
     prompt_ids = state.tokenizer.encode(text, add_bos=None)
     if req.top_logprobs is not None and not req.logprobs:
         raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    spec = constraint_spec(req, plan)
+    spec = constraint_spec(req, plan, state)
     max_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     names = CHAT_NAMES.with_renames(max_new_tokens=max_field)
     max_tokens = resolve_max_tokens(req.max_completion_tokens if req.max_completion_tokens is not None
                                     else req.max_tokens, len(prompt_ids), state.max_context,
                                     max_tokens_field=max_field, prompt_field="messages")
     params = openai_sampling_params(req, max_tokens, logprobs, names, state.tokenizer.vocab_size)
-    checks = parameter_schema_specs(plan.tools) if plan.expects_calls else []
-    return PreparedChat("chatcmpl-" + uuid.uuid4().hex, prompt_ids, params, plan, spec, names, checks)
+    reasoning = (None if state.reasoning is None else
+                 ReasoningSplitter(*state.reasoning, in_prompt=text.rstrip().endswith(state.reasoning[0])))
+    return PreparedChat("chatcmpl-" + uuid.uuid4().hex, prompt_ids, params, plan, spec, names, reasoning)
 
 
 async def start_chat(state: ServerState, req: ChatCompletionRequest) -> tuple[PreparedChat, RunningRequest]:
     prepared = await asyncio.to_thread(prepare_chat, state, req)
-    for check in prepared.schema_checks:
-        await compile_request_constraint(state.tokenizer, check, state.metrics)
     constraint: Constraint | None = await compile_request_constraint(state.tokenizer, prepared.constraint,
                                                                      state.metrics)
     run = await submit(state.engine, prepared.prompt_ids, prepared.params, constraint, state.metrics, "chat",
                        prepared.names, request_id=prepared.request_id)
     return prepared, run
+
+
+def response_message(state: ServerState, prepared: PreparedChat, text: str) -> ResponseMessage:
+    reasoning = None
+    if prepared.reasoning is not None:
+        reasoning, text = copy.copy(prepared.reasoning).split(text, final=True)
+    content: str | None = text
+    calls = None
+    if prepared.plan.expects_calls:
+        content, calls = response_calls(state.tool_format, text, prepared.plan)
+    return ResponseMessage(role="assistant", content=content, tool_calls=calls, reasoning_content=reasoning or None)
 
 
 async def chat_completion(state: ServerState, req: ChatCompletionRequest, request: Request) -> ChatCompletionResponse:
@@ -109,10 +130,11 @@ async def chat_completion(state: ServerState, req: ChatCompletionRequest, reques
     run.raise_if_failed()
     choices = []
     for out in outputs:
-        calls = parse_tool_calls(out.text) if prepared.plan.expects_calls else None
-        message = ResponseMessage(role="assistant", content=None if calls else out.text, tool_calls=calls)
+        message = response_message(state, prepared, out.text)
+        calls = message.tool_calls
         logprobs = (chat_logprobs(state.tokenizer, out.logprobs or [], prepared.params.logprobs or 0)
                     if prepared.params.logprobs is not None else None)
+        # A call cut by max_tokens stays a (partial) tool call, with finish_reason "length".
         finish = "tool_calls" if (out.finish_reason == "stop" and calls) else out.finish_reason
         choices.append(ChatChoice(index=out.index, message=message, finish_reason=finish, logprobs=logprobs))
     return ChatCompletionResponse(id=prepared.request_id, created=int(time.time()), model=req.model,

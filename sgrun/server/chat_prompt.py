@@ -5,12 +5,12 @@ render them), then the model's template applied. Shared by /v1/chat/completions 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from sgrun.constrain.tool_calls import CallFormat, arguments_object
 from sgrun.server.errors import bad_request
 from sgrun.server.protocol import ChatMessage, ToolDef
-from sgrun.server.tool_format import default_tools_block, render_call
+from sgrun.server.tool_format import render_assistant_calls, tool_specs
 from sgrun.server.tool_plan import tool_json
 
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
@@ -28,8 +28,8 @@ def _content_text(msg: ChatMessage, i: int) -> str | None:
     return "\n".join(texts)
 
 
-def template_messages(messages: list[ChatMessage], tools: list[ToolDef], template_takes_tools: bool
-                      ) -> list[dict[str, Any]]:
+def template_messages(messages: list[ChatMessage], tools: list[ToolDef], template_takes_tools: bool,
+                      fmt: CallFormat) -> list[dict[str, Any]]:
     """OpenAI messages -> the dicts a chat template renders. Tool calls and tool results are
     written in the call format when the template cannot render them itself."""
     if not messages:
@@ -50,11 +50,11 @@ def template_messages(messages: list[ChatMessage], tools: list[ToolDef], templat
                 if calls:
                     d["tool_calls"] = [{"id": c.id, "type": "function",
                                         "function": {"name": c.function.name,
-                                                     "arguments": _loads_or_raw(c.function.arguments)}}
+                                                     "arguments": arguments_object(c.function.arguments)}}
                                        for c in calls]
                 out.append(d)
             else:
-                parts = ([text] if text else []) + [render_call(c.function.name, c.function.arguments) for c in calls]
+                parts = ([text] if text else []) + ([render_assistant_calls(fmt, calls)] if calls else [])
                 out.append({"role": "assistant", "content": "\n".join(parts)})
             continue
         if text is None:
@@ -70,7 +70,7 @@ def template_messages(messages: list[ChatMessage], tools: list[ToolDef], templat
             d["name"] = m.name
         out.append(d)
     if tools and not template_takes_tools:
-        block = default_tools_block(tools)
+        block = fmt.tools_block(tool_specs(tools))
         if out[0]["role"] == "system":
             out[0] = dict(out[0], content=out[0]["content"] + "\n\n" + block)
         else:
@@ -78,20 +78,13 @@ def template_messages(messages: list[ChatMessage], tools: list[ToolDef], templat
     return out
 
 
-def _loads_or_raw(arguments: str) -> Any:
-    try:
-        return json.loads(arguments)
-    except json.JSONDecodeError:
-        return arguments
-
-
-def render_prompt(tokenizer: Any, messages: list[ChatMessage], tools: list[ToolDef],
+def render_prompt(tokenizer: Any, fmt: CallFormat, messages: list[ChatMessage], tools: list[ToolDef],
                   add_generation_prompt: bool = True) -> str:
     template = tokenizer.chat_template
     if template is None:
         raise bad_request("this model has no chat template; use /v1/completions with a plain prompt",
                           param="messages")
     takes_tools = bool(template.accepts_tools)
-    msgs = template_messages(messages, tools, takes_tools)
+    msgs = template_messages(messages, tools, takes_tools, fmt)
     return tokenizer.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt,
                                          tools=[tool_json(t) for t in tools] if (tools and takes_tools) else None)

@@ -35,6 +35,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--memory-gb", type=float, default=None, help="KV cache size")
     p.add_argument("--max-context", type=int, default=None, help="cap on prompt + output tokens")
     p.add_argument("--disable-prefix-cache", action="store_true", help="turn the radix cache off")
+    p.add_argument("--tool-call-parser", default=None,
+                   help="tool-call format: hermes, llama3_json, mistral, pythonic or qwen3_coder (default: detected "
+                        "from the model's chat template, else hermes)")
+    p.add_argument("--reasoning-parser", default=None,
+                   help="split <think>...</think> into reasoning_content (qwen3, deepseek_r1); constraints and tool "
+                        "grammars start after the reasoning")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--dp", type=int, default=1,
                    help="data parallelism: run N engine replicas (each its own KV pool and radix cache, an equal "
@@ -61,7 +67,8 @@ def run_serve(args: argparse.Namespace) -> int:
                     max_batch_tokens=args.max_batch_tokens, memory_gb=args.memory_gb,
                     enable_prefix_cache=not args.disable_prefix_cache, max_context=args.max_context)
     app = build_app(engine, served_model_names=args.served_model_name, api_key=args.api_key,
-                    max_body_bytes=args.max_body_bytes, close_engine_on_shutdown=True)
+                    max_body_bytes=args.max_body_bytes, close_engine_on_shutdown=True,
+                    tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser)
     print(f"sgrun serve: {engine.model_name} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0

@@ -12,27 +12,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from sgrun.constrain import Constraint, compile_constraint
+from sgrun.constrain.tool_calls import ToolSchemaError
 from sgrun.errors import ConstraintError
 from sgrun.server.errors import APIError
 from sgrun.server.metrics import ServerMetrics
+from sgrun.server.tool_format import tool_error
 
 log = logging.getLogger("sgrun.server")
-_KIND_NAMES = {"json_schema": "JSON Schema", "regex": "regex", "grammar": "grammar", "choices": "choices list"}
+_KIND_NAMES = {"json_schema": "JSON Schema", "regex": "regex", "grammar": "grammar", "choices": "choices list",
+               "triggers": "triggers list", "tool_calls": "tools list"}
 
 
 @dataclass(frozen=True)
 class ConstraintSpec:
-    kind: str        # "json_schema" | "regex" | "grammar" | "choices": compile_constraint's keyword
-    value: Any
+    kind: str        # "json_schema" | "regex" | "grammar" | "choices" | "triggers" | "tool_calls"
+    value: Any       # (compile_constraint's keyword and its value)
     param: str       # the request field a compile error points at
+    reasoning: tuple[str, str] | None = None   # the constraint starts after this reasoning section
+    tool_indices: tuple[int, ...] = ()         # tool_calls: each tool's position in the request's `tools`
 
 
 def compile_spec(tokenizer: Any, spec: ConstraintSpec, metrics: ServerMetrics) -> Constraint:
     started = time.perf_counter()
     try:
-        constraint = compile_constraint(tokenizer, **{spec.kind: spec.value})
+        constraint = compile_constraint(tokenizer, reasoning=spec.reasoning, **{spec.kind: spec.value})
     except ConstraintError as exc:
         metrics.observe_constraint_refusal(spec.kind)
+        if isinstance(exc, ToolSchemaError):  # names the tool, the keyword and its pointer
+            raise tool_error(exc, spec.tool_indices) from exc
         raise APIError(400, f"{spec.param}: {exc}", param=spec.param, code="constraint_error") from exc
     except (RecursionError, TypeError, ValueError, KeyError, AttributeError, IndexError) as exc:
         # The compiler choked on this input instead of refusing it: still the input's 400 (it

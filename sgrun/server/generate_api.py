@@ -12,7 +12,8 @@ from starlette.requests import Request
 
 from sgrun.engine.outputs import StreamEvent, TokenLogprob
 from sgrun.engine.sampling_params import SamplingParams
-from sgrun.errors import SgrunError
+from sgrun.constrain.tool_calls import ToolCallConstraint
+from sgrun.errors import ConstraintError, SgrunError
 from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
 from sgrun.server.engine_bridge import RunningRequest, merged_events, submit_all
 from sgrun.server.errors import bad_request, from_exception
@@ -54,10 +55,17 @@ def _rids(req: GenerateRequest, count: int) -> list[str]:
 
 
 def _constraint_spec(params: SamplingParams, names: FieldNames) -> ConstraintSpec | None:
-    for kind in ("json_schema", "regex", "grammar", "choices"):
+    for kind in ("json_schema", "regex", "grammar", "choices", "triggers", "tool_calls"):
         value = getattr(params, kind)
         if value is not None and value is not False:
-            return ConstraintSpec(kind, value, names.client(kind) or kind)
+            param = names.client(kind) or kind
+            if kind == "tool_calls":
+                try:
+                    value = ToolCallConstraint.from_dict(value)
+                except ConstraintError as exc:
+                    raise bad_request(str(exc), param=param) from exc
+            reasoning = tuple(params.reasoning) if params.reasoning else None
+            return ConstraintSpec(kind, value, param, reasoning=reasoning)
     return None
 
 

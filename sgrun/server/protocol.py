@@ -145,6 +145,7 @@ class ResponseMessage(msgspec.Struct):
     content: str | None
     tool_calls: list[ToolCall] | None = None
     refusal: str | None = None
+    reasoning_content: str | None = None
 
 
 class ChatChoice(msgspec.Struct):
@@ -179,6 +180,7 @@ class ToolCallDelta(msgspec.Struct, omit_defaults=True):
 class ChatDelta(msgspec.Struct, omit_defaults=True):
     role: str | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCallDelta] | None = None
 
 

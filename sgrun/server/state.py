@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sgrun.constrain.tool_calls import CallFormat, detect_format
 from sgrun.errors import SgrunError
 from sgrun.server.errors import APIError, scrub
 from sgrun.server.metrics import ServerMetrics
@@ -24,9 +25,17 @@ class ServerState:
     accepted_names: set[str] = field(default_factory=set)  # served names and their aliases
     metrics: ServerMetrics = field(default_factory=ServerMetrics)
     started: int = field(default_factory=lambda: int(time.time()))
+    tool_format: CallFormat | None = None            # None: detected from the chat template
+    reasoning: tuple[str, str] | None = None         # --reasoning-parser's (open, close) tags
+
+    def __post_init__(self) -> None:
+        if self.tool_format is None:
+            template = getattr(self.engine.tokenizer, "chat_template", None)
+            self.tool_format = detect_format(getattr(template, "source", None))
 
     @classmethod
-    def for_engine(cls, engine: Any, served_model_names: list[str] | None, metrics: ServerMetrics) -> "ServerState":
+    def for_engine(cls, engine: Any, served_model_names: list[str] | None, metrics: ServerMetrics,
+                   tool_format: CallFormat | None = None, reasoning: tuple[str, str] | None = None) -> "ServerState":
         for name in served_model_names or []:
             if not name or os.path.isabs(name) or "\\" in name:
                 raise SgrunError(f"--served-model-name {name!r}: give a name, not a file path")
@@ -38,7 +47,7 @@ class ServerState:
             base = os.path.basename(str(path).rstrip("/\\"))
             aliases |= {base, os.path.splitext(base)[0]}
         return cls(engine=engine, model_name=served[0], served_names=served, accepted_names=set(served) | aliases,
-                   metrics=metrics)
+                   metrics=metrics, tool_format=tool_format, reasoning=reasoning)
 
     @property
     def tokenizer(self) -> Any:

@@ -1,6 +1,6 @@
 """What a request's `tools`, `tool_choice` and `parallel_tool_calls` mean: which tools the model
 may call and whether it must; the OpenAI-side checks of those fields. Knows nothing of the
-call format (tool_format.py)."""
+call format (tool_format.py, sgrun.constrain.tool_calls)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ class ToolPlan:
     mode: str                              # "none" | "auto" | "required" | "named"
     tools: list[ToolDef] = field(default_factory=list)  # the tools the model may call
     parallel: bool = True
+    indices: list[int] = field(default_factory=list)     # each tool's position in the request's `tools`
 
     @property
     def expects_calls(self) -> bool:
@@ -43,13 +44,14 @@ def plan_tools(tools: list[ToolDef] | None, tool_choice: str | ToolChoiceNamed |
         name = tool_choice.function.name
         if name not in names:
             raise bad_request(f"tool_choice names function {name!r}, which is not in tools", param="tool_choice")
-        return ToolPlan("named", [tools[names.index(name)]], parallel)
+        return ToolPlan("named", [tools[names.index(name)]], parallel, [names.index(name)])
     if tool_choice not in ("none", "auto", "required"):
         raise bad_request(f"tool_choice must be 'none', 'auto', 'required' or a function object, got {tool_choice!r}",
                           param="tool_choice")
     if tool_choice != "none" and not tools:
         raise bad_request(f"tool_choice {tool_choice!r} needs a non-empty 'tools' list", param="tool_choice")
-    return ToolPlan(tool_choice, tools if tool_choice != "none" else [], parallel)
+    chosen = tools if tool_choice != "none" else []
+    return ToolPlan(tool_choice, chosen, parallel, list(range(len(chosen))))
 
 
 def tool_json(t: ToolDef) -> dict[str, Any]:

@@ -33,6 +33,25 @@ class ToolCallConstraint:
     answer_schema: Any = None
     whitespace: str = "compact"
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ToolCallConstraint":
+        """From the JSON form SamplingParams.tool_calls carries: {"format", "tools" (OpenAI tool
+        objects), "mode", "parallel", "answer_schema"}."""
+        unknown = sorted(set(d) - {"format", "tools", "mode", "parallel", "answer_schema"})
+        if unknown:
+            raise ConstraintError(f"tool_calls: unknown key {unknown[0]!r}")
+        tools = d.get("tools")
+        if not isinstance(tools, list) or not all(isinstance(t, dict) and isinstance(t.get("function", t), dict)
+                                                  and isinstance(t.get("function", t).get("name"), str) for t in tools):
+            raise ConstraintError("tool_calls.tools must be a list of {\"type\": \"function\", \"function\": "
+                                  "{\"name\", \"parameters\"}} objects")
+        return cls(str(d.get("format", "hermes")), tuple(ToolSpec.from_openai(t) for t in tools),
+                   str(d.get("mode", "auto")), bool(d.get("parallel", True)), d.get("answer_schema"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "tools": [t.to_openai() for t in self.tools], "mode": self.mode,
+                "parallel": self.parallel, "answer_schema": self.answer_schema}
+
     def spec(self) -> str:
         """Canonical text of the constraint (the compiled-constraint cache key)."""
         return json.dumps({"format": self.format, "tools": [t.to_openai() for t in self.tools], "mode": self.mode,
