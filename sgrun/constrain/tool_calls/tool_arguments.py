@@ -25,6 +25,8 @@ from sgrun.errors import ConstraintError
 _ROOT_URI = "https://sgrun.invalid/root.json"
 # Top-level keywords a keyword-argument format can honour: the object's own shape.
 _KWARGS_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties"})
+# What compiling a malformed schema can raise besides a ConstraintError (which is a ValueError).
+_SCHEMA_FAILURES = (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError)
 _RAW_STRING_KEYWORDS = frozenset({"type", "minLength", "maxLength", "pattern", "format", "enum", "const"})
 
 
@@ -45,7 +47,10 @@ class ToolArguments:
         self._whitespace = whitespace
         self._compiler: SchemaCompiler | None = None
 
-    def _fail(self, exc: ConstraintError) -> ToolSchemaError:
+    def _fail(self, exc: Exception) -> ToolSchemaError:
+        if not isinstance(exc, ConstraintError):  # the compiler choked on a malformed schema
+            return ToolSchemaError(self.index, self.tool.name, f"the parameters schema is malformed "
+                                   f"({type(exc).__name__}: {exc}); check it against JSON Schema")
         if isinstance(exc, UnsupportedSchemaError):
             return ToolSchemaError(self.index, self.tool.name, str(exc), keyword=exc.keyword, pointer=exc.pointer)
         return ToolSchemaError(self.index, self.tool.name, str(exc))
@@ -66,9 +71,9 @@ class ToolArguments:
         """The arguments object, exactly as response_format would enforce these parameters."""
         try:
             return ("call", self.compiler.compile_root())
-        except ConstraintTooComplexError:
+        except (ConstraintTooComplexError, ToolSchemaError):
             raise
-        except ConstraintError as exc:
+        except _SCHEMA_FAILURES as exc:
             raise self._fail(exc) from None
 
     def _root_object(self) -> tuple[dict, str, str]:
@@ -112,11 +117,9 @@ class ToolArguments:
                 value = self.compiler.call(sub, pptr, base)
                 out.append(Property(name, name in required, sub, value, self._is_raw_string(sub, pptr, base)))
             return out, schema.get("additionalProperties", True) is not False
-        except ConstraintTooComplexError:
+        except (ConstraintTooComplexError, ToolSchemaError):
             raise
-        except ToolSchemaError:
-            raise
-        except ConstraintError as exc:
+        except _SCHEMA_FAILURES as exc:
             raise self._fail(exc) from None
 
     def resolved(self, schema: Any, ptr: str, base: str) -> Any:
