@@ -32,8 +32,8 @@ for _fn in (tl.zeros, attention_kernels._decode_kernel):
                            "run with TRITON_INTERPRET=1 in the environment, or find the earlier import")
 
 from sgrun.constrain.bitmask import apply_bitmask as torch_apply_bitmask  # noqa: E402
-from sgrun.engine.attention import Segment, TorchPagedAttention  # noqa: E402
-from sgrun.engine.attention_backend import make_attention_backend  # noqa: E402
+from sgrun.engine.attention_backend import Segment, make_attention_backend  # noqa: E402
+from sgrun.engine.attention_torch import TorchPagedAttention  # noqa: E402
 from sgrun.engine.attention_triton import TritonPagedAttention  # noqa: E402
 from sgrun.engine.page_pool import PagePool  # noqa: E402
 from sgrun.kernels import (  # noqa: E402

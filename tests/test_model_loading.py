@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine.engine import _load
+from sgrun.models.loader import load_model
 
 import transformers
 import gguf
@@ -157,7 +157,7 @@ def test_safetensors_folder_matches_transformers(tmp_path, tokenizer, variant):
     theirs = their_logprobs(model)
     assert torch.allclose(ours, theirs, atol=1e-3), (ours - theirs).abs().max()
     # The folder's tokenizer and chat template are used.
-    _, tok, _ = _load(str(folder), torch.float32)
+    _, tok, _ = load_model(str(folder), torch.float32)
     assert tok.encode("Hello world") == tokenizer.encode("Hello world")
     assert tok.apply_chat_template([{"role": "user", "content": "x"}]).endswith("<|im_start|>assistant\n")
     assert 2 in tok.eos_token_ids

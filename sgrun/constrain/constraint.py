@@ -47,10 +47,6 @@ class Constraint(ABC):
     def forced_bytes(self, state: Hashable) -> bytes:
         """Bytes every continuation from `state` must start with (b"" if none)."""
 
-    def forced_prefix(self, state: Hashable) -> str:
-        """Text forced from `state` (ARCHITECTURE.md's name; complete UTF-8 characters only)."""
-        return complete_utf8_prefix(self.forced_bytes(state))
-
     # --- derived ------------------------------------------------------------------------
     def advance(self, state: Hashable, token_id: int) -> Hashable | None:
         if state is _FINISHED:
@@ -81,10 +77,6 @@ class Constraint(ABC):
             if state is None:
                 return False
         return self.is_accepting(state)
-
-    def matches_bytes(self, data: bytes) -> bool:
-        state = self.step_bytes(self.initial_state, data)
-        return state is not None and self.is_accepting(state)
 
     def _encode(self, text: str) -> list[int]:
         enc = self.__dict__.get("_encoder")

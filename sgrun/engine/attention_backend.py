@@ -1,24 +1,49 @@
-"""Start-up choice of the attention backend: pure torch on CPU, the Triton kernels on CUDA."""
+"""The attention-backend seam: the batch-metadata type, the protocol every backend implements,
+and the start-up choice between them (pure torch on CPU, the Triton kernels on CUDA).
+
+A backend is prepared once per batch with the batch's metadata (where the new tokens' K/V go,
+and one Segment per scheduled request), then called once per layer to write the new K/V into
+the paged pool and attend over each request's whole context.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
-from sgrun.engine.attention import TorchPagedAttention
 from sgrun.engine.page_pool import PagePool
 
-if TYPE_CHECKING:
-    from sgrun.engine.attention_triton import TritonPagedAttention
+
+@dataclass
+class Segment:
+    """One scheduled request in a batch: `q_len` new tokens attending to its whole context
+    (cached + new tokens, `ctx_len`) held in the pages `pages`."""
+    q_start: int          # first row of this segment in the flat batch
+    q_len: int
+    ctx_len: int          # context length after this step (cached + new tokens)
+    pages: torch.Tensor   # [ceil(ctx_len / page_size)] page ids of the whole context
+
+
+class AttentionBackend(Protocol):
+    pool: PagePool
+
+    def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
+        """Precompute per-batch metadata once; every layer reuses it. The new tokens' K/V go to
+        (write_pages[i], write_offsets[i]) in batch row order."""
+
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """q: [T, H, D], k/v: [T, KV, D] for the new tokens of layer `layer`. Returns [T, H, D]."""
 
 
 def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int,
-                           device: str | torch.device | None = None) -> TorchPagedAttention | TritonPagedAttention:
-    """The backend for tensors on `device` (default: where the pool lives). The Triton backend is
+                           device: str | torch.device | None = None) -> AttentionBackend:
+    """The backend for tensors on `device` (default: where the pool lives). Backends are
     imported only here, so CPU runs never import triton."""
     device = torch.device(device) if device is not None else pool.k[0].device
     if device.type == "cuda":
         from sgrun.engine.attention_triton import TritonPagedAttention
         return TritonPagedAttention(pool, num_heads, num_kv_heads, head_dim)
+    from sgrun.engine.attention_torch import TorchPagedAttention
     return TorchPagedAttention(pool, num_heads, num_kv_heads, head_dim)

@@ -1,6 +1,7 @@
 """Attention over the paged KV pool with the Triton kernels (the CUDA backend).
 
-Same interface and batch model as TorchPagedAttention (attention.py): prepare() once per batch,
+Implements the AttentionBackend protocol (attention_backend.py), with the same batch model as
+TorchPagedAttention (attention_torch.py): prepare() once per batch,
 forward() per layer. prepare() turns the segments into int32 kernel metadata on the pool's
 device: single-token segments (decodes) for the decode kernel, the rest (prefill chunks) for the
 prefill kernel. Each forward writes the new tokens' K/V into their pages, then runs at most two
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from sgrun.engine.attention import Segment
+from sgrun.engine.attention_backend import Segment
 from sgrun.engine.page_pool import PagePool
 from sgrun.kernels.paged_attention import paged_decode_attention, paged_prefill_attention
 

@@ -1,7 +1,9 @@
 """Engine: the facade. Loads the model, owns the engine loop thread, and takes requests.
 
 The loop thread is the only owner of the scheduler, page pool and radix cache; other threads
-talk to it through `submit` / `abort` (an inbox queue) and per-request handles.
+talk to it through `submit` / `abort` (an inbox queue) and per-request handles. One step is
+schedule (scheduler.py) -> run (model_runner.py) -> postprocess (postprocess.py), each stage
+isolated per request (isolation.py): a request whose input makes a stage fail ends alone.
 """
 
 from __future__ import annotations
@@ -16,48 +18,33 @@ import time
 import traceback
 import uuid
 import weakref
-from typing import Any, Iterator
+from collections import Counter
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
 from sgrun.engine.detokenizer import IncrementalDetokenizer
-from sgrun.engine.model_runner import ModelRunner
-from sgrun.engine.outputs import RequestOutput, StreamEvent, TokenLogprob
+from sgrun.engine.isolation import isolate
+from sgrun.engine.model_runner import Logits, ModelRunner, SampledTokens, Scores
+from sgrun.engine.outputs import RequestOutput, StreamEvent
 from sgrun.engine.page_pool import PagePool
+from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.radix_cache import RadixCache
 from sgrun.engine.request_handle import RequestHandle
-from sgrun.engine.sampler import apply_logit_bias, apply_penalties, sample
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scheduler import Scheduler
-from sgrun.engine.sequence import Sequence
+from sgrun.engine.scoring import ScoringSequence, scored_token_ids
+from sgrun.engine.sequence import CompiledConstraint, Sequence
 from sgrun.errors import InvalidRequestError
-from sgrun.models.llama import LlamaModel
-from sgrun.models.loader import load_model_files, stored_quantization
-from sgrun.models.quant_linear import QUANT_MODES
+from sgrun.models.loader import load_model, resolve_dtype
 
 log = logging.getLogger("sgrun.engine")
 
-# Jump-forward retokenises at most this many already generated tokens before the forced text.
-JUMP_FORWARD_TAIL = 4
 DEFAULT_KV_MEMORY_GB = 2.0
+# Why a request was aborted (the keys of the aborted_* counters in stats()).
+ABORT_CAUSES = ("client_disconnect", "error", "engine")
 
-
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    if dtype == "auto":
-        if torch.cuda.is_available():
-            return torch.bfloat16
-        flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-        # bf16 matmuls are only fast with native instructions (AMX / AVX512-BF16).
-        return torch.bfloat16 if ("amx_bf16" in flags or "avx512_bf16" in flags) else torch.float32
-    table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
-    if dtype not in table:
-        raise InvalidRequestError(f"dtype must be one of auto, {', '.join(table)}; got {dtype!r}", field="dtype")
-    return table[dtype]
-
-
+_T = TypeVar("_T")
 _LIVE_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
 
@@ -66,29 +53,6 @@ def _close_live_engines() -> None:
     # A daemon engine thread killed mid-op at interpreter exit aborts the process; stop it first.
     for engine in list(_LIVE_ENGINES):
         engine.close()
-
-
-_MODELS: dict[tuple[str, torch.dtype, str], tuple[LlamaModel, Any, str]] = {}
-_MODELS_LOCK = threading.Lock()
-
-
-def _load(model: str | os.PathLike | None, dtype: torch.dtype, quantization: str):
-    """Load (model, tokenizer, path) once per process: weights are read-only at inference, so
-    several engines on the same file (tests, benchmarks comparing settings) share them.
-    quantization "auto" follows the file (a Q4 GGUF stays int4, Q8 int8, f16/bf16/f32 dense)."""
-    from sgrun.models.fetch import resolve_model_path
-    if quantization not in ("auto", *QUANT_MODES):
-        raise InvalidRequestError(f"quantization must be one of auto, {', '.join(QUANT_MODES)}; got {quantization!r}",
-                                  field="quantization")
-    path = str(resolve_model_path(model).resolve())
-    if quantization == "auto":
-        quantization = stored_quantization(path)
-    key = (path, dtype, quantization)
-    with _MODELS_LOCK:
-        if key not in _MODELS:
-            loaded = load_model_files(path, torch.float32)
-            _MODELS[key] = (LlamaModel(loaded.config, loaded.weights, dtype, quantization), loaded.tokenizer, loaded.path)
-        return _MODELS[key]
 
 
 class Engine:
@@ -100,7 +64,7 @@ class Engine:
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         self.dtype = resolve_dtype(dtype)
-        self.model, self.tokenizer, self.model_path = _load(model, self.dtype, quantization)
+        self.model, self.tokenizer, self.model_path = load_model(model, self.dtype, quantization)
         self.quantization = self.model.quantization
         self.config = cfg = self.model.cfg
         self.model_name = cfg.name
@@ -111,12 +75,14 @@ class Engine:
         cap = int(max_pages * cache_fraction) if cache_fraction is not None else None
         self.cache = RadixCache(self.pool, cap) if enable_prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens)
-        self.runner = ModelRunner(self.model, self.pool)
+        self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids)
         self.max_context = min(cfg.max_position, max_pages * page_size, max_context or cfg.max_position)
+        self.post = Postprocessor(self.tokenizer, self.max_context, self._finish)
         self.debug_checks = debug_checks
         self.num_steps = 0
         self.step_time_total = 0.0
         self.forward_time_total = 0.0
+        self.aborted: Counter[str] = Counter()   # requests aborted, by cause (ABORT_CAUSES)
         self._seq_ids = itertools.count()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -140,7 +106,7 @@ class Engine:
 
     # --- public API -----------------------------------------------------------------------
     def submit(self, prompt: str | list[int], params: SamplingParams | None = None,
-               request_id: str | None = None, constraint: Any = None) -> RequestHandle:
+               request_id: str | None = None, constraint: CompiledConstraint | None = None) -> RequestHandle:
         if self._closed:
             raise RuntimeError("engine is closed")
         params = (params or SamplingParams())
@@ -158,7 +124,9 @@ class Engine:
         request_id = request_id or uuid.uuid4().hex
         handle = RequestHandle(self.abort, request_id, prompt_ids, params.n)
         for i in range(params.n):
-            seq = self._new_seq(request_id, i, prompt_ids, params, handle.push)
+            detok = IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens, params.stop)
+            seq = Sequence(seq_id=next(self._seq_ids), request_id=request_id, index=i, tokens=list(prompt_ids),
+                           prompt_len=len(prompt_ids), params=params, detok=detok, emit=handle.push)
             if constraint is not None:
                 seq.matcher = constraint.matcher()
             if not params.greedy:
@@ -166,11 +134,10 @@ class Engine:
                 seq.generator.manual_seed(params.seed + i if params.seed is not None
                                           else int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
             handle.seqs.append(seq)
-        self._inbox.put(("add", handle))
-        self._wake.set()
+        self._post(("add", handle))
         return handle
 
-    def compile_constraint(self, params: SamplingParams):
+    def compile_constraint(self, params: SamplingParams) -> CompiledConstraint:
         from sgrun.constrain import compile_constraint
         tool_calls = None
         if params.tool_calls is not None:
@@ -181,8 +148,8 @@ class Engine:
                                   tool_calls=tool_calls, reasoning=params.reasoning)
 
     def abort(self, request_id: str) -> None:
-        self._inbox.put(("abort", request_id))
-        self._wake.set()
+        """Cancel a request (its caller went away): it ends with finish_reason "abort"."""
+        self._post(("abort", request_id))
 
     def generate(self, prompts: str | list[int] | list[str | list[int]],
                  params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
@@ -201,45 +168,34 @@ class Engine:
                 if ev.text:
                     yield ev.text
         finally:
-            if handle._finished < handle.n:
+            if not handle.finished:
                 handle.abort()
 
     def score(self, prompt: str | list[int], continuations: list[str | list[int]]) -> list[list[float]]:
         """Log-probability of each continuation token given the prompt (and the continuation's
         earlier tokens). The prompt is prefilled once and shared through the radix cache."""
         prompt_ids = self._prompt_ids(prompt)
-        fulls, starts = [], []
-        for c in continuations:
-            if isinstance(c, str):
-                full = self.tokenizer.encode(prompt + c, add_bos=False) if isinstance(prompt, str) \
-                    else prompt_ids + self.tokenizer.encode(c, add_bos=False)
-            else:
-                full = prompt_ids + list(c)
-            start = 0
-            while start < min(len(full), len(prompt_ids)) and full[start] == prompt_ids[start]:
-                start += 1
-            fulls.append(full)
-            starts.append(max(1, start))
-        if any(len(f) > self.max_context for f in fulls):
-            raise InvalidRequestError(f"prompt + continuation exceeds the context of {self.max_context} tokens",
-                                      field="prompt")
+        requests = scored_token_ids(self.tokenizer, prompt, prompt_ids, continuations, self.max_context)
         if self.cache is not None and len(continuations) > 1:
             # Prefill the shared prompt once so every continuation finds it in the cache.
-            self._score_handle(prompt_ids, len(prompt_ids)).result()
-        handles = [self._score_handle(f, s) for f, s in zip(fulls, starts)]
-        return [h.result() and h.seqs[0].scores for h in handles]
+            self._submit_scoring(prompt_ids, len(prompt_ids)).result()
+        handles = [self._submit_scoring(ids, start) for ids, start in requests]
+        outs = [h.result() for h in handles]
+        for out in outs:
+            if out.error is not None:
+                raise RuntimeError(f"scoring failed: {out.error}")
+        return [h.seqs[0].scores for h in handles]  # type: ignore[attr-defined]
 
-    def _score_handle(self, ids: list[int], score_from: int) -> RequestHandle:
+    def _submit_scoring(self, ids: list[int], score_from: int) -> RequestHandle:
         handle = RequestHandle(self.abort, uuid.uuid4().hex, ids, 1)
-        seq = self._new_seq(handle.request_id, 0, ids, SamplingParams(max_new_tokens=1), handle.push)
-        seq.score_from = score_from
-        seq.detok = None
-        handle.seqs.append(seq)
-        self._inbox.put(("add", handle))
-        self._wake.set()
+        handle.seqs.append(ScoringSequence(seq_id=next(self._seq_ids), request_id=handle.request_id, index=0,
+                                           tokens=list(ids), prompt_len=len(ids), params=SamplingParams(max_new_tokens=1),
+                                           detok=None, emit=handle.push, score_from=score_from))
+        self._post(("add", handle))
         return handle
 
     def stats(self) -> dict[str, Any]:
+        """Counters and gauges for /metrics; the keys are listed in docs/interfaces.md."""
         sched, pool, cache = self.scheduler, self.pool, self.cache
         cached = cache.num_pages if cache else 0
         evictable = cache.num_evictable_pages if cache else 0
@@ -255,6 +211,7 @@ class Engine:
             "forward_calls": self.runner.forward_calls,
             "tokens_computed": self.runner.tokens_computed, "preemptions": sched.num_preemptions,
             "steps": self.num_steps,
+            **{f"aborted_{cause}": self.aborted[cause] for cause in ABORT_CAUSES},
         }
 
     def request_pages(self) -> int:
@@ -269,16 +226,13 @@ class Engine:
         """Drop every unlocked cached prefix; returns the number of pages freed."""
         if self.cache is None:
             return 0
-        done: queue.SimpleQueue = queue.SimpleQueue()
-        self._inbox.put(("call", lambda: done.put(self.cache.flush())))
-        self._wake.set()
-        return done.get()
+        cache = self.cache
+        return self.run_on_loop(cache.flush)
 
-    def run_on_loop(self, fn):
+    def run_on_loop(self, fn: Callable[[], _T]) -> _T:
         """Run fn() on the engine thread and return its result (for checks and tests)."""
         done: queue.SimpleQueue = queue.SimpleQueue()
-        self._inbox.put(("call", lambda: done.put(fn())))
-        self._wake.set()
+        self._post(("call", lambda: done.put(fn())))
         return done.get()
 
     def is_alive(self) -> bool:
@@ -299,7 +253,6 @@ class Engine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # --- helpers --------------------------------------------------------------------------
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
             ids = self.tokenizer.encode(prompt)
@@ -318,10 +271,9 @@ class Engine:
                                       f"shorten the prompt", field="prompt")
         return ids
 
-    def _new_seq(self, request_id: str, index: int, prompt_ids: list[int], params: SamplingParams, emit) -> Sequence:
-        detok = IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens, params.stop)
-        return Sequence(seq_id=next(self._seq_ids), request_id=request_id, index=index, tokens=list(prompt_ids),
-                        prompt_len=len(prompt_ids), params=params, detok=detok, emit=emit)
+    def _post(self, message: tuple[str, Any]) -> None:
+        self._inbox.put(message)
+        self._wake.set()
 
     # --- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -336,9 +288,9 @@ class Engine:
                 continue
             try:
                 self.step()
-            except Exception:  # noqa: BLE001 - one bad batch must not kill the engine
+            except Exception as exc:  # noqa: BLE001 - a bug outside the isolated stages: end all, keep the loop
                 log.error("engine step failed:\n%s", traceback.format_exc())
-                self._abort_all("internal error in engine step: " + traceback.format_exc(limit=1).strip())
+                self._abort_all(f"internal error in engine step: {type(exc).__name__}: {exc}")
 
     def _drain_inbox(self) -> None:
         while True:
@@ -353,20 +305,70 @@ class Engine:
             elif kind == "abort":
                 handle = self._handles.get(payload)
                 if handle is not None:
-                    for seq in handle.seqs:
-                        if not seq.is_finished:
-                            self._finish(seq, "abort")
-                            seq.emit(StreamEvent(seq.index, "", [], [], "abort"))
+                    self._abort_request(handle, "client_disconnect")
             elif kind == "call":
                 payload()
 
+    def step(self) -> None:
+        """One batch: schedule -> forward -> commit the computed tokens -> sample -> postprocess."""
+        t0 = time.perf_counter()
+        batch = self.scheduler.schedule()
+        if not batch.items:
+            stuck = self.scheduler.unschedulable()
+            if stuck is not None:
+                self._abort_request(self._handles[stuck.request_id], "engine", "request does not fit in the KV pool")
+            return
+        t1 = time.perf_counter()
+        ran = self._live(isolate(batch.items, self.runner.forward, self._fail_in("forward")))
+        t2 = time.perf_counter()
+        self.scheduler.commit([item for item, _ in ran])
+        wanted: list[tuple[Sequence, Logits]] = [(seq, lg) for (seq, _), lg in ran if lg is not None]
+        sampled = [(seq, out) for (seq, _), out in self._live(isolate(wanted, self.runner.sample,
+                                                                        self._fail_in("sampling")))]
+        isolate(sampled, self._postprocess, self._fail_in("postprocess"), one_at_a_time=True)
+        self.num_steps += 1
+        self.forward_time_total += t2 - t1
+        self.step_time_total += time.perf_counter() - t0
+        if self.debug_checks:
+            from sgrun.engine.consistency import check_consistency
+            check_consistency(self)
+
+    def _postprocess(self, items: list[tuple[Sequence, SampledTokens | Scores]]) -> list[None]:
+        for seq, out in items:
+            if not seq.is_finished:   # a sibling sample's failure may have ended the request
+                self.post.accept(seq, out)
+        return [None] * len(items)
+
+    @staticmethod
+    def _live(pairs: list[tuple[tuple[Sequence, Any], _T]]) -> list[tuple[tuple[Sequence, Any], _T]]:
+        """Drop items whose request was failed meanwhile (a sibling sample failed)."""
+        return [(item, r) for item, r in pairs if not item[0].is_finished]
+
+    def _fail_in(self, stage: str) -> Callable[[tuple[Sequence, Any], Exception], None]:
+        def fail(item: tuple[Sequence, Any], exc: Exception) -> None:
+            seq = item[0]
+            log.error("request %s failed in %s:\n%s", seq.request_id, stage,
+                      "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            handle = self._handles.get(seq.request_id)
+            if handle is not None:
+                self._abort_request(handle, "error", f"{stage} failed: {type(exc).__name__}: {exc}"[:500])
+        return fail
+
+    # --- ending requests --------------------------------------------------------------------
+    def _abort_request(self, handle: RequestHandle, cause: str, error: str | None = None) -> None:
+        """End every unfinished sample of a request with finish_reason "abort" (and `error`, if
+        any): its pages are freed and its stream gets its final event. Counted once per request."""
+        live = [s for s in handle.seqs if not s.is_finished]
+        if live:
+            self.aborted[cause] += 1
+        for seq in live:
+            seq.error, seq.abort_cause = error, cause
+            self._finish(seq, "abort")
+            seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=error))
+
     def _abort_all(self, why: str) -> None:
         for handle in list(self._handles.values()):
-            for seq in handle.seqs:
-                if not seq.is_finished:
-                    seq.error = why
-                    self._finish(seq, "abort")
-                    seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=why))
+            self._abort_request(handle, "engine", why)
 
     def _finish(self, seq: Sequence, reason: str) -> None:
         seq.finish_reason = reason
@@ -375,182 +377,3 @@ class Engine:
         if handle is not None and all(s.is_finished for s in handle.seqs):
             handle.finish_time = time.monotonic()
             del self._handles[seq.request_id]
-
-    def step(self) -> None:
-        t0 = time.perf_counter()
-        batch = self.scheduler.schedule()
-        if not batch.items:
-            if self.scheduler.waiting and not self.scheduler.running:
-                # Nothing running and the head of the queue still does not fit: it never will.
-                seq = self.scheduler.waiting[0]
-                seq.error = "request does not fit in the KV pool"
-                self._finish(seq, "abort")
-                seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=seq.error))
-            return
-        logit_rows: dict[int, list[int]] = {}
-        for seq, n in batch.items:
-            end = seq.num_computed + n
-            if seq.score_from is not None:
-                lo = max(seq.num_computed, seq.score_from - 1)
-                hi = min(end, len(seq.tokens) - 1)
-                logit_rows[seq.seq_id] = [p - seq.num_computed for p in range(lo, hi)]
-            elif end == len(seq.tokens):
-                logit_rows[seq.seq_id] = [n - 1]
-        t1 = time.perf_counter()
-        logits = self.runner.forward(batch, logit_rows)
-        t2 = time.perf_counter()
-        self._process(batch, logits, logit_rows)
-        self.num_steps += 1
-        self.forward_time_total += t2 - t1
-        self.step_time_total += time.perf_counter() - t0
-        if self.debug_checks:
-            from sgrun.engine.consistency import check_consistency
-            check_consistency(self)
-
-    def _process(self, batch, logits: torch.Tensor, logit_rows: dict[int, list[int]]) -> None:
-        row = 0
-        to_sample: list[tuple[Sequence, int]] = []
-        for seq, n in batch.items:
-            rows = logit_rows.get(seq.seq_id, [])
-            start = seq.num_computed
-            seq.num_computed += n
-            if seq.score_from is not None:
-                if rows:
-                    lp = torch.log_softmax(logits[row:row + len(rows)], dim=-1)
-                    targets = torch.tensor([seq.tokens[start + r + 1] for r in rows])
-                    seq.scores.extend(lp.gather(1, targets[:, None])[:, 0].tolist())
-                row += len(rows)
-                if seq.num_computed == len(seq.tokens):
-                    self._finish(seq, "stop")
-                    seq.emit(StreamEvent(0, "", [], [], "stop"))
-                continue
-            if rows:
-                to_sample.append((seq, row))
-                row += 1
-            if self.cache is not None and seq.cache_inserted_len < seq.prompt_len:
-                # Cache the prompt chunk by chunk, so requests sharing it can start from it
-                # while this one is still prefilling.
-                self.scheduler.insert_into_cache(seq, min(seq.num_computed, seq.prompt_len))
-        if to_sample:
-            self._sample_and_append(to_sample, logits)
-
-    def _sample_and_append(self, items: list[tuple[Sequence, int]], logits: torch.Tensor) -> None:
-        seqs = [s for s, _ in items]
-        rows = logits[torch.tensor([r for _, r in items])]
-        raw = rows.clone() if any(s.params.logprobs is not None for s in seqs) else None
-        params = [s.params for s in seqs]
-        apply_logit_bias(rows, params)
-        apply_penalties(rows, params, [s.tokens[:s.prompt_len] for s in seqs], [s.output_ids for s in seqs])
-        constrained = [i for i, s in enumerate(seqs) if s.matcher is not None]
-        if constrained:
-            self._mask_constrained(rows, seqs, constrained)
-        for i, s in enumerate(seqs):
-            if s.params.ignore_eos and s.matcher is None:
-                rows[i, list(self.tokenizer.eos_token_ids)] = float("-inf")
-        result = sample(rows, params, [s.generator for s in seqs], [s.params.logprobs for s in seqs], raw)
-        now = time.monotonic()
-        for i, seq in enumerate(seqs):
-            if seq.error is not None:
-                self._finish(seq, "abort")
-                seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=seq.error))
-                continue
-            try:
-                self._append_token(seq, result.tokens[i], now,
-                                   None if result.logprobs is None or seq.params.logprobs is None
-                                   else (result.logprobs[i], result.top[i]))
-            except Exception:  # noqa: BLE001 - isolate a failing request
-                log.error("request %s failed:\n%s", seq.request_id, traceback.format_exc())
-                seq.error = "internal error: " + traceback.format_exc(limit=1).strip()
-                self._finish(seq, "abort")
-                seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=seq.error))
-
-    def _mask_constrained(self, rows: torch.Tensor, seqs: list[Sequence], constrained: list[int]) -> None:
-        from sgrun.constrain import apply_bitmask
-        from sgrun.constrain.bitmask import allocate_bitmask
-        bitmask = allocate_bitmask(rows.shape[0], rows.shape[1])   # all allowed; filled for constrained rows
-        for i in constrained:
-            try:
-                seqs[i].matcher.fill_bitmask(bitmask[i])
-            except Exception as exc:  # noqa: BLE001 - e.g. an automaton over its size cap: fail this request only
-                seqs[i].error = f"constraint failed: {exc}"
-                bitmask[i] = -1
-        apply_bitmask(rows, bitmask, torch.tensor(constrained))     # in place, constrained rows only
-
-    def _token_logprob(self, token: int, lp: float, top: list[tuple[int, float]]) -> TokenLogprob:
-        dec = self.tokenizer.decode
-        return TokenLogprob(token, dec([token]), lp, [(t, dec([t]), v) for t, v in top])
-
-    def _append_token(self, seq: Sequence, token: int, now: float, logprob) -> None:
-        if seq.first_token_time is None:
-            seq.first_token_time = now
-        p = seq.params
-        new_tokens = [token]
-        new_logprobs = [self._token_logprob(token, *logprob)] if logprob is not None else []
-        seq.tokens.append(token)
-        finish: str | None = None
-        if seq.matcher is not None and not seq.matcher.advance(token):
-            raise RuntimeError(f"constraint rejected sampled token {token}")
-        if token in self.tokenizer.eos_token_ids and not p.ignore_eos:
-            finish, seq.matched_stop = "stop", token
-        elif token in p.stop_token_ids:
-            finish, seq.matched_stop = "stop", token
-        elif seq.matcher is not None and seq.matcher.is_terminated():
-            finish = "stop"
-        rebuilt = False
-        if finish is None and seq.matcher is not None and p.jump_forward:
-            jumped, rebuilt = self._jump_forward(seq)
-            new_tokens = new_tokens[:len(new_tokens)] + jumped
-            new_logprobs += [TokenLogprob(t, self.tokenizer.decode([t]), 0.0) for t in jumped] if logprob else []
-            if seq.matcher.is_terminated():
-                finish = "stop"
-        if not rebuilt:
-            seq.detok.update(seq.output_ids)
-        if finish is None and (stop := seq.detok.find_stop()) is not None:
-            finish, seq.matched_stop = "stop", stop
-        if finish is None and (seq.num_output >= p.max_new_tokens or len(seq.tokens) >= self.max_context):
-            finish = "length"
-        seq.logprobs.extend(new_logprobs)
-        delta = seq.detok.take_delta(final=finish is not None)
-        if finish is not None:
-            self._finish(seq, finish)
-        seq.emit(StreamEvent(seq.index, delta, new_tokens, new_logprobs, finish, seq.matched_stop))
-
-    def _jump_forward(self, seq: Sequence) -> tuple[list[int], bool]:
-        """Append text the constraint forces, retokenising the last few tokens so the ids are
-        the ones the tokenizer itself would produce. Returns (ids added, detokenizer rebuilt)."""
-        forced = seq.matcher.forced_text()
-        budget = seq.params.max_new_tokens - seq.num_output
-        if not forced or budget <= 0:
-            return [], False
-        out = seq.output_ids
-        tail = out[-min(len(out), JUMP_FORWARD_TAIL):]
-        tail_text = self.tokenizer.decode(tail)
-        if "\ufffd" in tail_text:
-            tail, tail_text = [], ""
-        new_ids = self.tokenizer.encode(tail_text + forced, add_bos=False)
-        keep = 0
-        while keep < min(len(tail), len(new_ids)) and tail[keep] == new_ids[keep]:
-            keep += 1
-        additions = new_ids[keep:][:budget + len(tail) - keep]
-        roll = len(tail) - keep
-        if not additions or len(additions) <= roll:
-            return [], False
-        seq.matcher.rollback(roll)
-        removed = seq.tokens[len(seq.tokens) - roll:] if roll else []
-        del seq.tokens[len(seq.tokens) - roll:]
-        advanced = 0
-        for t in additions:
-            if not seq.matcher.advance(t):
-                break
-            advanced += 1
-        if advanced < len(additions):
-            # The retokenised text does not fit the automaton token by token: undo, no jump.
-            seq.matcher.rollback(advanced)
-            for t in removed:
-                seq.matcher.advance(t)
-            seq.tokens.extend(removed)
-            return [], False
-        seq.tokens.extend(additions)
-        seq.num_computed = min(seq.num_computed, len(seq.tokens) - len(additions))
-        seq.detok.rebuild(seq.output_ids)
-        return additions, True

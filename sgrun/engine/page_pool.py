@@ -20,7 +20,7 @@ class PagePool:
         self.num_pages = num_pages
         self.page_size = page_size
         # Heads outermost, so one index_select gathers a batch's pages for every head at once and
-        # each head's context is a contiguous [tokens, head_dim] block (see attention.py).
+        # each head's context is a contiguous [tokens, head_dim] block (see attention_torch.py).
         shape = (kv_heads, num_pages, page_size, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]

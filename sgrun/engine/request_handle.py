@@ -10,7 +10,7 @@ import asyncio
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, AsyncIterator, Iterator
+from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator
 
 from sgrun.engine.outputs import CompletionOutput, RequestOutput, StreamEvent
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class RequestHandle:
-    def __init__(self, abort_fn, request_id: str, prompt_ids: list[int], n: int):
+    def __init__(self, abort_fn: Callable[[str], None], request_id: str, prompt_ids: list[int], n: int):
         self.request_id = request_id
         self.prompt_ids = prompt_ids
         self.n = n
@@ -37,6 +37,11 @@ class RequestHandle:
     def cached_tokens(self) -> int:
         """Prompt tokens served from the radix cache (known once the request is admitted)."""
         return self.seqs[0].cached_tokens if self.seqs else 0
+
+    @property
+    def finished(self) -> bool:
+        """True once the caller has consumed the final event of every sample."""
+        return self._finished >= self.n
 
     # Engine thread side.
     def push(self, ev: StreamEvent) -> None:
@@ -92,7 +97,7 @@ class RequestHandle:
 
     def build_output(self) -> RequestOutput:
         """Assemble the final output; valid once every sample has finished."""
-        outs, errors = [], [s.error for s in self.seqs if getattr(s, "error", None)]
+        outs, errors = [], [s.error for s in self.seqs if s.error]
         for s in self.seqs:
             outs.append(CompletionOutput(index=s.index, text=s.detok.text if s.detok else "",
                                          token_ids=list(s.output_ids), finish_reason=s.finish_reason,

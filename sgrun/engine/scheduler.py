@@ -5,6 +5,10 @@ chunks, then waiting requests are admitted (longest cached prefix first when the
 long) while the token budget, the running cap and the pool allow. When the pool runs short,
 unlocked cache leaves are evicted, then the most recently admitted request is preempted (its
 pages freed; it is recomputed later from its tokens).
+
+The scheduler owns all page and radix-cache bookkeeping: allocation at scheduling, the prompt's
+insertion into the cache as it is computed (`commit`), locking of the path a request uses, and
+release (with insertion of what was computed) when a request finishes or is preempted.
 """
 
 from __future__ import annotations
@@ -77,6 +81,15 @@ class Scheduler:
         seq.page_table = []
         seq.num_computed = 0
         seq.cache_inserted_len = 0
+
+    def commit(self, items: list[tuple[Sequence, int]]) -> None:
+        """Record that the batch's tokens were computed (their K/V are in the pool). The prompt
+        is cached chunk by chunk, so requests sharing it can start from it while this one is
+        still prefilling."""
+        for seq, n in items:
+            seq.num_computed += n
+            if self.cache is not None and seq.cache_inserted_len < seq.prompt_len:
+                self.insert_into_cache(seq, min(seq.num_computed, seq.prompt_len))
 
     def insert_into_cache(self, seq: Sequence, num_tokens: int) -> None:
         aligned = (num_tokens // self.ps) * self.ps
@@ -178,11 +191,7 @@ class Scheduler:
         matched_pages: list[int] = []
         node = None
         if self.cache is not None:
-            # Leave at least one token to compute: its logits give the next token.
-            limit = len(seq.tokens) - 1
-            if seq.score_from is not None:  # the logits before the first scored token are needed
-                limit = min(limit, seq.score_from - 1)
-            matched_pages, node = self.cache.match(seq.tokens, limit=limit)
+            matched_pages, node = self.cache.match(seq.tokens, limit=seq.cache_match_limit)
         matched = len(matched_pages) * self.ps
         n = min(len(seq.tokens) - matched, budget)
         need = -(-(matched + n) // self.ps) - len(matched_pages)
@@ -200,14 +209,18 @@ class Scheduler:
         if not seq.admitted:
             seq.admitted = True
             seq.cached_tokens = min(matched, seq.prompt_len)
-            if seq.score_from is None or seq.index == 0:
-                self.prompt_tokens_total += seq.prompt_len
-                self.cached_tokens_total += seq.cached_tokens
+            self.prompt_tokens_total += seq.prompt_len
+            self.cached_tokens_total += seq.cached_tokens
         seq.admit_order = next(self._admit_counter)
         seq.status = Status.RUNNING
         self.running.append(seq)
         items.append((seq, n))
         return True
+
+    def unschedulable(self) -> Sequence | None:
+        """After a schedule() that found nothing to run: the head of the queue if nothing is
+        running either, so it does not fit even in an empty pool and never will."""
+        return self.waiting[0] if self.waiting and not self.running else None
 
     def finish(self, seq: Sequence) -> None:
         if seq in self.running:

@@ -1,17 +1,35 @@
-"""Sequence: the engine's state for one sample of one request."""
+"""Sequence: the engine's state for one sample of one request (a generating request; the
+scoring kind is ScoringSequence in scoring.py)."""
 
 from __future__ import annotations
 
 import enum
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
 from sgrun.engine.detokenizer import IncrementalDetokenizer
 from sgrun.engine.outputs import StreamEvent, TokenLogprob
 from sgrun.engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from sgrun.engine.radix_cache import RadixNode
+
+
+class TokenMatcher(Protocol):
+    """Per-request constraint state, as the engine uses it (sgrun.constrain.Matcher is one)."""
+    def fill_bitmask(self, out_row: torch.Tensor) -> None: ...
+    def advance(self, token_id: int) -> bool: ...
+    def is_terminated(self) -> bool: ...
+    def forced_text(self) -> str: ...
+    def rollback(self, num_tokens: int) -> None: ...
+
+
+class CompiledConstraint(Protocol):
+    """What `Engine.submit(constraint=...)` takes (sgrun.constrain.Constraint is one)."""
+    def matcher(self) -> TokenMatcher: ...
 
 
 class Status(enum.Enum):
@@ -30,26 +48,25 @@ class Sequence:
     params: SamplingParams
     detok: IncrementalDetokenizer | None
     emit: Callable[[StreamEvent], None]
-    matcher: Any = None               # constraint matcher (sgrun.constrain), or None
+    matcher: TokenMatcher | None = None    # constraint matcher (sgrun.constrain), or None
     generator: torch.Generator | None = None
-    score_from: int | None = None     # score-only: logprobs of tokens[score_from:] are wanted
     status: Status = Status.WAITING
     page_table: list[int] = field(default_factory=list)
     num_computed: int = 0             # tokens whose K/V are in the pool
     cached_tokens: int = 0            # prompt tokens served from the radix cache at first admission
     admitted: bool = False
-    locked_node: Any = None
+    locked_node: RadixNode | None = None
     cache_inserted_len: int = 0
     admit_order: int = 0
     passed_over: int = 0
     finish_reason: str | None = None
     matched_stop: str | int | None = None
     logprobs: list[TokenLogprob] = field(default_factory=list)
-    scores: list[float] = field(default_factory=list)
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
     num_preemptions: int = 0
     error: str | None = None
+    abort_cause: str | None = None    # "client_disconnect" | "error" | "engine" when aborted
 
     @property
     def output_ids(self) -> list[int]:
@@ -62,3 +79,21 @@ class Sequence:
     @property
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
+
+    @property
+    def cache_match_limit(self) -> int:
+        """How much of `tokens` may come from the prefix cache: all but the last token, whose
+        logits give the next one."""
+        return len(self.tokens) - 1
+
+    def logit_positions(self, start: int, end: int) -> list[int] | None:
+        """Positions in [start, end) (this step's chunk) whose next-token logits are wanted, or
+        None when this step produces nothing to post-process (a prefill chunk short of the end)."""
+        return [end - 1] if end == len(self.tokens) else None
+
+    def retokenize_tail(self, rollback: int, tokens: list[int]) -> None:
+        """Replace the last `rollback` tokens by `tokens` (jump-forward). K/V computed for the
+        replaced tokens is stale, so they are recomputed."""
+        del self.tokens[len(self.tokens) - rollback:]
+        self.tokens.extend(tokens)
+        self.num_computed = min(self.num_computed, len(self.tokens) - len(tokens))

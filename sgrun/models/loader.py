@@ -1,15 +1,20 @@
-"""One entry point: a model spec (None, a GGUF path or a folder) -> config, weights, tokenizer."""
+"""One entry point: a model spec (None, a GGUF path or a folder) -> config, weights, tokenizer;
+the dtype names, and the process-wide cache of loaded models."""
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 
 import torch
 
+from sgrun.errors import InvalidRequestError
 from sgrun.models.config import ModelConfig
 from sgrun.models.fetch import resolve_model_path
 from sgrun.models.gguf_loader import load_gguf
+from sgrun.models.llama import LlamaModel
+from sgrun.models.quant_linear import QUANT_MODES
 from sgrun.models.safetensors_loader import load_folder
 from sgrun.models.tokenizer import Tokenizer
 
@@ -54,3 +59,45 @@ def stored_quantization(model: str | os.PathLike | None) -> str:
     from sgrun.models.gguf_file import GGUFFile
     from sgrun.models.gguf_loader import file_quantization
     return file_quantization(GGUFFile(path))
+
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """A dtype name (or "auto": bf16 on CUDA or CPUs with native bf16 matmuls, else fp32)."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        if torch.cuda.is_available():
+            return torch.bfloat16
+        flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+        # bf16 matmuls are only fast with native instructions (AMX / AVX512-BF16).
+        return torch.bfloat16 if ("amx_bf16" in flags or "avx512_bf16" in flags) else torch.float32
+    if dtype not in _DTYPES:
+        raise InvalidRequestError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {dtype!r}", field="dtype")
+    return _DTYPES[dtype]
+
+
+_MODELS: dict[tuple[str, torch.dtype, str], tuple[LlamaModel, Tokenizer, str]] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def load_model(model: str | os.PathLike | None, dtype: torch.dtype,
+               quantization: str = "auto") -> tuple[LlamaModel, Tokenizer, str]:
+    """(model, tokenizer, path), loaded once per process: weights are read-only at inference, so
+    several engines on the same file (tests, benchmarks comparing settings) share them.
+    quantization "auto" follows the file (a Q4 GGUF stays int4, Q8 int8, f16/bf16/f32 dense)."""
+    if quantization not in ("auto", *QUANT_MODES):
+        raise InvalidRequestError(f"quantization must be one of auto, {', '.join(QUANT_MODES)}; got {quantization!r}",
+                                  field="quantization")
+    path = str(resolve_model_path(model).resolve())
+    if quantization == "auto":
+        quantization = stored_quantization(path)
+    key = (path, dtype, quantization)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            loaded = load_model_files(path, torch.float32)
+            _MODELS[key] = (LlamaModel(loaded.config, loaded.weights, dtype, quantization), loaded.tokenizer, loaded.path)
+        return _MODELS[key]

@@ -1,4 +1,4 @@
-"""Attention over the paged KV pool, in pure torch (the CPU backend).
+"""Attention over the paged KV pool, in pure torch (the CPU backend of attention_backend.py).
 
 A batch is a list of segments, one per scheduled request: `q_len` new tokens attending to the
 request's whole context (cached + new tokens, `ctx_len`) held in the pages `pages`.
@@ -10,20 +10,11 @@ Longer segments (prefill chunks) go one by one through SDPA.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
+from sgrun.engine.attention_backend import Segment
 from sgrun.engine.page_pool import PagePool
-
-
-@dataclass
-class Segment:
-    q_start: int          # first row of this segment in the flat batch
-    q_len: int
-    ctx_len: int          # context length after this step (cached + new tokens)
-    pages: torch.Tensor   # [ceil(ctx_len / page_size)] page ids of the whole context
 
 
 class TorchPagedAttention:
