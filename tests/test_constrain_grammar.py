@@ -84,3 +84,27 @@ def test_gbnf_small_grammar(tok):
 def test_bad_grammars(tok, bad):
     with pytest.raises(GrammarError):
         compile_constraint(tok, grammar=bad)
+
+
+def test_empty_and_trivial_grammars_are_refused_at_compile_time(tok):
+    from sgrun.constrain.errors import EmptyConstraintError, GrammarError
+    for g in ("start: start", 'start: "a" start', 'root ::= "x" root'):
+        with pytest.raises(EmptyConstraintError, match="no output at all"):
+            compile_constraint(tok, grammar=g, use_cache=False)
+    with pytest.raises(GrammarError, match="only the empty string"):
+        compile_constraint(tok, grammar="start: ", use_cache=False)
+
+
+@pytest.mark.timeout(120)
+def test_huge_grammar_is_answered_within_the_budget(tok):
+    import time
+    from sgrun.constrain.errors import ConstraintTooComplexError
+    rules = "\n".join(f'r{i}: r{i + 1} "x{i}" | "y{i}"' for i in range(2000)) + '\nr2000: "z"'
+    t = time.perf_counter()
+    with pytest.raises(ConstraintTooComplexError, match="too complex.*2 s budget"):
+        compile_constraint(tok, grammar="start: r0\n" + rules, use_cache=False, budget_s=2)
+    assert time.perf_counter() - t < 4
+    # a grammar above the in-process size is built in a child process and works the same
+    rules = "\n".join(f'r{i}: r{i + 1} "x{i}" | "y{i}"' for i in range(130)) + '\nr130: "z"'
+    c = compile_constraint(tok, grammar="start: r0\n" + rules, use_cache=False)
+    assert c.matches_bytes(b"y0") and c.matches_bytes(b"y1x0") and not c.matches_bytes(b"x0")

@@ -81,6 +81,10 @@ class CompileBudget:
 _CURRENT: contextvars.ContextVar[CompileBudget | None] = contextvars.ContextVar("sgrun_compile_budget", default=None)
 
 
+def current_budget() -> CompileBudget | None:
+    return _CURRENT.get()
+
+
 def tick(n: int = 1) -> None:
     """Count work against the open budget (a no-op outside compile_constraint)."""
     b = _CURRENT.get()

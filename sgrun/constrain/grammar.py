@@ -21,7 +21,8 @@ import threading
 
 from sgrun.constrain.automaton_constraint import AutomatonConstraint
 from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node
-from sgrun.constrain.errors import ConstraintTooComplexError, GrammarError, RegexError
+from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, GrammarError, RegexError
+from sgrun.constrain.lark_build import build_lark, productive_rules
 from sgrun.constrain.regex_parser import parse_regex
 from sgrun.constrain.token_table import TokenTable
 
@@ -33,20 +34,16 @@ class LalrGrammar:
     """The parts of a lark LALR parser we need: terminal DFAs and the parse table."""
 
     def __init__(self, text: str, start: str = "start", terminal_nodes: dict | None = None):
-        from lark import Lark
-        from lark.exceptions import GrammarError as LarkGrammarError
-        from lark.exceptions import LarkError
-        try:
-            self.lark = Lark(text, parser="lalr", lexer="contextual", start=start)
-        except (LarkGrammarError, LarkError) as e:
-            raise GrammarError(f"grammar does not compile as LALR(1): {e}") from None
-        except Exception as e:  # lark raises plain exceptions for some syntax errors
-            raise GrammarError(f"grammar does not compile: {e}") from None
+        self.lark = build_lark(text, start)
+        productive = productive_rules(self.lark)
+        if start not in productive:
+            raise EmptyConstraintError(f"the grammar admits no output at all: its start rule ({start!r}) never "
+                                       f"derives a finite string (every expansion recurses or uses a rule that does)")
         table = self.lark.parser.parser.parser.parse_table
         self.states: dict[int, dict[str, tuple[Any, Any]]] = table.states
         self.start_state: int = table.start_states[start]
         self.end_state: int = table.end_states[start]
-        self.ignore = set(self.lark.ignore_tokens)
+        self.ignore = set(self.lark.lexer_conf.ignore)
         self.terminals: list[str] = []
         self.dfas: list[ByteDFA] = []
         self.rank: list[tuple] = []
@@ -342,6 +339,13 @@ def compile_grammar(grammar: str, table: TokenTable) -> GrammarConstraint:
     if "::=" in text:
         from sgrun.constrain.gbnf import gbnf_to_lark
         translated = gbnf_to_lark(text)
-        return GrammarConstraint(LalrGrammar(translated.lark_text, terminal_nodes=translated.terminals), grammar,
-                                 table)
-    return GrammarConstraint(LalrGrammar(text), grammar, table)
+        c = GrammarConstraint(LalrGrammar(translated.lark_text, terminal_nodes=translated.terminals), grammar, table)
+    else:
+        c = GrammarConstraint(LalrGrammar(text), grammar, table)
+    s0 = c.initial_state
+    if not c.can_continue(s0):
+        if c.is_accepting(s0):
+            raise GrammarError("the grammar derives only the empty string; give its start rule at least one "
+                               "terminal (e.g. start: \"yes\" | \"no\")")
+        raise EmptyConstraintError("the grammar admits no output at all")
+    return c
