@@ -78,6 +78,12 @@ class Constraint(ABC):
                 return False
         return self.is_accepting(state)
 
+    def matches_bytes(self, data: bytes) -> bool:
+        """Whether `data` (no token boundaries) is a complete output: the language check the
+        constraint tests, the soundness property test and the tool-call tests use."""
+        state = self.step_bytes(self.initial_state, data)
+        return state is not None and self.is_accepting(state)
+
     def _encode(self, text: str) -> list[int]:
         enc = self.__dict__.get("_encoder")
         if enc is None:
