@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from sgrun.constrain import Constraint
+from sgrun.constrain.tool_calls import ToolCallConstraint
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.server.chat_prompt import render_prompt
 from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
@@ -75,6 +76,9 @@ def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerSta
         return ConstraintSpec("tool_calls", call_constraint(state.tool_format, plan, answer), "tools",
                               reasoning=state.reasoning, tool_indices=tuple(plan.indices))
     if not given:
+        if req.tools:  # tool_choice "none": the tools are in the prompt, but the answer never opens a call
+            return ConstraintSpec("tool_calls", ToolCallConstraint(state.tool_format.name, (), "none"), "tool_choice",
+                                  reasoning=state.reasoning)
         return None
     return ConstraintSpec(given[0].kind, given[0].value, given[0].param,
                           reasoning=state.reasoning if given[0].kind != "grammar" else None)

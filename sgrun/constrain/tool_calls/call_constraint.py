@@ -10,7 +10,7 @@ from typing import Any
 
 from sgrun.constrain.byte_nfa import ByteNFA
 from sgrun.constrain.json_schema import SchemaCompiler
-from sgrun.constrain.regex_ast import Node, alt, lit, seq
+from sgrun.constrain.regex_ast import NOTHING, Node, alt, lit, seq
 from sgrun.constrain.tool_calls.registry import get_format
 from sgrun.constrain.tool_calls.tool_arguments import ToolArguments
 from sgrun.constrain.tool_calls.tool_spec import ToolSpec
@@ -22,8 +22,9 @@ from sgrun.errors import ConstraintError
 class ToolCallConstraint:
     """What a request's tools mean for its output.
 
-    mode: "auto" (the model decides: an answer, or calls from the opener on) or "required"
-    (calls only; a named tool_choice is "required" with that one tool).
+    mode: "auto" (the model decides: an answer, or calls from the opener on), "required"
+    (calls only; a named tool_choice is "required" with that one tool) or "none" (tools are in
+    the prompt but the answer is text that never opens a call).
     answer_schema: in auto mode, a text answer must match this JSON Schema (True: any JSON
     value); None: a text answer is free text."""
     format: str
@@ -60,11 +61,13 @@ class ToolCallConstraint:
 
 
 def tool_calls_node(c: ToolCallConstraint, nfa: ByteNFA) -> Node:
-    if c.mode not in ("auto", "required"):
-        raise ConstraintError(f"tool-call mode must be 'auto' or 'required', got {c.mode!r}")
+    if c.mode not in ("auto", "required", "none"):
+        raise ConstraintError(f"tool-call mode must be 'auto', 'required' or 'none', got {c.mode!r}")
+    fmt = get_format(c.format)
+    if c.mode == "none":
+        return triggered_node([(fmt.opener, NOTHING)], free_may_end=True, anchored=fmt.anchored)
     if not c.tools:
         raise ConstraintError("a tool-call constraint needs at least one tool")
-    fmt = get_format(c.format)
     args = [ToolArguments(i, t, nfa, c.whitespace) for i, t in enumerate(c.tools)]
     after = fmt.calls_after_opener(args, c.parallel)
     if c.mode == "required":

@@ -1,0 +1,193 @@
+"""Tool calling through the official openai SDK against a real sgrun server (uvicorn on
+loopback, the real SmolLM2 weights): parse() with pydantic tools (nested models, enums,
+Optional), the .stream() helper's own accumulation, argument bounds held under sampling at high
+temperature (jsonschema-validated), tools + response_format, truncation, a 3-turn tool loop with
+role: tool messages, and usage/logprob invariants when jump-forward inserts forced tokens."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Optional
+
+import jsonschema
+import openai
+import pydantic
+import pytest
+
+from sgrun.server.app import build_app
+from sgrun.server.background import ServerThread
+
+
+class Unit(str, enum.Enum):
+    celsius = "celsius"
+    fahrenheit = "fahrenheit"
+
+
+class Place(pydantic.BaseModel):
+    city: str = pydantic.Field(max_length=20)
+    country: Optional[str] = pydantic.Field(default=None, max_length=20)
+
+
+class GetForecast(pydantic.BaseModel):
+    """Weather forecast for a place."""
+    place: Place
+    unit: Unit
+    days: int = pydantic.Field(ge=1, le=5)
+
+
+BOUNDED = {"type": "function", "function": {
+    "name": "roll", "description": "Roll dice",
+    "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer", "minimum": 1, "maximum": 5},
+        "sides": {"enum": [6, 20]},
+        "label": {"type": "string", "pattern": "^[a-z]{1,8}$"},
+        "weight": {"type": "number", "exclusiveMinimum": 0, "maximum": 1.5}},
+        "required": ["n", "sides", "label", "weight"], "additionalProperties": False}}}
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 16}},
+                   "required": ["city"], "additionalProperties": False}}}
+ANSWER = {"type": "object", "properties": {"summary": {"type": "string", "maxLength": 40},
+                                           "temperature": {"type": "integer", "minimum": -50, "maximum": 60}},
+          "required": ["summary", "temperature"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def server(shared_engine):
+    with ServerThread(build_app(shared_engine)) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    return client.models.list().data[0].id
+
+
+def ask(text: str) -> list[dict]:
+    return [{"role": "user", "content": text}]
+
+
+def test_parse_with_pydantic_tool(client, model):
+    completion = client.chat.completions.parse(
+        model=model, messages=ask("What's the forecast for Paris, France for 3 days in celsius?"),
+        tools=[openai.pydantic_function_tool(GetForecast)], tool_choice="required", temperature=0,
+        max_tokens=80, parallel_tool_calls=False)  # a 135M model repeats a call when it may
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    parsed = call.function.parsed_arguments          # the SDK validated it against the model
+    assert isinstance(parsed, GetForecast) and isinstance(parsed.place, Place) and isinstance(parsed.unit, Unit)
+    assert 1 <= parsed.days <= 5
+
+
+def test_stream_helper_accumulates_tool_calls(client, model):
+    with client.chat.completions.stream(
+            model=model, messages=ask("Weather in Oslo?"), tools=[openai.pydantic_function_tool(GetForecast), WEATHER],
+            tool_choice="required", temperature=0, max_tokens=80, parallel_tool_calls=False) as stream:
+        done = [e for e in stream if e.type == "tool_calls.function.arguments.done"]
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    calls = choice.message.tool_calls
+    assert len(calls) == 1 and calls[0].id.startswith("call_") and calls[0].type == "function"
+    assert done and done[-1].name == calls[0].function.name and done[-1].arguments == calls[0].function.arguments
+    schema = {"GetForecast": openai.pydantic_function_tool(GetForecast)["function"]["parameters"],
+              "get_weather": WEATHER["function"]["parameters"]}[calls[0].function.name]
+    jsonschema.validate(json.loads(calls[0].function.arguments), schema)
+
+
+def _bounded_samples(client, model, count: int, per_request: int) -> None:
+    schema = BOUNDED["function"]["parameters"]
+    seen = 0
+    for seed in range(count // per_request):
+        r = client.chat.completions.create(
+            model=model, messages=ask("Roll some dice for me."), tools=[BOUNDED], tool_choice="required",
+            temperature=1.5, n=per_request, seed=seed, max_tokens=60, parallel_tool_calls=False)
+        for choice in r.choices:
+            assert choice.finish_reason == "tool_calls", choice
+            for call in choice.message.tool_calls:
+                jsonschema.validate(json.loads(call.function.arguments), schema)
+                seen += 1
+    assert seen == count
+
+
+def test_tool_argument_bounds_hold_at_high_temperature(client, model):
+    _bounded_samples(client, model, 20, 10)
+
+
+@pytest.mark.slow
+def test_tool_argument_bounds_hold_over_200_samples(client, model):
+    _bounded_samples(client, model, 200, 40)
+
+
+def test_tools_with_response_format(client, model):
+    rf = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
+    r = client.chat.completions.create(model=model, messages=ask("How warm is it in Rome?"), tools=[WEATHER],
+                                       response_format=rf, temperature=1.0, n=6, seed=3, max_tokens=80,
+                                       parallel_tool_calls=False)
+    for choice in r.choices:
+        if choice.message.tool_calls:      # a call is held to the tool ...
+            assert choice.finish_reason == "tool_calls"
+            for call in choice.message.tool_calls:
+                jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+        else:                              # ... a text answer to the response_format schema
+            assert choice.finish_reason == "stop", choice
+            jsonschema.validate(json.loads(choice.message.content), ANSWER)
+    # tool_choice keeps its meaning next to response_format.
+    forced = client.chat.completions.create(model=model, messages=ask("How warm is it in Rome?"), tools=[WEATHER],
+                                            response_format=rf, tool_choice="required", temperature=0, max_tokens=40,
+                                            parallel_tool_calls=False)
+    assert forced.choices[0].finish_reason == "tool_calls"
+    plain = client.chat.completions.create(model=model, messages=ask("How warm is it in Rome?"), tools=[WEATHER],
+                                           response_format=rf, tool_choice="none", temperature=0, max_tokens=60)
+    assert not plain.choices[0].message.tool_calls
+    jsonschema.validate(json.loads(plain.choices[0].message.content), ANSWER)
+
+
+def test_truncated_call_is_a_partial_tool_call(client, model):
+    tool = openai.pydantic_function_tool(GetForecast)
+    del tool["function"]["strict"]  # a strict tool makes the SDK's stream helper raise on "length" itself
+    r = client.chat.completions.create(model=model, messages=ask("Forecast for Paris?"), tools=[tool],
+                                       tool_choice="required", temperature=0, max_tokens=20)
+    choice = r.choices[0]
+    assert choice.finish_reason == "length"
+    assert choice.message.content is None
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "GetForecast" and call.function.arguments.startswith("{")
+    assert r.usage.completion_tokens <= 20
+    # Streamed (the SDK's .stream() helper raises on "length" by design, so read the raw chunks).
+    chunks = list(client.chat.completions.create(model=model, messages=ask("Forecast for Paris?"), tools=[tool],
+                                                 tool_choice="required", temperature=0, max_tokens=20, stream=True))
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert content == "" and deltas[0].id.startswith("call_") and deltas[0].function.name == "GetForecast"
+    assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+
+
+def test_three_turn_tool_loop(client, model):
+    messages = [{"role": "system", "content": "You are a weather assistant. Use the tools."},
+                {"role": "user", "content": "Compare the weather in Paris and in Rome."}]
+    cached = []
+    for turn, (choice_mode, result) in enumerate([("required", "Paris: 18 C, cloudy"),
+                                                  ("required", "Rome: 24 C, sunny"), ("none", None)]):
+        r = client.chat.completions.create(model=model, messages=messages, tools=[WEATHER], tool_choice=choice_mode,
+                                           temperature=0, max_tokens=40, parallel_tool_calls=False)
+        cached.append(r.usage.prompt_tokens_details.cached_tokens)
+        msg = r.choices[0].message
+        if result is None:
+            assert msg.content and not msg.tool_calls and "<tool_call>" not in msg.content
+            break
+        assert r.choices[0].finish_reason == "tool_calls"
+        call = msg.tool_calls[0]
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+        messages.append({"role": "assistant", "content": msg.content, "tool_calls": [call.model_dump()]})
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    # Each turn re-sends the conversation; the earlier turns come back out of the prefix cache.
+    assert cached[1] > 0 and cached[2] > cached[1]
