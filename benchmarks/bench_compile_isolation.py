@@ -6,7 +6,8 @@ compiles a constraint that runs into its compile budget. Modes for the compiling
   plain      - no mitigation
   yield      - the compile budget's periodic time.sleep(0)
   switch     - sys.setswitchinterval lowered while a compile runs (what compile_constraint does)
-  process    - the compile runs in a worker process (the thread just waits on it)
+  isolate    - compile_constraint(isolate=True): the automaton is built in a worker process
+               (sgrun.constrain.compile_worker), the thread just waits on it
 Prints p50 / p99 step latency and the ratio to the alone run, measured side by side.
 
 Usage: python benchmarks/bench_compile_isolation.py [--seconds 3]
@@ -15,7 +16,6 @@ Usage: python benchmarks/bench_compile_isolation.py [--seconds 3]
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import os
 import statistics
 import subprocess
@@ -40,7 +40,7 @@ def engine_steps(stop: threading.Event, out: list[float], n_ops: int = 40) -> No
         out.append(time.perf_counter() - t)
 
 
-def hostile_compile(tok, policy: str, seconds: float) -> str:
+def hostile_compile(tok, policy: str, seconds: float, isolate: bool = False) -> str:
     """Hostile compiles back to back for `seconds` (each ends with a refusal)."""
     from sgrun.constrain import compile_budget, compile_constraint
     from sgrun.errors import ConstraintError
@@ -50,19 +50,14 @@ def hostile_compile(tok, policy: str, seconds: float) -> str:
     while time.perf_counter() < end:
         try:
             compile_constraint(tok, json_schema=HOSTILE, use_cache=False, warm_up=False,
-                               budget_s=max(0.05, end - time.perf_counter()))
+                               budget_s=max(0.05, end - time.perf_counter()), isolate=isolate)
             results.append("compiled")
         except ConstraintError as e:
             results.append(type(e).__name__)
     return f"{len(results)}x {results[-1]}"
 
 
-def _worker_compile(seconds: float) -> str:
-    from constrain_fixtures import load_default_tokenizer
-    return hostile_compile(load_default_tokenizer(), "none", seconds)
-
-
-def measure(mode: str, tok, seconds: float, pool) -> tuple[list[float], str]:
+def measure(mode: str, tok, seconds: float) -> tuple[list[float], str, float]:
     stop = threading.Event()
     lat: list[float] = []
     eng = threading.Thread(target=engine_steps, args=(stop, lat))
@@ -71,8 +66,8 @@ def measure(mode: str, tok, seconds: float, pool) -> tuple[list[float], str]:
     result = "alone"
     if mode == "alone":
         time.sleep(seconds)
-    elif mode == "process":
-        result = pool.submit(_worker_compile, seconds).result()
+    elif mode == "isolate":
+        result = hostile_compile(tok, "none", seconds, isolate=True)
     else:
         result = hostile_compile(tok, {"plain": "none"}.get(mode, mode), seconds)
     stop.set()
@@ -90,11 +85,12 @@ def main() -> None:
     tok = load_default_tokenizer()
     token_table(tok)
     print("load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    with cf.ProcessPoolExecutor(1) as pool:
-        pool.submit(_worker_compile, 0.01).result()  # start the worker and load its tokenizer
+    from sgrun.constrain.compile_worker import start_workers
+    start_workers()
+    if True:
         rows = []
-        for mode in ("alone", "plain", "yield", "switch", "process", "alone"):
-            lat, result, window = measure(mode, tok, args.seconds, pool)
+        for mode in ("alone", "plain", "yield", "switch", "isolate", "alone"):
+            lat, result, window = measure(mode, tok, args.seconds)
             lat.sort()
             rows.append((mode, statistics.median(lat) * 1e3, lat[int(len(lat) * 0.99)] * 1e3, window / len(lat) * 1e3,
                          result))

@@ -219,3 +219,22 @@ def test_compiled_constraints_reject_what_jsonschema_rejects(constrain_tok, sche
 @given(schema=SCHEMAS, instances=st.lists(VALUES, min_size=4, max_size=12))
 def test_soundness_large_corpus(constrain_tok, schema, instances):
     check_sound(constrain_tok, schema, instances)
+
+
+def test_isolated_compile_is_the_same_constraint(constrain_tok):
+    schema = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 3}, "b": {"enum": ["x", "y"]}},
+              "required": ["a"]}
+    c = compile_constraint(constrain_tok, json_schema=schema, isolate=True, use_cache=False)
+    assert c.matches_bytes(b'{"a":3,"b":"y"}') and not c.matches_bytes(b'{"a":2}')
+    with pytest.raises(InvalidSchemaError, match="'required' at # must be a list"):
+        compile_constraint(constrain_tok, json_schema={"required": 7}, isolate=True, use_cache=False)
+    from sgrun.constrain.errors import UnsupportedSchemaError
+    with pytest.raises(UnsupportedSchemaError) as info:
+        compile_constraint(constrain_tok, json_schema={"oneOf": [{"type": "string"}, {"type": "string"}]},
+                           isolate=True, use_cache=False)
+    assert info.value.keyword == "oneOf" and info.value.pointer == "#"
+    t = time.perf_counter()
+    with pytest.raises(ConstraintTooComplexError, match="too complex"):
+        compile_constraint(constrain_tok, json_schema={"type": "string", "pattern": "(a|b)*a(a|b){14}c",
+                                                       "maxLength": 3000}, budget_s=0.5, isolate=True, use_cache=False)
+    assert time.perf_counter() - t < 5

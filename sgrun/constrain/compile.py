@@ -13,8 +13,7 @@ from sgrun.constrain.constraint import Constraint
 from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, InvalidSchemaError
 from sgrun.constrain.schema_checks import MAX_DOCUMENT_DEPTH, check_document_depth
 from sgrun.constrain.lazy_dfa import LazyDFA
-from sgrun.constrain.regex_ast import Node, literal_choices
-from sgrun.constrain.regex_parser import parse_regex
+from sgrun.constrain.regex_ast import Node
 from sgrun.constrain.token_table import token_table
 from sgrun.errors import ConstraintError
 
@@ -24,7 +23,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
                        tool_calls: Any = None, reasoning: tuple[str, str] | None = None,
                        whitespace: str = "compact", lenient: bool = False, key_order: str = "schema",
                        use_cache: bool = True, warm_up: bool = True,
-                       budget_s: float | None = DEFAULT_COMPILE_BUDGET_S) -> Constraint:
+                       budget_s: float | None = DEFAULT_COMPILE_BUDGET_S, isolate: bool = False) -> Constraint:
     """Compile exactly one of json_schema / regex / grammar / choices over the tokenizer's vocabulary.
 
     json_schema: dict, JSON text, or True (any JSON value; `{}` means the same, as in JSON Schema).
@@ -39,6 +38,9 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     "required-first" (required keys first, each group in schema order).
     budget_s: compile time budget, enforced inside the compiler; past it a
     ConstraintTooComplexError (CompileBudgetExceeded) says the constraint is too complex. None: no limit.
+    isolate: build the automaton of a JSON Schema / regex / choices in a worker process
+    (compile_worker), so a hostile compile never holds this process's GIL (a server's engine
+    loop shares it); the result is the same constraint.
     warm_up: precompute masks of the states a request meets first (bounded; see AutomatonConstraint.warm_up).
     triggers: free text until one of the triggers appears, then that trigger's constraint (see
     triggered.py): a list of {"trigger": str, <one of json_schema / regex / choices>: ...}.
@@ -92,10 +94,13 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
             from sgrun.constrain.grammar import compile_grammar
             c = compile_grammar(grammar, table)
         else:
-            if kind == "json_schema":
-                from sgrun.constrain.json_schema import schema_to_nfa
-                nfa, root, warnings = schema_to_nfa(schema, whitespace=whitespace, lenient=lenient,
-                                                    key_order=key_order)
+            if kind in ("json_schema", "regex", "choices"):
+                from sgrun.constrain.compile_worker import build_nfa, build_nfa_isolated
+                payload = {"json_schema": schema, "regex": regex, "choices": choices}[kind]
+                opts = {"whitespace": whitespace, "lenient": lenient, "key_order": key_order} \
+                    if kind == "json_schema" else {}
+                nfa, root, warnings = build_nfa_isolated(kind, payload, opts, budget_s) if isolate \
+                    else build_nfa(kind, payload, opts)
             elif kind == "triggers":
                 from sgrun.constrain.trigger_spec import triggers_nfa
                 nfa, root = triggers_nfa(triggers, whitespace)
@@ -104,9 +109,6 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
                 nfa = ByteNFA()
                 root = nfa.new_fragment()
                 nfa.define_fragment(root, tool_calls_node(tool_calls, nfa))
-            else:
-                node = parse_regex(regex).fullmatch_node() if kind == "regex" else literal_choices(list(choices))
-                nfa, root = nfa_from_node(node)
             if reasoning is not None:
                 from sgrun.constrain.triggered import after_reasoning
                 inner, root = root, nfa.new_fragment()

@@ -145,7 +145,7 @@ class Engine:
             tool_calls = ToolCallConstraint.from_dict(params.tool_calls)
         return compile_constraint(self.tokenizer, json_schema=params.json_schema, regex=params.regex,
                                   grammar=params.grammar, choices=params.choices, triggers=params.triggers,
-                                  tool_calls=tool_calls, reasoning=params.reasoning)
+                                  tool_calls=tool_calls, reasoning=params.reasoning, isolate=True)
 
     def abort(self, request_id: str) -> None:
         """Cancel a request (its caller went away): it ends with finish_reason "abort"."""

@@ -35,7 +35,9 @@ class ConstraintSpec:
 def compile_spec(tokenizer: Any, spec: ConstraintSpec, metrics: ServerMetrics) -> Constraint:
     started = time.perf_counter()
     try:
-        constraint = compile_constraint(tokenizer, reasoning=spec.reasoning, **{spec.kind: spec.value})
+        # isolate: the automaton is built in a worker process, so a hostile compile cannot starve
+        # the engine loop of the GIL (docs/benchmarks-constrain.md, "Compile isolation").
+        constraint = compile_constraint(tokenizer, reasoning=spec.reasoning, isolate=True, **{spec.kind: spec.value})
     except ConstraintError as exc:
         metrics.observe_constraint_refusal(spec.kind)
         if isinstance(exc, ToolSchemaError):  # names the tool, the keyword and its pointer
