@@ -238,3 +238,10 @@ def test_isolated_compile_is_the_same_constraint(constrain_tok):
         compile_constraint(constrain_tok, json_schema={"type": "string", "pattern": "(a|b)*a(a|b){14}c",
                                                        "maxLength": 3000}, budget_s=0.5, isolate=True, use_cache=False)
     assert time.perf_counter() - t < 5
+
+
+def test_isolated_regex_and_choices(constrain_tok):
+    c = compile_constraint(constrain_tok, regex="(yes|no), [0-9]{2}", isolate=True, use_cache=False)
+    assert c.matches_bytes(b"yes, 12") and not c.matches_bytes(b"yes, 1")
+    c = compile_constraint(constrain_tok, choices=["red", "green"], isolate=True, use_cache=False)
+    assert c.matches_bytes(b"green") and not c.matches_bytes(b"blue")

@@ -96,7 +96,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
         else:
             if kind in ("json_schema", "regex", "choices"):
                 from sgrun.constrain.compile_worker import build_nfa, build_nfa_isolated
-                payload = {"json_schema": schema, "regex": regex, "choices": choices}[kind]
+                payload = schema if kind == "json_schema" else regex if kind == "regex" else choices
                 opts = {"whitespace": whitespace, "lenient": lenient, "key_order": key_order} \
                     if kind == "json_schema" else {}
                 nfa, root, warnings = build_nfa_isolated(kind, payload, opts, budget_s) if isolate \

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgrun.constrain.token_table import SubTrie, TokenTable, build_trie
+from sgrun.constrain.token_table import SubTrie, TokenTable, build_trie, freeze_long_lived
 
 TEXT_BYTES = frozenset(b for b in range(0x20, 0x7F) if b not in (0x22, 0x5C))
 
@@ -133,4 +133,5 @@ def vocab_index(table: TokenTable) -> VocabIndex:
         if got is None:
             got = _build(table)
             _indexes[table.fingerprint] = got
+            freeze_long_lived()
         return got
