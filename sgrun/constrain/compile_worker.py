@@ -18,6 +18,7 @@ replaced. Any failure of the worker machinery itself makes the caller compile in
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import queue
@@ -45,6 +46,7 @@ class _Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "sgrun.constrain.compile_worker"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, env=env)
         self.replies: queue.Queue = queue.Queue()
+        _all.append(self)
 
     def request(self, msg: Any, timeout: float | None) -> Any:
         _send(self.proc.stdin, msg)
@@ -60,9 +62,22 @@ class _Worker:
 
     def kill(self) -> None:
         self.proc.kill()
-        self.proc.wait()
+        self.close()
+
+    def close(self) -> None:
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
+_all: list[_Worker] = []
 _idle: queue.LifoQueue = queue.LifoQueue()
 _started = 0
 _start_lock = threading.Lock()
@@ -86,6 +101,13 @@ def _give_back(w: _Worker | None) -> None:
     _idle.put(w)
 
 
+@atexit.register
+def _close_workers() -> None:
+    """Workers end when their stdin closes; wait for them so no pipe is left open at exit."""
+    for w in _all:
+        w.close()
+
+
 def _send(f: BinaryIO, msg: Any) -> None:
     data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
     f.write(struct.pack("<Q", len(data)) + data)
@@ -93,11 +115,15 @@ def _send(f: BinaryIO, msg: Any) -> None:
 
 
 def _recv_or_none(f: BinaryIO) -> Any:
-    head = f.read(8)
-    if len(head) < 8:
+    """The next message, or None when the other side is gone (closed or killed)."""
+    try:
+        head = f.read(8)
+        if len(head) < 8:
+            return None
+        (n,) = struct.unpack("<Q", head)
+        return pickle.loads(f.read(n))
+    except (OSError, ValueError, EOFError, pickle.UnpicklingError):
         return None
-    (n,) = struct.unpack("<Q", head)
-    return pickle.loads(f.read(n))
 
 
 def build_nfa(kind: str, payload: Any, options: dict) -> tuple[Any, int, list[str]]:
