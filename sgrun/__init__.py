@@ -10,6 +10,13 @@ __version__ = "0.1.0"
 # The frontend DSL (sgrun.lang), loaded on first use like Engine: name -> defining module.
 _DSL_EXPORTS = {
     "function": "sgrun.lang.function", "gen": "sgrun.lang.ir", "select": "sgrun.lang.ir",
+    "gen_int": "sgrun.lang.ir", "gen_string": "sgrun.lang.ir", "separate_reasoning": "sgrun.lang.ir",
+    "REGEX_INT": "sgrun.lang.ir", "REGEX_FLOAT": "sgrun.lang.ir", "REGEX_BOOL": "sgrun.lang.ir",
+    "REGEX_STR": "sgrun.lang.ir", "flush_cache": "sgrun.lang.backend_calls",
+    "get_server_info": "sgrun.lang.backend_calls", "global_config": "sgrun.lang.global_config",
+    "token_length_normalized": "sgrun.lang.choices", "greedy_token_selection": "sgrun.lang.choices",
+    "unconditional_likelihood_normalized": "sgrun.lang.choices", "ChoicesSamplingMethod": "sgrun.lang.choices",
+    "ChoicesDecision": "sgrun.lang.choices",
     "system": "sgrun.lang.ir", "user": "sgrun.lang.ir", "assistant": "sgrun.lang.ir", "role": "sgrun.lang.ir",
     "system_begin": "sgrun.lang.ir", "system_end": "sgrun.lang.ir", "user_begin": "sgrun.lang.ir",
     "user_end": "sgrun.lang.ir", "assistant_begin": "sgrun.lang.ir", "assistant_end": "sgrun.lang.ir",

@@ -133,11 +133,11 @@ def test_run_batch_isolates_failures(backend):
     assert len(states) == count
     for i, state in enumerate(states):
         if i == 7:
-            assert isinstance(state.error, sgrun.ProgramError)
-            assert state.error.function == "short" and "regex" in state.error.call
-            assert isinstance(state.error.cause, sgrun.ConstraintError)
+            assert isinstance(state.error(), sgrun.ProgramError)
+            assert state.error().function == "short" and "regex" in state.error().call
+            assert isinstance(state.error().cause, sgrun.ConstraintError)
         else:
-            assert state.error is None and state["word"].isalpha() and state["word"].islower()
+            assert state.error() is None and state["word"].isalpha() and state["word"].islower()
 
 
 def test_agent_calls_a_tool_with_schema_valid_arguments(backend):

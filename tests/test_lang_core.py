@@ -12,6 +12,7 @@ import pytest
 
 import sgrun
 from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.outputs import TokenLogprob
 from sgrun.lang.backend import Backend, GenerationResult, ScoreResult
 from sgrun.lang.chat_roles import ChatRoles
 from sgrun.lang.prefix_tracer import constant_prefix
@@ -49,7 +50,7 @@ class ScriptedBackend(Backend):
             for ch in text:
                 on_text(ch)
         return GenerationResult(text, "stop", len(prompt), 0, len(text),
-                                logprobs=[(c, -0.5) for c in text] if return_logprob else None)
+                                logprobs=[TokenLogprob(ord(c), c, -0.5) for c in text] if return_logprob else None)
 
     def score(self, prompt, continuations):
         return ScoreResult([self.scores.get(c.strip(), [-1.0, -1.0]) for c in continuations], len(prompt))
@@ -202,7 +203,7 @@ def test_streaming_yields_the_final_text(tokenizer):
 def test_call_error_names_function_and_call(backend):
     @sgrun.function
     def broken(s):
-        s += "x" + sgrun.gen("a", max_tokens=0)
+        s += "x" + sgrun.gen("a", max_tokens=-1)
         s += "never"
 
     with pytest.raises(sgrun.ProgramError) as info:
@@ -231,8 +232,8 @@ def test_run_batch_isolates_a_failing_program(backend):
         s += f"{i}:" + sgrun.gen("a", max_tokens=2)
 
     states = prog.run_batch([{"i": i} for i in range(8)], backend=backend, num_threads=4)
-    assert [s.error is not None for s in states] == [i == 3 for i in range(8)]
-    assert "bad input 3" in str(states[3].error) and states[3].error.function == "prog"
+    assert [s.error() is not None for s in states] == [i == 3 for i in range(8)]
+    assert "bad input 3" in str(states[3].error()) and states[3].error().function == "prog"
     assert all(states[i]["a"].startswith("out") for i in range(8) if i != 3)
     with pytest.raises(sgrun.ProgramError):  # reading what the failed program never produced
         states[3]["a"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,7 @@ MAX_NEW_TOKENS = 1 << 30          # the engine also checks prompt + max_new_toke
 @dataclass
 class SamplingParams:
     max_new_tokens: int = 128
+    min_new_tokens: int = 0           # EOS, stop ids and stop strings do not end the output before this
     temperature: float = 1.0          # 0 means greedy
     top_p: float = 1.0
     top_k: int = 0                    # 0 or -1: disabled; else 1..vocab_size
@@ -39,10 +41,14 @@ class SamplingParams:
     seed: int | None = None           # 0..2**63-1
     stop: list[str] = field(default_factory=list)
     stop_token_ids: list[int] = field(default_factory=list)
+    stop_regex: list[str] = field(default_factory=list)  # ends at the first match in the output (kept, as SGLang)
     ignore_eos: bool = False
     logprobs: int | None = None       # None: off; k >= 0: chosen token's logprob plus top-k alternatives
     n: int = 1
     skip_special_tokens: bool = True
+    # SGLang's client always sends this. It only changes slow (Python) HF tokenizers; sgrun decodes
+    # like a fast tokenizer, which ignores it too, so it is accepted and type-checked only.
+    spaces_between_special_tokens: bool = True
     # Constraints (compiled off the engine loop); at most one of these.
     json_schema: Any = None           # dict, JSON string, or True for "any JSON object"
     regex: str | None = None
@@ -88,6 +94,7 @@ class SamplingParams:
         """Check every field (normalising `stop` given as one string and logit_bias keys given as
         digit strings); with `vocab_size`, token ids and top_k against the vocabulary too."""
         self.max_new_tokens = _int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
+        self.min_new_tokens = _int("min_new_tokens", self.min_new_tokens, 0, MAX_NEW_TOKENS)
         self.temperature = _number("temperature", self.temperature, 0.0, 100.0)
         self.top_p = _number("top_p", self.top_p, 0.0, 1.0, low_open=True)
         self.top_k = _top_k(self.top_k, vocab_size)
@@ -99,8 +106,9 @@ class SamplingParams:
         if self.seed is not None:
             self.seed = _int("seed", self.seed, 0, MAX_SEED)
         self.stop = _stop(self.stop)
+        self.stop_regex = _stop_regex(self.stop_regex)
         self.stop_token_ids = _token_ids("stop_token_ids", self.stop_token_ids, vocab_size)
-        for name in ("ignore_eos", "skip_special_tokens", "jump_forward"):
+        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "jump_forward"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, f"must be true or false, got {_kind(getattr(self, name))}")
         if self.logprobs is not None:
@@ -194,6 +202,27 @@ def _stop(value: Any) -> list[str]:
             raise _bad("stop", f"must be a list of non-empty strings, got {_kind(s)}")
         if len(s) > MAX_STOP_CHARS:
             raise _bad("stop", f"strings may be at most {MAX_STOP_CHARS} characters, got {len(s)}")
+    return list(value)
+
+
+def _stop_regex(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise _bad("stop_regex", f"must be a regular expression or a list of them, got {_kind(value)}")
+    if len(value) > MAX_STOP_STRINGS:
+        raise _bad("stop_regex", f"may hold at most {MAX_STOP_STRINGS} patterns, got {len(value)}")
+    for pattern in value:
+        if not isinstance(pattern, str) or not pattern:
+            raise _bad("stop_regex", f"must be a list of non-empty regular expressions, got {_kind(pattern)}")
+        if len(pattern) > MAX_STOP_CHARS:
+            raise _bad("stop_regex", f"patterns may be at most {MAX_STOP_CHARS} characters, got {len(pattern)}")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise _bad("stop_regex", f"{pattern!r} is not a valid regular expression: {exc}") from None
     return list(value)
 
 

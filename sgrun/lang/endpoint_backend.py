@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from sgrun.engine.outputs import TokenLogprob
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.errors import ConstraintError, InvalidRequestError, SgrunError
 from sgrun.lang.backend import Backend, GenerationResult, ScoreResult, TextCallback
@@ -50,12 +51,22 @@ class RuntimeEndpoint(Backend):
                  on_text: TextCallback | None = None) -> GenerationResult:
         body = {"text": prompt, "sampling_params": _params_to_json(params),
                 "return_logprob": return_logprob, "stream": on_text is not None}
+        if return_logprob:
+            body["top_logprobs_num"] = params.logprobs or 0
+            body["return_text_in_logprobs"] = True
         if on_text is None:
             out = self._request("POST", "/generate", json=body)
-            return _result(out["text"], out.get("output_ids", []), out["meta_info"], return_logprob)
+            samples = out if isinstance(out, list) else [out]   # n > 1 answers a list
+            first = samples[0]
+            result = _result(first["text"], first.get("output_ids", []), first["meta_info"], return_logprob)
+            result.texts = [x["text"] for x in samples]
+            return result
         pieces: list[str] = []
+        others: dict[int, list[str]] = {}   # samples 1.. of n > 1 (only sample 0 is shown while streaming)
+        sent: dict[int, int] = {}           # characters of each sample's text received so far
         ids: list[int] = []
         logprobs: list[Any] = []
+        tops: list[Any] = []
         meta: dict[str, Any] = {}
         with self._client.stream("POST", "/generate", json=body) as response:
             if response.status_code != 200:
@@ -70,23 +81,46 @@ class RuntimeEndpoint(Backend):
                 event = json.loads(data)
                 if "error" in event:
                     raise SgrunError(f"generation failed on the server: {event['error'].get('message')}")
-                if event.get("index", 0) != 0:
+                index = event.get("index", 0)
+                delta = _delta(event, sent.get(index, 0))
+                sent[index] = sent.get(index, 0) + len(delta)
+                if index != 0:
+                    others.setdefault(index, []).append(delta)
                     continue
-                if event.get("text"):
-                    pieces.append(event["text"])
-                    on_text(event["text"])
                 ids.extend(event.get("output_ids", []))
                 meta = event.get("meta_info", meta)
                 logprobs.extend(meta.get("output_token_logprobs") or [])
-        meta = {**meta, "output_token_logprobs": logprobs}
-        return _result("".join(pieces), ids, meta, return_logprob)
+                tops.extend(meta.get("output_top_logprobs") or [])
+                pieces.append(delta)
+                if delta or return_logprob:
+                    done = int(meta.get("completion_tokens", len(ids)))
+                    on_text(delta, {"completion_tokens": done,
+                                    "output_token_logprobs_length": int(meta.get("output_token_logprobs_length", done)),
+                                    "output_token_logprobs": list(meta.get("output_token_logprobs") or [])})
+        meta = {**meta, "output_token_logprobs": logprobs, "output_top_logprobs": tops}
+        result = _result("".join(pieces), ids, meta, return_logprob)
+        result.texts = [result.text, *("".join(others[i]) for i in sorted(others))]
+        return result
 
     def score(self, prompt: str, continuations: list[str]) -> ScoreResult:
         out = self._request("POST", "/score", json={"text": prompt, "continuations": continuations})
-        return ScoreResult(logprobs=out["logprobs"], prompt_tokens=out.get("prompt_tokens", 0))
+        return ScoreResult(logprobs=out["logprobs"], prompt_tokens=out.get("prompt_tokens", 0),
+                           token_ids=out.get("token_ids"), tokens=out.get("tokens"))
+
+    def input_logprobs(self, prompt: str | list[int], start: int) -> list[list[Any]]:
+        body: dict[str, Any] = {"text": prompt} if isinstance(prompt, str) else {"input_ids": list(prompt)}
+        body.update(sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=start,
+                    return_text_in_logprobs=True)
+        return [list(e) for e in self._request("POST", "/generate", json=body)["meta_info"]["input_token_logprobs"]]
+
+    def cache_prefix(self, prompt: str) -> None:
+        self._request("POST", "/generate", json={"text": prompt, "sampling_params": {"max_new_tokens": 0}})
 
     def flush_cache(self) -> None:
         self._request("POST", "/flush_cache", json={})
+
+    def server_info(self) -> dict[str, Any]:
+        return self._request("GET", "/server_info")
 
     def close(self) -> None:
         self._client.close()
@@ -115,11 +149,27 @@ def _params_to_json(params: SamplingParams) -> dict[str, Any]:
     return out
 
 
+def _delta(event: dict[str, Any], received: int) -> str:
+    """The new text of a stream event. The server sends the cumulative `text` (as SGLang's does;
+    its client slices it) and sgrun's server also the `delta`; either is enough."""
+    if "delta" in event:
+        return event["delta"] or ""
+    return (event.get("text") or "")[received:]
+
+
 def _result(text: str, ids: list[int], meta: dict[str, Any], return_logprob: bool) -> GenerationResult:
     logprobs = None
     if return_logprob:
-        logprobs = [(entry[2], float(entry[0])) for entry in meta.get("output_token_logprobs") or []]
-    return GenerationResult(text=text, finish_reason=meta.get("finish_reason"),
+        entries = meta.get("output_token_logprobs") or []
+        tops = meta.get("output_top_logprobs") or [[] for _ in entries]
+        logprobs = [TokenLogprob(int(e[1]), e[2] or "", float(e[0]), [(int(t[1]), t[2] or "", float(t[0]))
+                                                                      for t in (top or [])])
+                    for e, top in zip(entries, tops)]
+    finish = meta.get("finish_reason")
+    if isinstance(finish, dict):       # SGLang's shape: {"type": "stop", "matched": ...}
+        meta = {"matched_stop": finish.get("matched"), **meta}
+        finish = finish.get("type")
+    return GenerationResult(text=text, finish_reason=finish,
                             prompt_tokens=int(meta.get("prompt_tokens", 0)),
                             cached_tokens=int(meta.get("cached_tokens", 0)),
                             completion_tokens=int(meta.get("completion_tokens", len(ids))),

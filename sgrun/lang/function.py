@@ -8,10 +8,11 @@ import os
 import threading
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from sgrun.lang.backend import Backend, get_default_backend
 from sgrun.lang.chat_roles import ChatRoles
+from sgrun.lang.global_config import global_config
 from sgrun.lang.interpreter import ProgramExecutor, sampling_defaults
 from sgrun.lang.prefix_tracer import constant_prefix
 from sgrun.lang.program_error import _LANG_DIR, ProgramError
@@ -21,34 +22,53 @@ _AUTO_MAX_THREADS = 64   # the engine's default max_running: more threads would 
 
 
 class SgFunction:
-    def __init__(self, body: Callable[..., Any]):
+    def __init__(self, body: Callable[..., Any], num_api_spec_tokens: int | None = None,
+                 bind_arguments: dict[str, Any] | None = None):
         params = list(inspect.signature(body).parameters.values())
         if not params or params[0].kind not in (params[0].POSITIONAL_ONLY, params[0].POSITIONAL_OR_KEYWORD):
             raise TypeError(f"@sgrun.function {body.__name__!r} must take the program state as its first argument")
         self.body = body
+        self.func = body                      # SGLang's attribute name
         self.name: str = body.__name__
-        self._arg_names = {p.name for p in params[1:]}
+        self.arg_names = [p.name for p in params[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        self._arg_names = set(self.arg_names)
+        self._required = [p.name for p in params[1:] if p.default is p.empty
+                          and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         self._takes_any_kwargs = any(p.kind == p.VAR_KEYWORD for p in params[1:])
+        # Accepted for SGLang programs: API speculative execution batches several gens into one
+        # call to chat-only APIs. sgrun's backends run every gen as its own request.
+        self.num_api_spec_tokens = num_api_spec_tokens
+        self.bind_arguments = dict(bind_arguments or {})
         functools.update_wrapper(self, body)
 
-    # --- calling another program on the same state --------------------------------------------
-    def __call__(self, state: ProgramState, *args: Any, **kwargs: Any) -> Any:
-        if not isinstance(state, ProgramState):
-            raise TypeError(f"{self.name}(...) runs on a program state: call it as {self.name}(s, ...) "
-                            f"inside another program, or use {self.name}.run(...)")
+    def bind(self, **kwargs: Any) -> "SgFunction":
+        """A copy of this program with some arguments fixed."""
+        unknown = sorted(set(kwargs) - self._arg_names) if not self._takes_any_kwargs else []
+        if unknown:
+            raise TypeError(f"{self.name}.bind: unknown argument(s) {', '.join(unknown)}; "
+                            f"the program takes {', '.join(self.arg_names) or 'none'}")
+        return SgFunction(self.body, self.num_api_spec_tokens, {**self.bind_arguments, **kwargs})
+
+    # --- calling: on a state (a nested program) or on its own (run) ------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """`f(s, ...)` inside another program appends f's calls to s; `f(...)` alone is `f.run(...)`."""
+        if not args or not isinstance(args[0], ProgramState):
+            return self.run(*args, **kwargs)
+        state = args[0]
         state._enter_function(self.name)
         try:
-            return self.body(state, *args, **kwargs)
+            return self.body(state, *args[1:], **{**self.bind_arguments, **kwargs})
         finally:
             state._exit_function()
 
     # --- running ------------------------------------------------------------------------------
     def run(self, *args: Any, backend: Backend | None = None, stream: bool = False,
-            **kwargs: Any) -> ProgramState:
+            use_thread: bool = True, **kwargs: Any) -> ProgramState:
         """Run the program. Keyword arguments the function does not take are default sampling
-        parameters for its gen calls (e.g. `temperature=0, max_tokens=32`). Raises ProgramError
-        when the program fails; with `stream=True` returns at once (read `state.text_iter()`)."""
-        program_kwargs, sampling = self._split_kwargs(kwargs)
+        parameters for its gen calls (e.g. `temperature=0, max_tokens=32`, SGLang's
+        `max_new_tokens=32`). Raises ProgramError when the program fails; with `stream=True`
+        returns at once (read `state.text_iter()`). `use_thread` is accepted for SGLang programs."""
+        program_kwargs, sampling = self._split_kwargs({**self.bind_arguments, **kwargs})
         state = self._new_state(backend or get_default_backend(), sampling, stream)
         if stream:
             executor = state._executor
@@ -63,17 +83,24 @@ class SgFunction:
             ready.wait()
             return state
         self._run_body(state, args, program_kwargs)
+        if global_config.verbosity >= 2:
+            print(state.text())
         return state.raise_error()
 
-    def run_batch(self, batch_kwargs: Iterable[dict[str, Any]], backend: Backend | None = None,
-                  num_threads: int | str = "auto", progress_bar: bool = False,
-                  cache_prefix: bool = True, **sampling_kwargs: Any) -> list[ProgramState]:
-        """Run the program once per argument dict, concurrently. Returns the states in order; a
-        failing program's state carries its error (`state.error`) and does not stop the others.
+    def run_batch(self, batch_kwargs: Iterable[dict[str, Any] | list[Any] | tuple[Any, ...]],
+                  backend: Backend | None = None, num_threads: int | str = "auto", progress_bar: bool = False,
+                  cache_prefix: bool | None = None, generator_style: bool = False,
+                  **sampling_kwargs: Any) -> Any:
+        """Run the program once per argument dict (or tuple of positional arguments), concurrently.
+        Returns the states in order (with `generator_style`, a generator yielding them in order);
+        a failing program's state carries its error (`state.error()`) and does not stop the others.
 
-        With `cache_prefix`, the text every run starts with (found by running the body with
-        placeholder arguments up to its first model call) is prefilled once beforehand."""
-        batch = [dict(kw) for kw in batch_kwargs]
+        With `cache_prefix` (default: global_config.enable_precache_with_tracing), the text every
+        run starts with (found by running the body with placeholder arguments up to its first
+        model call) is prefilled once beforehand."""
+        batch = [{**self.bind_arguments, **self._as_kwargs(kw)} for kw in batch_kwargs]
+        if cache_prefix is None:
+            cache_prefix = global_config.enable_precache_with_tracing
         backend = backend or get_default_backend()
         sampling = sampling_defaults(sampling_kwargs)
         if num_threads == "auto":
@@ -103,17 +130,32 @@ class SgFunction:
         if progress_bar:
             from tqdm.auto import tqdm
             progress = tqdm(total=len(batch), desc=self.name)
-        with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix=f"sgrun-batch-{self.name}") as pool:
-            futures = [pool.submit(run_one, kw) for kw in batch]
-            if progress is not None:
+
+        def states_in_order() -> Iterator[ProgramState]:
+            with ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix=f"sgrun-batch-{self.name}") as pool:
+                futures = [pool.submit(run_one, kw) for kw in batch]
+                if progress is not None:
+                    for future in futures:
+                        future.add_done_callback(lambda _f: progress.update(1))
                 for future in futures:
-                    future.add_done_callback(lambda _f: progress.update(1))
-            states = [f.result() for f in futures]
-        if progress is not None:
-            progress.close()
-        return states
+                    yield future.result()
+            if progress is not None:
+                progress.close()
+
+        return states_in_order() if generator_style else list(states_in_order())
 
     # --- internals ----------------------------------------------------------------------------
+    def _as_kwargs(self, item: Any) -> dict[str, Any]:
+        """A batch item: a dict of arguments, or SGLang's tuple of positional ones."""
+        if isinstance(item, dict):
+            return dict(item)
+        if isinstance(item, (list, tuple)):
+            if not len(self._required) <= len(item) <= len(self.arg_names):
+                raise TypeError(f"{self.name}: a batch item of {len(item)} positional values does not fit "
+                                f"the arguments ({', '.join(self.arg_names)})")
+            return dict(zip(self.arg_names, item))
+        raise TypeError(f"{self.name}: batch items must be dicts of arguments or tuples, got {type(item).__name__}")
+
     def _split_kwargs(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         program = {k: v for k, v in kwargs.items() if k in self._arg_names}
         rest = {k: v for k, v in kwargs.items() if k not in self._arg_names}
@@ -126,13 +168,15 @@ class SgFunction:
 
     def _new_state(self, backend: Backend, sampling: dict[str, Any], stream: bool,
                    roles: ChatRoles | None = None) -> ProgramState:
+        if not global_config.skip_special_tokens_in_output:
+            sampling = {"skip_special_tokens": False, **sampling}
         return ProgramState(ProgramExecutor(backend, self.name, sampling, roles=roles, stream=stream))
 
     def _run_body(self, state: ProgramState, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Run the body to the end, then wait for its calls; every failure lands in state.error."""
         executor = state._executor
         try:
-            self.body(state, *args, **kwargs)
+            state.ret_value = self.body(state, *args, **kwargs)
         except ProgramError as exc:
             executor.fail(exc)
         except Exception as exc:  # noqa: BLE001 - user code failed: report it as the program's error
@@ -148,6 +192,9 @@ def _user_frame(exc: BaseException) -> str:
     return f"{os.path.relpath(frames[-1].filename)}:{frames[-1].lineno}" if frames else ""
 
 
-def function(body: Callable[..., Any]) -> SgFunction:
-    """Decorator: turn `def program(s, ...)` into a runnable sgrun program."""
-    return SgFunction(body)
+def function(body: Callable[..., Any] | None = None, *, num_api_spec_tokens: int | None = None) -> Any:
+    """Decorator: turn `def program(s, ...)` into a runnable sgrun program. Also usable as
+    `@function(num_api_spec_tokens=...)`, as in SGLang."""
+    if body is None:
+        return lambda inner: SgFunction(inner, num_api_spec_tokens)
+    return SgFunction(body, num_api_spec_tokens)

@@ -8,8 +8,6 @@ reads a value (`s["x"]`), and streaming readers watch text as it is appended.
 from __future__ import annotations
 
 import collections
-import math
-import random
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -18,24 +16,32 @@ from sgrun.engine.sampling_params import SamplingParams
 from sgrun.errors import SgrunError
 from sgrun.lang.backend import Backend
 from sgrun.lang.chat_roles import ChatRoles
-from sgrun.lang.ir import GEN_PARAM_NAMES, Expr, ExprList, Gen, RoleBegin, RoleEnd, Select, Text
+from sgrun.lang.call_meta import empty_result, gen_meta
+from sgrun.lang.ir import (CALL_OPTION_NAMES, GEN_PARAM_NAMES, AppendForks, Expr, ExprList, Gen, RoleBegin, RoleEnd,
+                           Select, SeparateReasoning, Text, VarScopeBegin, VarScopeEnd, dtype_constraint)
 from sgrun.lang.program_error import ProgramError
+from sgrun.lang.reasoning_split import split_reasoning
+from sgrun.lang.select_scoring import run_select
 
 _SAMPLING_FIELDS = set(SamplingParams.__dataclass_fields__)
 
 
 def sampling_defaults(options: dict[str, Any]) -> dict[str, Any]:
-    """`run(temperature=0, max_tokens=32)` -> SamplingParams field names; unknown names raise."""
+    """`run(temperature=0, max_tokens=32)` -> SamplingParams field names (plus the per-call
+    logprob options under their own names); unknown names raise. None means "not given"."""
     out: dict[str, Any] = {}
     for key, value in options.items():
+        if value is None:
+            continue
         if key in GEN_PARAM_NAMES:
             out[GEN_PARAM_NAMES[key]] = value
-        elif key in _SAMPLING_FIELDS:
+        elif key in _SAMPLING_FIELDS or key in CALL_OPTION_NAMES:
             out[key] = value
         else:
             raise TypeError(f"unknown argument {key!r}: not a program argument nor a sampling parameter")
-    if isinstance(out.get("stop"), str):
-        out["stop"] = [out["stop"]]
+    for key in ("stop", "stop_regex"):
+        if isinstance(out.get(key), str):
+            out[key] = [out[key]]
     return out
 
 
@@ -72,7 +78,10 @@ class ProgramExecutor:
         self._body_thread: int | None = None  # thread running the program body, while it runs
         self._chunks: list[str] = []         # every piece of text appended, in order
         self._var_chunks: dict[str, list[str]] = {}
+        self._var_chunk_meta: dict[str, list[dict[str, Any]]] = {}   # per streamed piece of a variable
         self._vars_done: set[str] = set()
+        self._var_starts: dict[str, int] = {}  # where a gen's / var scope's text begins in self.text
+        self.fork_start = 0                  # len(text) when this state was forked off its parent
 
     # --- submission and waiting -------------------------------------------------------------
     def submit(self, expr: Expr, function: str, call_site: str) -> None:
@@ -147,6 +156,13 @@ class ProgramExecutor:
 
     def iter_text(self, name: str | None = None) -> Iterator[str]:
         """Text pieces as they are appended (of the whole program, or of variable `name`)."""
+        for text, _meta in self.iter_pieces(name):
+            if text:
+                yield text
+
+    def iter_pieces(self, name: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(text, stream meta) per appended piece; the meta is {} except for a streamed gen's pieces
+        (completion_tokens so far, output_token_logprobs of this piece, ...)."""
         seen = 0
         while True:
             with self._cond:
@@ -156,9 +172,10 @@ class ProgramExecutor:
                     if seen < len(chunks) or done:
                         break
                     self._cond.wait()
-                new = chunks[seen:]
+                metas = [] if name is None else self._var_chunk_meta.get(name, [])
+                new = [(c, metas[seen + i] if seen + i < len(metas) else {}) for i, c in enumerate(chunks[seen:])]
                 seen = len(chunks)
-            yield from (c for c in new if c)
+            yield from new
             if done and not new:
                 return
 
@@ -182,6 +199,7 @@ class ProgramExecutor:
             child.meta = dict(self.meta)
             child._role, child._role_start = self._role, self._role_start
             child._chunks = [self.text] if self.text else []
+            child.fork_start = len(self.text)
             children.append(child)
         return children
 
@@ -212,15 +230,26 @@ class ProgramExecutor:
             self._gen(node)
         elif isinstance(node, Select):
             self._select(node)
+        elif isinstance(node, VarScopeBegin):
+            self._var_starts[node.name] = len(self.text)
+        elif isinstance(node, VarScopeEnd):
+            if node.name not in self._var_starts:
+                raise SgrunError(f"var_scope {node.name!r} ended without beginning")
+            self._record(node.name, self.text[self._var_starts.pop(node.name):], None)
+        elif isinstance(node, SeparateReasoning):
+            self._separate_reasoning(node)
+        elif isinstance(node, AppendForks):
+            self._append_forks(node)
         else:
             raise TypeError(f"unknown program node {type(node).__name__}")
 
-    def _append(self, text: str, var: str | None = None) -> None:
+    def _append(self, text: str, var: str | None = None, meta: dict[str, Any] | None = None) -> None:
         with self._cond:
             self.text += text
             self._chunks.append(text)
             if var is not None:
                 self._var_chunks.setdefault(var, []).append(text)
+                self._var_chunk_meta.setdefault(var, []).append(meta or {})
             self._cond.notify_all()
 
     def _begin_role(self, role: str) -> None:
@@ -240,56 +269,85 @@ class ProgramExecutor:
         self.messages.append({"role": role, "content": content})
         self._role = None
 
-    def _sampling_params(self, gen: Gen) -> SamplingParams:
-        fields = {**self.default_params, **gen.params}
+    def _sampling_params(self, gen: Gen) -> tuple[SamplingParams, dict[str, Any]]:
+        merged = {**self.default_params, **gen.params, **gen.options}
+        options = {k: merged.pop(k) for k in CALL_OPTION_NAMES if k in merged}
+        if options.get("dtype"):
+            regex, stops = dtype_constraint(options["dtype"])
+            merged.pop("json_schema", None), merged.pop("grammar", None)
+            merged["regex"] = regex
+            merged["stop"] = [*merged.get("stop", []), *(x for x in stops if x not in merged.get("stop", []))]
+        if options.get("return_logprob"):
+            merged["logprobs"] = int(options.get("top_logprobs_num") or 0)
         if self._role is not None:
             marker = self.roles.end_marker(self._role)
-            if marker and marker not in fields.get("stop", []):
+            if marker and marker not in merged.get("stop", []):
                 # Generation inside a role stops at the role's end, even with ignore_eos.
-                fields["stop"] = [*fields.get("stop", []), marker]
-        return SamplingParams(**fields).validated()
+                merged["stop"] = [*merged.get("stop", []), marker]
+        if merged.get("max_new_tokens") == 0:
+            return SamplingParams(**{**merged, "max_new_tokens": 1}).validated().replace(max_new_tokens=0), options
+        return SamplingParams(**merged).validated(), options
 
     def _gen(self, gen: Gen) -> None:
-        params = self._sampling_params(gen)
+        params, options = self._sampling_params(gen)
+        start = options.get("logprob_start_len")
+        input_logprobs = None
+        if options.get("return_logprob") and start is not None and start >= 0:
+            input_logprobs = self.backend.input_logprobs(self.text, start)
+        if params.max_new_tokens == 0:
+            # Nothing to generate: SGLang programs use this to prefill the text so far.
+            if input_logprobs is None:
+                self.backend.cache_prefix(self.text)
+            result = empty_result(len(input_logprobs or []) + (start or 0))
+            self._record(gen.name, "", gen_meta(gen.name, result, options, 0, input_logprobs))
+            return
         on_text: Callable[[str], None] | None = None
+        if gen.name is not None:
+            self._var_starts[gen.name] = len(self.text)
         if self.stream:
-            def on_text(delta: str) -> None:
-                self._append(delta, gen.name)
-        result = self.backend.generate(self.text, params, gen.return_logprob, on_text)
+            def on_text(delta: str, meta: dict[str, Any] | None = None) -> None:
+                self._append(delta, gen.name, meta)
+        result = self.backend.generate(self.text, params, bool(options.get("return_logprob")), on_text)
         if not self.stream:
             self._append(result.text, gen.name)
-        meta = {"kind": "gen", "name": gen.name, "text": result.text, "finish_reason": result.finish_reason,
-                "matched_stop": result.matched_stop, "prompt_tokens": result.prompt_tokens,
-                "cached_tokens": result.cached_tokens, "completion_tokens": result.completion_tokens,
-                "output_ids": result.output_ids, "logprobs": result.logprobs}
-        self._record(gen.name, result.text, meta)
+        meta = gen_meta(gen.name, result, options, params.max_new_tokens, input_logprobs)
+        value: Any = result.text
+        if params.n > 1:
+            value = list(result.texts or [result.text])   # SGLang: the variable holds every sample
+        self._record(gen.name, value, meta)
 
     def _select(self, sel: Select) -> None:
-        # Trailing spaces go with the choices: "use a " + "calculator" scores " calculator", the
-        # token the model would really produce, instead of a bare word after a lone space.
-        prompt = self.text.rstrip(" ")
-        moved = self.text[len(prompt):]
-        scored = self.backend.score(prompt, [moved + c for c in sel.choices])
-        normalized = [sum(lps) / len(lps) if lps else -math.inf for lps in scored.logprobs]
-        if sel.temperature > 0:
-            top = max(normalized)
-            weights = [math.exp((x - top) / sel.temperature) for x in normalized]
-            index = random.choices(range(len(sel.choices)), weights=weights)[0]
-        else:
-            index = max(range(len(sel.choices)), key=normalized.__getitem__)
-        choice = sel.choices[index]
+        choice, meta = run_select(self.backend, self.text, sel)
         self._append(choice, sel.name)
-        meta = {"kind": "select", "name": sel.name, "text": choice, "choices": list(sel.choices),
-                "normalized_logprobs": normalized, "token_logprobs": scored.logprobs,
-                "prompt_tokens": scored.prompt_tokens}
         self._record(sel.name, choice, meta)
 
-    def _record(self, name: str | None, value: str, meta: dict[str, Any]) -> None:
+    def _separate_reasoning(self, node: SeparateReasoning) -> None:
+        reasoning, answer = split_reasoning(str(self.variables.get(node.name, "")), node.model_type)
+        start = self._var_starts.get(node.name)
+        if start is not None and not self.stream:
+            # The program text keeps only the answer, as SGLang's does (a stream already showed it all).
+            with self._cond:
+                self.text = self.text[:start] + answer
+        self._record(node.name, answer, self.meta.get(node.name))
+        self._record(f"{node.name}_reasoning_content", reasoning, None)
+
+    def _append_forks(self, node: AppendForks) -> None:
+        """The forks' texts since the fork point, in order (they share this state's text before it)."""
+        for state in node.forks:
+            child: ProgramExecutor = state._executor
+            child.wait()
+            if child.error is not None:
+                raise child.error
+            self._append(child.text[child.fork_start:])
+
+    def _record(self, name: str | None, value: Any, meta: dict[str, Any] | None) -> None:
         with self._cond:
-            self.calls.append(meta)
+            if meta is not None and all(m is not meta for m in self.calls):
+                self.calls.append(meta)
             if name is not None:
                 self.variables[name] = value
-                self.meta[name] = meta
+                if meta is not None:
+                    self.meta[name] = meta
                 self._vars_done.add(name)
             self._cond.notify_all()
 
