@@ -25,8 +25,8 @@ def main(backend: sgrun.Runtime | None = None, count: int = 100) -> list[sgrun.P
     reviews = [f"The {p} {o}." for p in PRODUCTS for o in OPINIONS][:count]
     inputs = [{"text": text, "limit": max_tokens(16)} for text in reviews]
     states = review.run_batch(inputs, backend=backend, progress_bar=True, temperature=0)
-    failed = [s for s in states if s.error is not None]
-    positive = sum(s["sentiment"] == "positive" for s in states if s.error is None)
+    failed = [s for s in states if s.error() is not None]
+    positive = sum(s["sentiment"] == "positive" for s in states if s.error() is None)
     print(f"{len(states)} reviews: {positive} positive, {len(states) - positive - len(failed)} negative, "
           f"{len(failed)} failed")
     for inp, state in list(zip(inputs, states))[:3]:

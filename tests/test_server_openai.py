@@ -333,7 +333,7 @@ def test_native_generate_single_batch_stream(server, engine):
     one = httpx.post(url, json={"text": LONG_PROMPT, "sampling_params": {
         "max_new_tokens": 4, "temperature": 0}, "return_logprob": True, "top_logprobs_num": 2}).json()
     assert one["text"] and len(one["output_ids"]) == one["meta_info"]["completion_tokens"]
-    assert one["meta_info"]["finish_reason"] == "length"
+    assert one["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
     lps = one["meta_info"]["output_token_logprobs"]
     assert len(lps) == 4 and [x[1] for x in lps] == one["output_ids"]
     assert all(len(t) == 2 for t in one["meta_info"]["output_top_logprobs"])
@@ -344,15 +344,17 @@ def test_native_generate_single_batch_stream(server, engine):
     assert isinstance(batch, list) and len(batch) == 2 and batch[0]["text"] == one["text"]
     assert batch[0]["meta_info"]["cached_tokens"] > 0
 
-    text, ids_out = "", []
+    # As SGLang streams: text and output_ids so far in every event, the new text in `delta`.
+    deltas, text, ids_out = "", "", []
     with httpx.stream("POST", url, json={"text": LONG_PROMPT, "stream": True,
                                          "sampling_params": {"max_new_tokens": 4, "temperature": 0}}) as r:
         for line in r.iter_lines():
             if line.startswith("data: ") and line != "data: [DONE]":
                 ev = json.loads(line[6:])
-                text += ev["text"]
-                ids_out += ev["output_ids"]
-    assert text == one["text"] and ids_out == one["output_ids"]
+                assert ev["text"].startswith(text)
+                deltas += ev["delta"]
+                text, ids_out = ev["text"], ev["output_ids"]
+    assert text == deltas == one["text"] and ids_out == one["output_ids"]
 
     constrained = httpx.post(url, json={"text": "Answer:", "sampling_params": {
         "max_new_tokens": 8, "temperature": 0, "choices": ["yes", "no"]}}).json()

@@ -87,7 +87,7 @@ class RuntimeEndpoint(Backend):
                 if index != 0:
                     others.setdefault(index, []).append(delta)
                     continue
-                ids.extend(event.get("output_ids", []))
+                ids = list(event.get("output_ids", ids))   # the ids so far, as SGLang streams them
                 meta = event.get("meta_info", meta)
                 logprobs.extend(meta.get("output_token_logprobs") or [])
                 tops.extend(meta.get("output_top_logprobs") or [])

@@ -9,7 +9,7 @@ from sgrun.engine.outputs import RequestOutput
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.errors import SgrunError
 from sgrun.lang.backend import Backend, GenerationResult, ScoreResult, TextCallback
-from sgrun.lang.prompt_logprobs import prompt_logprobs
+from sgrun.engine.prompt_logprobs import prompt_logprobs
 from sgrun.models.chat_template import ChatTemplate
 
 

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sgrun.server import chat, completions, generate_api
+from sgrun.server import chat, completions, generate_api, sglang_compat
 from sgrun.server.chat_prompt import render_prompt
 from sgrun.server.chat_stream import chat_stream
 from sgrun.server.errors import APIError, from_exception, internal_error
@@ -144,8 +144,8 @@ async def generate(request: Request) -> Response:
     state = server_state(request)
     req = await decode_body(request, GenerateRequest)
     if req.stream:
-        runs, _ = await generate_api.start_generate(state, req)
-        return SSEResponse(generate_api.generate_stream(state, req, runs))
+        job = await generate_api.start_generate(state, req)
+        return SSEResponse(generate_api.generate_stream(state, req, job))
     return json_response(await generate_api.generate(state, req, request))
 
 
@@ -157,6 +157,26 @@ async def score(request: Request) -> Response:
 @guarded
 async def model_info(request: Request) -> Response:
     return json_response(generate_api.model_info(server_state(request)))
+
+
+@guarded
+async def server_info(request: Request) -> Response:
+    return json_response(await asyncio.to_thread(sglang_compat.server_info, server_state(request)))
+
+
+@guarded
+async def health_generate(request: Request) -> Response:
+    ok = await sglang_compat.health_generate(server_state(request))
+    return json_response({"status": "ok" if ok else "unhealthy"}, 200 if ok else 503)
+
+
+@guarded
+async def concate_and_append(request: Request) -> Response:
+    body = await decode_body(request, dict)
+    src, dst = sglang_compat.check_concat_request(body)
+    return json_response({"success": True, "src_rids": src, "dst_rid": dst,
+                          "note": "sgrun joins forks by text: the next /generate with the joined text reuses "
+                                  "the cached prefix"})
 
 
 @guarded
@@ -222,6 +242,11 @@ ROUTES = [
     Route("/apply_chat_template", apply_chat_template, methods=["POST"]),
     Route("/abort_request", abort_request, methods=["POST"]),
     Route("/flush_cache", flush_cache, methods=["POST"]),
+    # What SGLang's own client calls (docs/sglang-compat.md).
+    Route("/server_info", server_info, methods=["GET"]),
+    Route("/get_server_info", server_info, methods=["GET"]),
+    Route("/health_generate", health_generate, methods=["GET"]),
+    Route("/concate_and_append_request", concate_and_append, methods=["POST"]),
 ]
 
 

@@ -276,13 +276,23 @@ class ModelList(msgspec.Struct):
 
 
 class GenerateRequest(msgspec.Struct):
+    """SGLang's /generate body. Fields SGLang clients may send that sgrun has no use for
+    (lora_path, session_id, image_data, ...) are ignored."""
     text: str | list[str] | None = None
     input_ids: list[int | list[int]] | None = None
     sampling_params: dict[str, Any] | None = None
     stream: bool = False
-    return_logprob: bool = False
-    top_logprobs_num: int = 0
+    return_logprob: bool | None = False
+    top_logprobs_num: int | None = 0
+    # First prompt position whose logprob goes into meta_info.input_token_logprobs (None: none).
+    logprob_start_len: int | None = None
+    # False: logprob entries carry None instead of the token text (SGLang's default); unset: text.
+    return_text_in_logprobs: bool | None = None
     rid: str | list[str] | None = None
+
+
+# [logprob (None for a prompt's first token), token_id, token_text (None without return_text_in_logprobs)]
+LogprobEntry = tuple[float | None, int, str | None]
 
 
 class GenerateMetaInfo(msgspec.Struct, omit_defaults=True):
@@ -290,12 +300,16 @@ class GenerateMetaInfo(msgspec.Struct, omit_defaults=True):
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
-    finish_reason: str | None = None
+    # SGLang's shape: {"type": "stop", "matched": "\n" | token_id | null}, {"type": "length",
+    # "length": N}, {"type": "abort", "message": ...}; null while a stream runs.
+    finish_reason: dict[str, Any] | None = None
     matched_stop: str | int | None = None
     e2e_latency: float | None = None
-    # [logprob, token_id, token_text] per output token; per position a best-first list of those.
-    output_token_logprobs: list[tuple[float, int, str]] | None = None
-    output_top_logprobs: list[list[tuple[float, int, str]]] | None = None
+    input_token_logprobs: list[LogprobEntry] | None = None
+    # Per output token (in a stream: this event's tokens); per position a best-first list of those.
+    output_token_logprobs: list[LogprobEntry] | None = None
+    output_top_logprobs: list[list[LogprobEntry]] | None = None
+    output_token_logprobs_length: int | None = None   # in a stream: output logprobs so far
 
 
 class GenerateResult(msgspec.Struct):
@@ -305,8 +319,10 @@ class GenerateResult(msgspec.Struct):
 
 
 class GenerateStreamEvent(msgspec.Struct):
+    """As SGLang streams: `text` and `output_ids` are everything so far; `delta` is the new text."""
     index: int
     text: str
+    delta: str
     output_ids: list[int]
     meta_info: GenerateMetaInfo
 
@@ -322,6 +338,8 @@ class ScoreResponse(msgspec.Struct):
     sum_logprobs: list[float]
     num_tokens: list[int]
     prompt_tokens: int
+    token_ids: list[list[int]] | None = None    # the scored tokens of each continuation
+    tokens: list[list[str]] | None = None       # and their text
 
 
 class ModelInfo(msgspec.Struct):
