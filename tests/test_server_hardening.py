@@ -116,6 +116,19 @@ def test_broken_tool_schema_and_bad_constraints_are_400s(server, model):
     error_of(post(server, "/generate", {"text": "a", "sampling_params": {"grammar": "start: ("}}), 400,
              "sampling_params.grammar")
     error_of(post(server, "/v1/completions", {"model": model, "prompt": "a", "ebnf": "start: ("}), 400, "ebnf")
+    # Accepted on main before, though their language is empty or the schema is invalid.
+    for body, param in [({"ebnf": "start: start"}, "ebnf"), ({"ebnf": "start: "}, "ebnf"),
+                        ({"json_schema": {"type": "string", "minLength": -1}}, "json_schema"),
+                        ({"json_schema": {"type": "string", "maxLength": "5"}}, "json_schema")]:
+        error_of(post(server, "/v1/completions", {"model": model, "prompt": "a", "max_tokens": 2, **body}), 400, param)
+    error_of(post(server, "/generate", {"text": "a", "sampling_params": {"ebnf": "start: start"}}), 400,
+             "sampling_params.ebnf")
+    started = time.perf_counter()
+    r = post(server, "/v1/chat/completions", {"model": model, "messages": QUESTION, "max_tokens": 4,
+                                              "response_format": {"type": "json_schema", "json_schema": {
+                                                  "name": "n", "schema": {"type": "integer", "minimum": 0,
+                                                                          "maximum": 1e18, "multipleOf": 7}}}})
+    assert r.status_code in (200, 400) and time.perf_counter() - started < 20, r.text
 
 
 def test_error_fields_are_the_clients_names(server, model):

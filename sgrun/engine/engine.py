@@ -112,7 +112,7 @@ class Engine:
         params = (params or SamplingParams())
         if isinstance(params, dict):
             params = SamplingParams.from_dict(params)
-        params.validated()
+        params.validated(self.config.vocab_size)
         prompt_ids = self._prompt_ids(prompt)
         if len(prompt_ids) + params.max_new_tokens > self.max_context:
             raise InvalidRequestError(
@@ -131,7 +131,8 @@ class Engine:
                 seq.matcher = constraint.matcher()
             if not params.greedy:
                 seq.generator = torch.Generator()
-                seq.generator.manual_seed(params.seed + i if params.seed is not None
+                seed = params.sample_seed(i)
+                seq.generator.manual_seed(seed if seed is not None
                                           else int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
             handle.seqs.append(seq)
         self._post(("add", handle))

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
 from sgrun.server import chat, completions, generate_api, sglang_compat
 from sgrun.server.chat_prompt import render_prompt
 from sgrun.server.chat_stream import chat_stream
@@ -252,15 +253,17 @@ ROUTES = [
 
 def build_app(engine: Any, *, served_model_names: list[str] | None = None, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_engine_on_shutdown: bool = False,
-              tool_call_parser: str | None = None, reasoning_parser: str | None = None) -> Any:
+              tool_call_parser: str | None = None, reasoning_parser: str | None = None,
+              constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> Any:
     """The ASGI app serving `engine`. The first of `served_model_names` (else the model's name) is
     the id /v1/models lists; see ServerState for the names requests may use. tool_call_parser
     names the call format (default: detected from the chat template); reasoning_parser splits
-    `<think>` sections into reasoning_content."""
+    `<think>` sections into reasoning_content. constraint_budget_s bounds each constraint's compile
+    time (past it the request gets a 400 saying the constraint is too complex)."""
     metrics = ServerMetrics(engine)
     state = ServerState.for_engine(engine, served_model_names, metrics,
                                    tool_format=get_format(tool_call_parser) if tool_call_parser else None,
-                                   reasoning=reasoning_tags(reasoning_parser))
+                                   reasoning=reasoning_tags(reasoning_parser), constraint_budget_s=constraint_budget_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

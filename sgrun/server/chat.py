@@ -110,8 +110,7 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
 
 async def start_chat(state: ServerState, req: ChatCompletionRequest) -> tuple[PreparedChat, RunningRequest]:
     prepared = await asyncio.to_thread(prepare_chat, state, req)
-    constraint: Constraint | None = await compile_request_constraint(state.tokenizer, prepared.constraint,
-                                                                     state.metrics)
+    constraint: Constraint | None = await compile_request_constraint(state, prepared.constraint)
     run = await submit(state.engine, prepared.prompt_ids, prepared.params, constraint, state.metrics, "chat",
                        prepared.names, request_id=prepared.request_id)
     return prepared, run

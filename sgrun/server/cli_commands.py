@@ -38,6 +38,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--tool-call-parser", default=None,
                    help="tool-call format: hermes, llama3_json, mistral, pythonic or qwen3_coder (default: detected "
                         "from the model's chat template, else hermes)")
+    p.add_argument("--constraint-budget", type=float, default=5.0, metavar="SECONDS",
+                   help="compile time allowed per constraint (schema, regex, grammar, tools); past it the request "
+                        "gets a 400 saying the constraint is too complex (default: 5)")
     p.add_argument("--reasoning-parser", default=None,
                    help="split <think>...</think> into reasoning_content (qwen3, deepseek_r1); constraints and tool "
                         "grammars start after the reasoning")
@@ -68,7 +71,8 @@ def run_serve(args: argparse.Namespace) -> int:
                     enable_prefix_cache=not args.disable_prefix_cache, max_context=args.max_context)
     app = build_app(engine, served_model_names=args.served_model_name, api_key=args.api_key,
                     max_body_bytes=args.max_body_bytes, close_engine_on_shutdown=True,
-                    tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser)
+                    tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
+                    constraint_budget_s=args.constraint_budget)
     print(f"sgrun serve: {engine.model_name} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0

@@ -100,7 +100,7 @@ def prepare_completion(state: ServerState, req: CompletionRequest) -> PreparedCo
 async def start_completions(state: ServerState, req: CompletionRequest
                             ) -> tuple[PreparedCompletion, list[RunningRequest]]:
     prepared = await asyncio.to_thread(prepare_completion, state, req)
-    constraint = await compile_request_constraint(state.tokenizer, prepared.constraint, state.metrics)
+    constraint = await compile_request_constraint(state, prepared.constraint)
     rid = prepared.request_id
     runs = await submit_all(state.engine, [p.ids for p in prepared.prompts], prepared.params, constraint,
                             state.metrics, "completion", COMPLETION_NAMES,

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sgrun.constrain import Constraint, compile_constraint
+from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
 from sgrun.constrain.tool_calls import ToolSchemaError
 from sgrun.errors import ConstraintError
 from sgrun.server.errors import APIError
 from sgrun.server.metrics import ServerMetrics
+from sgrun.server.state import ServerState
 from sgrun.server.tool_format import tool_error
 
 log = logging.getLogger("sgrun.server")
@@ -32,12 +34,14 @@ class ConstraintSpec:
     tool_indices: tuple[int, ...] = ()         # tool_calls: each tool's position in the request's `tools`
 
 
-def compile_spec(tokenizer: Any, spec: ConstraintSpec, metrics: ServerMetrics) -> Constraint:
+def compile_spec(tokenizer: Any, spec: ConstraintSpec, metrics: ServerMetrics,
+                 budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> Constraint:
     started = time.perf_counter()
     try:
         # isolate: the automaton is built in a worker process, so a hostile compile cannot starve
         # the engine loop of the GIL (docs/benchmarks-constrain.md, "Compile isolation").
-        constraint = compile_constraint(tokenizer, reasoning=spec.reasoning, isolate=True, **{spec.kind: spec.value})
+        constraint = compile_constraint(tokenizer, reasoning=spec.reasoning, isolate=True, budget_s=budget_s,
+                                        **{spec.kind: spec.value})
     except ConstraintError as exc:
         metrics.observe_constraint_refusal(spec.kind)
         if isinstance(exc, ToolSchemaError):  # names the tool, the keyword and its pointer
@@ -63,9 +67,10 @@ COMPILE_THREADS = 4
 _EXECUTOR = ThreadPoolExecutor(max_workers=COMPILE_THREADS, thread_name_prefix="sgrun-compile")
 
 
-async def compile_request_constraint(tokenizer: Any, spec: ConstraintSpec | None,
-                                     metrics: ServerMetrics) -> Constraint | None:
+async def compile_request_constraint(state: ServerState, spec: ConstraintSpec | None) -> Constraint | None:
+    """Compile `spec` within the server's compile budget (`sgrun serve --constraint-budget`)."""
     if spec is None:
         return None
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_EXECUTOR, compile_spec, tokenizer, spec, metrics)
+    return await loop.run_in_executor(_EXECUTOR, compile_spec, state.tokenizer, spec, state.metrics,
+                                      state.constraint_budget_s)

@@ -39,7 +39,6 @@ class RunningRequest:
                                          logprobs=[] if params.logprobs is not None else None)
                         for i in range(params.n)]
         self.error: str | None = None     # the first engine-side failure of any sample
-        self.aborted_by_server = False    # the client went away or the handler stopped early
         self.finished = False
         self._recorded = False
 
@@ -96,7 +95,6 @@ class RunningRequest:
     def abort(self) -> None:
         if not self.finished:
             self.finished = True
-            self.aborted_by_server = True
             self.handle.abort()  # only queues a message for the engine loop; never raises
 
     def _account(self, ev: StreamEvent) -> None:
@@ -125,12 +123,6 @@ class RunningRequest:
         if self.first_token_time is not None and out_tokens > self.params.n:
             tpot = (end - self.first_token_time) / (out_tokens / self.params.n - 1)
         aborted = any(o.finish_reason in (None, "abort") for o in self.outputs)
-        if self.error is not None:
-            self.metrics.observe_abort("error")
-        elif self.aborted_by_server:
-            self.metrics.observe_abort("client_disconnect")
-        elif aborted:
-            self.metrics.observe_abort("engine")   # engine shutdown or /abort_request
         self.metrics.observe_request(self.kind, self.prompt_tokens, out_tokens, ttft, tpot,
                                      status="error" if self.error else "aborted" if aborted else "ok",
                                      e2e=end - self.arrival)

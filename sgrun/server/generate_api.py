@@ -105,7 +105,7 @@ async def start_generate(state: ServerState, req: GenerateRequest) -> GenerateJo
     ids = await asyncio.to_thread(lambda: [state.tokenizer.encode(p) if isinstance(p, str) else p for p in prompts])
     with_text = req.return_text_in_logprobs is not False
     inputs = await _input_logprobs(state, req, ids, prefill_only, with_text)
-    constraint = await compile_request_constraint(state.tokenizer, _constraint_spec(params, names), state.metrics)
+    constraint = await compile_request_constraint(state, _constraint_spec(params, names))
     # Each prompt gets its own params copy: the engine may normalise fields in place.
     runs = await submit_all(state.engine, ids, [params.replace() for _ in ids], constraint, state.metrics,
                             "generate", names, rids)

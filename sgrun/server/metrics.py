@@ -39,11 +39,9 @@ class ServerMetrics:
             buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0), registry=r)
         self.constraint_refusals = Counter("sgrun_constraint_refusals", "Constraints refused at compile time, by kind",
                                            ["kind"], registry=r)
-        self.aborts = Counter("sgrun_aborted_requests", "Requests that ended early, by cause: client_disconnect "
-                              "(client went away), error (failed in the engine), engine (engine shutdown or "
-                              "/abort_request)", ["cause"], registry=r)
-        for cause in ("client_disconnect", "error", "engine"):
-            self.aborts.labels(cause)
+        self.aborts = Gauge("sgrun_aborted_requests_total", "Requests the engine ended early, by cause: "
+                            "client_disconnect (the caller aborted it: client gone, /abort_request), error (it "
+                            "failed alone in the engine), engine (engine failure or shutdown)", ["cause"], registry=r)
         self.preemptions = Gauge("sgrun_preemptions_total", "Running requests preempted for KV pages (engine count)",
                                  registry=r)
         self.running = Gauge("sgrun_requests_running", "Requests in the running batch", registry=r)
@@ -77,9 +75,6 @@ class ServerMetrics:
     def observe_error(self, err: Any) -> None:
         self.errors.labels(getattr(err, "type", "internal_error"), str(getattr(err, "status", 500))).inc()
 
-    def observe_abort(self, cause: str) -> None:
-        self.aborts.labels(cause).inc()
-
     def observe_constraint_compile(self, seconds: float) -> None:
         self.constraint_compile.observe(seconds)
 
@@ -100,6 +95,8 @@ class ServerMetrics:
             return
         self.running.set(s.get("running", 0))
         self.preemptions.set(s.get("preemptions", 0))
+        for cause in ("client_disconnect", "error", "engine"):
+            self.aborts.labels(cause).set(s.get(f"aborted_{cause}", 0))
         self.waiting.set(s.get("waiting", 0))
         for state in ("total", "free", "in_use", "cached", "evictable"):
             if f"pages_{state}" in s:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sgrun.constrain.tool_calls import CallFormat, detect_format
+from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
 from sgrun.errors import SgrunError
 from sgrun.server.errors import APIError, scrub
 from sgrun.server.metrics import ServerMetrics
@@ -27,6 +28,7 @@ class ServerState:
     started: int = field(default_factory=lambda: int(time.time()))
     tool_format: CallFormat | None = None            # None: detected from the chat template
     reasoning: tuple[str, str] | None = None         # --reasoning-parser's (open, close) tags
+    constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S  # --constraint-budget: compile time per constraint
 
     def __post_init__(self) -> None:
         if self.tool_format is None:
@@ -35,7 +37,10 @@ class ServerState:
 
     @classmethod
     def for_engine(cls, engine: Any, served_model_names: list[str] | None, metrics: ServerMetrics,
-                   tool_format: CallFormat | None = None, reasoning: tuple[str, str] | None = None) -> "ServerState":
+                   tool_format: CallFormat | None = None, reasoning: tuple[str, str] | None = None,
+                   constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> "ServerState":
+        if not constraint_budget_s > 0:
+            raise SgrunError(f"--constraint-budget must be a positive number of seconds, got {constraint_budget_s}")
         for name in served_model_names or []:
             if not name or os.path.isabs(name) or "\\" in name:
                 raise SgrunError(f"--served-model-name {name!r}: give a name, not a file path")
@@ -47,7 +52,8 @@ class ServerState:
             base = os.path.basename(str(path).rstrip("/\\"))
             aliases |= {base, os.path.splitext(base)[0]}
         return cls(engine=engine, model_name=served[0], served_names=served, accepted_names=set(served) | aliases,
-                   metrics=metrics, tool_format=tool_format, reasoning=reasoning)
+                   metrics=metrics, tool_format=tool_format, reasoning=reasoning,
+                   constraint_budget_s=constraint_budget_s)
 
     @property
     def tokenizer(self) -> Any:
