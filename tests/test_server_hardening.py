@@ -79,7 +79,7 @@ def test_seed_overflow_and_native_type_confusion(server, model):
                          ("top_k", 1.5), ("n", True), ("temperature", "hot"), ("seed", -1), ("stop", [""]),
                          ("stop", ["x"] * 17), ("stop", ["y" * 600]), ("logit_bias", {"5": "x"}),
                          ("logit_bias", {"99999999": 1}), ("choices", [""]), ("choices", []),
-                         ("ignore_eos", 1), ("max_new_tokens", 0), ("regex", 5), ("json_schema", 7),
+                         ("ignore_eos", 1), ("max_new_tokens", -1), ("regex", 5), ("json_schema", 7),
                          ("min_p", 2), ("frequency_penalty", 2.5), ("no_such_field", 1)]:
         body = {"text": "Hi", "sampling_params": {"max_new_tokens": 2, field: value}}
         error_of(post(server, "/generate", body), 400, f"sampling_params.{field}")

@@ -92,7 +92,7 @@ async def start_generate(state: ServerState, req: GenerateRequest) -> GenerateJo
     raw = dict(req.sampling_params or {})
     # SGLang clients send max_new_tokens 0 to prefill (cache_prefix, select, fork): the request
     # runs for one token, which is dropped, so the prompt lands in the prefix cache.
-    prefill_only = raw.get("max_new_tokens") == 0
+    prefill_only = type(raw.get("max_new_tokens")) is int and raw["max_new_tokens"] == 0  # not False or 0.0
     if prefill_only:
         raw["max_new_tokens"] = 1
     params = native_sampling_params(raw, bool(req.return_logprob), req.top_logprobs_num or 0, names,
