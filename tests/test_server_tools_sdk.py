@@ -191,3 +191,33 @@ def test_three_turn_tool_loop(client, model):
         messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     # Each turn re-sends the conversation; the earlier turns come back out of the prefix cache.
     assert cached[1] > 0 and cached[2] > cached[1]
+def test_usage_and_logprobs_under_jump_forward(client, model, shared_engine):
+    tok = shared_engine.tokenizer
+    # Long forced runs (the property names) make jump-forward insert many tokens at once.
+    schema = {"type": "object", "properties": {"a_rather_long_property_name": {"type": "integer"},
+                                               "another_quite_long_property_name": {"type": "boolean"}},
+              "required": ["a_rather_long_property_name", "another_quite_long_property_name"]}
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    for max_tokens in (6, 9, 40):
+        r = client.chat.completions.create(model=model, messages=ask("Give me the object."), response_format=rf,
+                                           temperature=0, max_tokens=max_tokens, logprobs=True, top_logprobs=2)
+        choice = r.choices[0]
+        items = choice.logprobs.content
+        assert r.usage.completion_tokens <= max_tokens
+        assert len(items) == r.usage.completion_tokens
+        assert "".join(t.token for t in items) == choice.message.content
+        assert b"".join(bytes(t.bytes) for t in items).decode() == choice.message.content
+        for t in items:  # forced tokens too: the model's own log-probability, with alternatives
+            assert t.logprob <= 0.0 and len(t.top_logprobs) == 2
+            assert t.top_logprobs[0].logprob >= t.logprob - 1e-4
+        assert any(t.logprob < -1e-3 for t in items) or len(items) < 3
+        if choice.finish_reason == "stop":
+            jsonschema.validate(json.loads(choice.message.content), schema)
+        assert tok.encode(choice.message.content, add_bos=False)  # the text re-tokenises
+    # Tool calls: the same invariants, streamed.
+    chunks = list(client.chat.completions.create(
+        model=model, messages=ask("Weather in Paris?"), tools=[WEATHER], tool_choice="required", temperature=0,
+        max_tokens=30, logprobs=True, stream=True, stream_options={"include_usage": True}))
+    lps = [t for c in chunks for ch in c.choices if ch.logprobs for t in ch.logprobs.content]
+    usage = chunks[-1].usage
+    assert usage.completion_tokens <= 30 and len(lps) == usage.completion_tokens

@@ -36,14 +36,16 @@ class Jump:
     tokens: list[int]
 
 
-def jump_forward(matcher: ForcingMatcher, tokenizer: TextCodec, output_ids: list[int], budget: int) -> Jump | None:
+def jump_forward(matcher: ForcingMatcher, tokenizer: TextCodec, output_ids: list[int], budget: int,
+                 max_rollback: int = JUMP_FORWARD_TAIL) -> Jump | None:
     """The jump the matcher's forced text allows after `output_ids`, at most `budget` tokens
     longer than now; None (matcher unchanged) if nothing is forced or the retokenised text does
-    not fit the automaton token by token."""
+    not fit the automaton token by token. At most `max_rollback` tokens are retokenised (the
+    engine passes the tokens it has not reported yet, so a reported token is never replaced)."""
     forced = matcher.forced_text()
     if not forced or budget <= 0:
         return None
-    tail = output_ids[-min(len(output_ids), JUMP_FORWARD_TAIL):]
+    tail = output_ids[-min(len(output_ids), max_rollback, JUMP_FORWARD_TAIL):] if max_rollback > 0 else []
     tail_text = tokenizer.decode(tail)
     if "\ufffd" in tail_text:   # the tail ends inside a character: do not retokenise it
         tail, tail_text = [], ""

@@ -35,6 +35,12 @@ class SampledTokens:
     tokens: list[int]
     logprobs: list[float] | None = None
     top: list[list[tuple[int, float]]] | None = None   # top alternatives per token, best first
+    # The model's log-probabilities of forced tokens that jump-forward appended last step (the
+    # sequence's logprobs_pending_from on), computed by this step's forward: (logprob, top) each.
+    forced: list[tuple[float, list[tuple[int, float]]]] | None = None
+    # log_softmax of the sampling row, for a constrained request with logprobs: jump-forward may
+    # replace the sampled token by a longer one predicted by the same row.
+    row_logprobs: torch.Tensor | None = None
 
 
 @dataclass
@@ -139,11 +145,16 @@ class ModelRunner:
                 g.set_state(state)
             raise
         out = []
-        for i, seq in enumerate(seqs):
+        for i, (seq, logits) in enumerate(items):
             if result.logprobs is None or seq.params.logprobs is None:
                 out.append(SampledTokens([result.tokens[i]]))
-            else:
-                out.append(SampledTokens([result.tokens[i]], [result.logprobs[i]], [result.top[i]]))
+                continue
+            got = SampledTokens([result.tokens[i]], [result.logprobs[i]], [result.top[i]])
+            if seq.logprobs_pending_from is not None:
+                got.forced = _forced_logprobs(seq, logits, seq.params.logprobs)
+            if seq.matcher is not None and seq.params.jump_forward:
+                got.row_logprobs = torch.log_softmax(raw[i], dim=-1)
+            out.append(got)
         return out
 
     def _mask(self, rows: torch.Tensor, seqs: list[Sequence]) -> None:
@@ -159,3 +170,18 @@ class ModelRunner:
         for i, s in enumerate(seqs):
             if s.params.ignore_eos and s.matcher is None:
                 rows[i, self.eos_token_ids] = float("-inf")
+
+
+def _forced_logprobs(seq: Sequence, logits: Logits, k: int) -> list[tuple[float, list[tuple[int, float]]]]:
+    """The model's log-probability (and top-k) of each forced token after logprobs_pending_from,
+    from the rows before the sampling row (row for position p predicts the token at p + 1)."""
+    positions = logits.positions[:-1]
+    if not positions:
+        return []
+    lp = torch.log_softmax(logits.rows[:-1].float(), dim=-1)
+    targets = torch.tensor([seq.tokens[p + 1] for p in positions])
+    chosen = lp.gather(1, targets[:, None])[:, 0].tolist()
+    if k <= 0:
+        return [(c, []) for c in chosen]
+    vals, ids = lp.topk(k, dim=-1)
+    return [(c, list(zip(i, v))) for c, i, v in zip(chosen, ids.tolist(), vals.tolist())]

@@ -46,7 +46,11 @@ class Postprocessor:
             seq.first_token_time = time.monotonic()
         p = seq.params
         new_tokens: list[int] = []
-        new_logprobs: list[TokenLogprob] = []
+        new_logprobs: list[TokenLogprob] = self._forced_logprobs(seq, out)
+        if seq.finish_after_logprobs is not None:
+            # This forward only computed the forced tokens' log-probabilities; its sample is not ours.
+            self._end(seq, seq.finish_after_logprobs, [], new_logprobs)
+            return
         finish: str | None = None
         for i, token in enumerate(out.tokens):
             seq.tokens.append(token)
@@ -56,14 +60,9 @@ class Postprocessor:
             finish = self._stop_token(seq, token)
             rebuilt = False
             if finish is None and i == len(out.tokens) - 1 and seq.matcher is not None and p.jump_forward:
-                jumped = self._jump_forward(seq)
-                if jumped:
-                    rebuilt = True
-                    new_tokens += jumped
-                    if out.logprobs is not None:
-                        new_logprobs += [TokenLogprob(t, self.tokenizer.decode([t]), 0.0) for t in jumped]
-                    if seq.matcher.is_terminated():
-                        finish = "stop"
+                rebuilt = self._jump_forward(seq, out, new_tokens, new_logprobs)
+                if rebuilt and seq.matcher.is_terminated():
+                    finish = "stop"
             if not rebuilt:
                 seq.detok.update(seq.output_ids)
             if finish is None and (stop := seq.detok.find_stop()) is not None:
@@ -72,11 +71,27 @@ class Postprocessor:
                 finish = "length"
             if finish is not None:
                 break
+        if finish is not None and seq.logprobs_pending_from is not None:
+            # Forced tokens still lack their log-probabilities: one more forward computes them.
+            seq.finish_after_logprobs, finish = finish, None
+        self._end(seq, finish, new_tokens, new_logprobs)
+
+    def _end(self, seq: Sequence, finish: str | None, new_tokens: list[int], new_logprobs: list[TokenLogprob]) -> None:
         seq.logprobs.extend(new_logprobs)
         delta = seq.detok.take_delta(final=finish is not None)
         if finish is not None:
             self._finish(seq, finish)
         seq.emit(StreamEvent(seq.index, delta, new_tokens, new_logprobs, finish, seq.matched_stop))
+
+    def _forced_logprobs(self, seq: Sequence, out: SampledTokens) -> list[TokenLogprob]:
+        """Log-probabilities of the tokens jump-forward appended last step, from this step's forward."""
+        start = seq.logprobs_pending_from
+        if start is None:
+            return []
+        seq.logprobs_pending_from = None
+        got = out.forced or []
+        forced = seq.tokens[start:start + len(got)]
+        return [self._token_logprob(t, lp, top) for t, (lp, top) in zip(forced, got)]
 
     def _stop_token(self, seq: Sequence, token: int) -> str | None:
         """Advance the constraint over `token`; "stop" if the token ends the sequence."""
@@ -92,15 +107,37 @@ class Postprocessor:
             return "stop"
         return None
 
-    def _jump_forward(self, seq: Sequence) -> list[int]:
-        """Append the text the constraint forces (retokenised, constrain/jump_forward.py);
-        returns the tokens added, after which the detokenizer has been rebuilt."""
-        jump = jump_forward(seq.matcher, self.tokenizer, seq.output_ids, seq.params.max_new_tokens - seq.num_output)
+    def _jump_forward(self, seq: Sequence, out: SampledTokens, new_tokens: list[int],
+                      new_logprobs: list[TokenLogprob]) -> bool:
+        """Append the text the constraint forces (retokenised, constrain/jump_forward.py) to this
+        step's `new_tokens` / `new_logprobs`. Only the token sampled this step may be retokenised
+        (tokens already reported never change, so usage and logprobs match the final sequence).
+        A replacement of the sampled token is predicted by the same row, so its log-probability
+        is known now; the other forced tokens get theirs from the next forward. Returns whether
+        anything was appended (the detokenizer is then rebuilt)."""
+        want = seq.params.logprobs
+        jump = jump_forward(seq.matcher, self.tokenizer, seq.output_ids, seq.params.max_new_tokens - seq.num_output,
+                            max_rollback=1)
         if jump is None:
-            return []
+            return False
+        first_new = len(seq.tokens) - jump.rollback
         seq.retokenize_tail(jump.rollback, jump.tokens)
+        if jump.rollback:
+            del new_tokens[-jump.rollback:]
+            if want is not None:
+                del new_logprobs[-jump.rollback:]
+        new_tokens += jump.tokens
+        pending = first_new
+        if want is not None:
+            if jump.rollback and out.row_logprobs is not None:
+                t, row = jump.tokens[0], out.row_logprobs
+                vals, ids = row.topk(want) if want > 0 else (row[:0], row[:0].long())
+                new_logprobs.append(self._token_logprob(t, float(row[t]), list(zip(ids.tolist(), vals.tolist()))))
+                pending += 1
+            if pending < len(seq.tokens):
+                seq.logprobs_pending_from = pending
         seq.detok.rebuild(seq.output_ids)
-        return jump.tokens
+        return True
 
     def _token_logprob(self, token: int, lp: float, top: list[tuple[int, float]]) -> TokenLogprob:
         dec = self.tokenizer.decode

@@ -67,6 +67,11 @@ class Sequence:
     num_preemptions: int = 0
     error: str | None = None
     abort_cause: str | None = None    # "client_disconnect" | "error" | "engine" when aborted
+    # Jump-forward appends forced tokens without running the model; with logprobs asked for, the
+    # next forward (which computes them anyway) also yields their log-probabilities. Tokens from
+    # this position on wait for theirs; a sequence that finished meanwhile waits for that forward.
+    logprobs_pending_from: int | None = None
+    finish_after_logprobs: str | None = None
 
     @property
     def output_ids(self) -> list[int]:
@@ -89,7 +94,11 @@ class Sequence:
     def logit_positions(self, start: int, end: int) -> list[int] | None:
         """Positions in [start, end) (this step's chunk) whose next-token logits are wanted, or
         None when this step produces nothing to post-process (a prefill chunk short of the end)."""
-        return [end - 1] if end == len(self.tokens) else None
+        if end != len(self.tokens):
+            return None
+        if self.logprobs_pending_from is not None:  # the rows that predict the forced tokens, too
+            return list(range(max(start, self.logprobs_pending_from - 1), end))
+        return [end - 1]
 
     def retokenize_tail(self, rollback: int, tokens: list[int]) -> None:
         """Replace the last `rollback` tokens by `tokens` (jump-forward). K/V computed for the
