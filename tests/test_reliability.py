@@ -278,6 +278,35 @@ def test_hostile_constraints_full(serve, model):
     hostile_constraints(serve, model, HOSTILE_FULL)
 
 
+def _ordinary_latency(serve, model: str) -> float:
+    started = time.perf_counter()
+    r = httpx.post(serve.url + "/v1/completions", json={"model": model, "prompt": "The capital of France is",
+                                                        "max_tokens": 8, "temperature": 0}, timeout=120)
+    assert r.status_code == 200
+    return time.perf_counter() - started
+
+
+@pytest.mark.slow
+def test_ordinary_latency_while_a_hostile_grammar_compiles(serve, model):
+    """Issue 9 saw 4.7x; the compile must not starve the engine loop. Measured side by side."""
+    _ordinary_latency(serve, model)
+    alone = sorted(_ordinary_latency(serve, model) for _ in range(5))[2]
+    kind, grammar = HOSTILE_FULL["grammar 2000 rules"]
+
+    async def run() -> list[float]:
+        loop = asyncio.get_running_loop()
+        hostile = loop.run_in_executor(None, send_constraint, serve, kind, grammar + "\n// variant")
+        await asyncio.sleep(0.5)
+        during = [await loop.run_in_executor(None, _ordinary_latency, serve, model) for _ in range(5)]
+        assert (await hostile).status_code in (200, 400)
+        return during
+
+    during = sorted(asyncio.run(run()))[2]
+    print(f"\nordinary request: {alone:.3f} s alone, {during:.3f} s while a 2,000-rule grammar compiles "
+          f"({during / alone:.2f}x)")
+    assert during < 3 * alone, (alone, during)
+
+
 # --------------------------------------------------------------------------- disconnects and a small pool
 
 
