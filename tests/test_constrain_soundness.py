@@ -167,6 +167,18 @@ def _composite(children):
         st.fixed_dictionaries({"allOf": st.lists(children, min_size=1, max_size=3)}),
         st.fixed_dictionaries({"not": children}),
         st.fixed_dictionaries({"if": children, "then": children}, optional={"else": children}),
+        # discriminator-style conditions and negations, which compile by exact rewrites
+        st.fixed_dictionaries({"if": st.fixed_dictionaries({"properties": st.dictionaries(
+            names, st.fixed_dictionaries({"const": st.sampled_from(["a", "b", "x1"])}), min_size=1, max_size=2)},
+            optional={"required": st.lists(names, max_size=2, unique=True), "type": st.just("object")}),
+            "then": children}, optional={"else": children}),
+        st.fixed_dictionaries({"not": st.one_of(
+            st.fixed_dictionaries({"required": st.lists(names, min_size=1, max_size=2, unique=True)}),
+            st.fixed_dictionaries({"anyOf": st.lists(st.fixed_dictionaries(
+                {"required": st.lists(names, min_size=1, max_size=2, unique=True)}), min_size=1, max_size=2)}))},
+            optional={"type": st.just("object"), "properties": st.dictionaries(names, children, max_size=2)}),
+        st.fixed_dictionaries({"type": st.just("object"), "properties": st.dictionaries(names, children, max_size=3),
+                               "dependentSchemas": st.dictionaries(names, children, min_size=1, max_size=2)}),
     )
 
 
@@ -245,3 +257,23 @@ def test_isolated_regex_and_choices(constrain_tok):
     assert c.matches_bytes(b"yes, 12") and not c.matches_bytes(b"yes, 1")
     c = compile_constraint(constrain_tok, choices=["red", "green"], isolate=True, use_cache=False)
     assert c.matches_bytes(b"green") and not c.matches_bytes(b"blue")
+
+
+def test_dependencies_conditionals_and_negations_by_exact_rewrites(constrain_tok):
+    c = _compile(constrain_tok, {"type": "object", "properties": {"card": {"type": "string"},
+                                                                   "billing": {"type": "string"}},
+                                 "dependentRequired": {"card": ["billing"]}})
+    assert c.matches_bytes(b'{"card":"1","billing":"x"}') and c.matches_bytes(b'{"billing":"x"}')
+    assert not c.matches_bytes(b'{"card":"1"}')
+    c = _compile(constrain_tok, {"type": "object", "properties": {"kind": {"enum": ["a", "b"]},
+                                                                   "size": {"type": "integer"}},
+                                 "required": ["kind"],
+                                 "if": {"properties": {"kind": {"const": "a"}}},
+                                 "then": {"required": ["size"]}, "else": {"properties": {"size": False}}})
+    assert c.matches_bytes(b'{"kind":"a","size":3}') and not c.matches_bytes(b'{"kind":"a"}')
+    assert c.matches_bytes(b'{"kind":"b"}') and not c.matches_bytes(b'{"kind":"b","size":3}')
+    c = _compile(constrain_tok, {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                                 "not": {"required": ["a", "b"]}})
+    assert c.matches_bytes(b'{"a":1}') and c.matches_bytes(b"{}") and not c.matches_bytes(b'{"a":1,"b":2}')
+    c = _compile(constrain_tok, {"dependencies": {"x": ["y"]}, "type": "object"})  # draft-4 spelling
+    assert c.matches_bytes(b'{"y":1,"x":2}') and not c.matches_bytes(b'{"x":2}')

@@ -26,6 +26,7 @@ from sgrun.constrain.regex_parser import parse_regex
 from sgrun.constrain.schema_checks import (MAX_SCHEMA_NESTING, NestingTooDeepError, check_document_depth,
                                            check_keywords)
 from sgrun.constrain.schema_merge import merge_schemas
+from sgrun.constrain.schema_rewrites import conditional_part, dependency_parts, negate
 from sgrun.errors import ConstraintError
 from sgrun.constrain.schema_refs import SchemaIndex
 from sgrun.constrain.string_formats import FORMAT_REGEXES
@@ -43,6 +44,7 @@ _MAX_EXPAND = 64
 _KNOWN_DRAFTS = ("json-schema.org/draft-04/", "json-schema.org/draft-06/", "json-schema.org/draft-07/",
                  "json-schema.org/draft/2019-09/", "json-schema.org/draft/2020-12/", "json-schema.org/schema")
 _MAX_PERMUTED_KEYS = 5
+_MAX_LOOSE_REQUIRED = 3
 
 
 def canonical_json(value: Any) -> str:
@@ -179,6 +181,9 @@ class SchemaCompiler:
         for k in ("$dynamicRef", "$recursiveRef"):
             if k in s:
                 self.refuse(k, ptr, "dynamic references are not supported", s)
+        extra = self._rewrites(s)
+        if extra:  # exact rewrites into applicators, appended after the schema's own keywords
+            s["allOf"] = list(s.get("allOf", [])) + extra
         if "$ref" in s:
             ref = s.pop("$ref")
             if not isinstance(ref, str):
@@ -238,6 +243,22 @@ class SchemaCompiler:
                     out.extend(g)
                 return out
         return [s]
+
+    def _rewrites(self, s: dict) -> list[Any]:
+        """Pop dependencies, if/then/else and `not`s with a positive complement from `s`;
+        return the allOf parts that enforce them exactly (schema_rewrites)."""
+        if "unevaluatedProperties" in s or "unevaluatedItems" in s:
+            return []  # if / dependentSchemas annotations reach unevaluated*: left to the refusal path
+        parts = dependency_parts(s)
+        cond = conditional_part(s)
+        if cond is not None and cond is not True:
+            parts.append(cond)
+        if "not" in s:
+            neg = negate(s["not"])
+            if neg is not None and not (isinstance(s["not"], dict) and set(s["not"]) <= {"type", "enum", "const"}):
+                s.pop("not")
+                parts.append(neg)
+        return parts
 
     def _all_of(self, parts: list[Any], ptrs: list[str], bases: list[str], depth: int) -> list[dict]:
         alternatives: list[dict] = [{}]
@@ -464,7 +485,7 @@ class SchemaCompiler:
                 return s if keep else None
             if set(inner) in ({"enum"}, {"const"}):
                 vals = inner.get("enum", [inner.get("const")])
-                if all(isinstance(v, str) for v in vals) and (s.get("type") in ("string", ["string"])):
+                if all(isinstance(v, str) for v in vals):  # (other types are unaffected by string exclusions)
                     s["$sgrun_exclude"] = [v for v in vals]
                     return s
         self.refuse("not", ptr, "only 'not' of a type (or of string values on a string) is supported", s)
@@ -653,6 +674,7 @@ class SchemaCompiler:
             key_filter = self._property_names_dfa(names_schema, f"{ptr}/propertyNames")
         colon = seq(self.ws, lit(":"), self.ws)
         members: list[tuple[Node, bool]] = []
+        member_names: list[str] = []
         for name in names:
             is_required = name in required
             if key_filter is not None and not key_filter.fullmatch(name.encode()):
@@ -674,8 +696,22 @@ class SchemaCompiler:
                 continue
             key = lit(json.dumps(name, ensure_ascii=False))
             members.append((seq(key, colon, value), is_required))
+            member_names.append(name)
         extra = self._additional_member(names, pattern_props, additional, key_filter, colon, ptr, base)
-        body = ("members", tuple(members), extra, seq(self.ws, lit(","), self.ws))
+        sep = seq(self.ws, lit(","), self.ws)
+        body = ("members", tuple(members), extra, sep)
+        # Required keys that `properties` does not place have no order to follow: up to three of
+        # them may come in any order (instances disagree on it).
+        loose = [i for i, name in enumerate(member_names) if name not in props]
+        if 2 <= len(loose) <= _MAX_LOOSE_REQUIRED:
+            from itertools import permutations
+            bodies = []
+            for order in permutations(loose):
+                ms = list(members)
+                for slot, src in zip(loose, order):
+                    ms[slot] = members[src]
+                bodies.append(("members", tuple(ms), extra, sep))
+            body = alt(*bodies)
         return seq(lit("{"), self.ws, body, self.ws, lit("}"))
 
     def _all_of_call(self, parts: list[tuple[Any, str]], base: str) -> Node:
