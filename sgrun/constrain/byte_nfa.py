@@ -223,64 +223,60 @@ class ByteNFA:
 
     # --- analysis -----------------------------------------------------------------------
     def nonempty_fragments(self) -> set[int]:
-        """Fragments whose language is non-empty (fixpoint over call edges)."""
-        nonempty: set[int] = set()
-        changed = True
-        while changed:
-            changed = False
-            for fid in range(len(self.frag_start) - 1, -1, -1):  # children were created after parents
-                if fid in nonempty:
-                    continue
-                if self._reaches(self.frag_start[fid], self.frag_end[fid], nonempty):
-                    nonempty.add(fid)
-                    changed = True
-        return nonempty
+        """Fragments whose language is non-empty."""
+        return {f for f, start in enumerate(self.frag_start) if self._alive()[start]}
 
-    def _reaches(self, start: int, goal: int, ok_calls: set[int]) -> bool:
-        seen = {start}
-        todo = [start]
+    def _alive(self) -> list[bool]:
+        """alive[s]: from s the end of s's fragment can be reached, entering only fragments that
+        can themselves complete. One backward pass from every fragment end (linear in the NFA):
+        a call edge s -(f)-> r makes s alive once r is alive and f's start is alive, so callers
+        wait on their callee and are released when it turns out non-empty."""
+        n = len(self.edges)
+        rev: list[list[int]] = [[] for _ in range(n)]
+        rev_call: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for src in range(n):
+            for _, t in self.edges[src]:
+                rev[t].append(src)
+            for t in self.eps[src]:
+                rev[t].append(src)
+            for f, r in self.calls[src]:
+                rev_call[r].append((src, f))
+        tick(n)
+        start_of = {st: f for f, st in enumerate(self.frag_start)}
+        alive = [False] * n
+        waiting: dict[int, list[int]] = {}
+        todo = list(self.frag_end)
+        for x in todo:
+            alive[x] = True
         while todo:
-            s = todo.pop()
-            if s == goal:
-                return True
-            nxt = [t for _, t in self.edges[s]] + self.eps[s] + [r for f, r in self.calls[s] if f in ok_calls]
-            for t in nxt:
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return False
+            x = todo.pop()
+            nxt = list(rev[x])
+            for src, f in rev_call[x]:
+                if alive[self.frag_start[f]]:
+                    nxt.append(src)
+                else:
+                    waiting.setdefault(f, []).append(src)
+            f = start_of.get(x)
+            if f is not None:
+                nxt.extend(waiting.pop(f, ()))
+            for p in nxt:
+                if not alive[p]:
+                    alive[p] = True
+                    todo.append(p)
+        return alive
 
     def trim(self) -> set[int]:
         """Drop calls into empty fragments and edges into states that cannot reach their
         fragment's end, so every live runtime configuration can still complete."""
-        nonempty = self.nonempty_fragments()
-        n = len(self.edges)
-        rev: list[list[int]] = [[] for _ in range(n)]
-        for s in range(n):
-            self.calls[s] = [(f, r) for f, r in self.calls[s] if f in nonempty]
-            for _, t in self.edges[s]:
-                rev[t].append(s)
-            for t in self.eps[s]:
-                rev[t].append(s)
-            for _, r in self.calls[s]:
-                rev[r].append(s)
-        alive = [False] * n
-        todo = list(self.frag_end)
-        for s in todo:
-            alive[s] = True
-        while todo:
-            s = todo.pop()
-            for p in rev[s]:
-                if not alive[p]:
-                    alive[p] = True
-                    todo.append(p)
-        for s in range(n):
+        alive = self._alive()
+        nonempty = {f for f, start in enumerate(self.frag_start) if alive[start]}
+        for s in range(len(self.edges)):
             if not alive[s]:
                 self.edges[s], self.eps[s], self.calls[s] = [], [], []
                 continue
             self.edges[s] = [(m, t) for m, t in self.edges[s] if alive[t]]
             self.eps[s] = [t for t in self.eps[s] if alive[t]]
-            self.calls[s] = [(f, r) for f, r in self.calls[s] if alive[r]]
+            self.calls[s] = [(f, r) for f, r in self.calls[s] if f in nonempty and alive[r]]
         return nonempty
 
     def all_masks(self) -> set[int]:

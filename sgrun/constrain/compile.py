@@ -113,9 +113,9 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
                 from sgrun.constrain.triggered import after_reasoning
                 inner, root = root, nfa.new_fragment()
                 nfa.define_fragment(root, after_reasoning(("call", inner), *reasoning))
-            nfa.trim()
-            if root not in nfa.nonempty_fragments():
-                raise EmptyConstraintError(f"the {kind.replace('_', ' ')} constraint admits no output at all")
+            if reasoning is not None or kind not in ("json_schema", "regex", "choices"):  # (build_nfa trimmed those)
+                if root not in nfa.trim():
+                    raise EmptyConstraintError(f"the {kind.replace('_', ' ')} constraint admits no output at all")
             c = AutomatonConstraint(kind, spec, LazyDFA(nfa, root), table)
         c.warnings = list(warnings)
         c.attach_tokenizer(tokenizer)

@@ -139,8 +139,7 @@ def build_nfa(kind: str, payload: Any, options: dict) -> tuple[Any, int, list[st
         from sgrun.constrain.compile import nfa_from_node
         node = parse_regex(payload).fullmatch_node() if kind == "regex" else literal_choices(list(payload))
         nfa, root = nfa_from_node(node)
-    nfa.trim()
-    if root not in nfa.nonempty_fragments():
+    if root not in nfa.trim():
         raise EmptyConstraintError(f"the {kind.replace('_', ' ')} constraint admits no output at all")
     return nfa, root, warnings
 
