@@ -20,13 +20,13 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402  (an ImportError here is the loud failure we want)
 
-import sgrun.kernels.paged_attention as attention_kernels  # noqa: E402
+import sgrun.kernels.decode_attention as decode_kernels  # noqa: E402
 
 if _saved_flag is None:
     del os.environ["TRITON_INTERPRET"]
 else:
     os.environ["TRITON_INTERPRET"] = _saved_flag
-for _fn in (tl.zeros, attention_kernels._decode_kernel):
+for _fn in (tl.zeros, decode_kernels._decode_split_kernel):
     if type(_fn).__name__ != "InterpretedFunction":
         raise RuntimeError("triton was imported before tests/test_kernels.py could set TRITON_INTERPRET=1; "
                            "run with TRITON_INTERPRET=1 in the environment, or find the earlier import")
@@ -39,10 +39,13 @@ from sgrun.engine.page_pool import PagePool  # noqa: E402
 from sgrun.kernels import (  # noqa: E402
     apply_bitmask,
     apply_bitmask_reference,
+    decode_num_splits,
     paged_decode_attention,
     paged_decode_attention_reference,
     paged_prefill_attention,
     paged_prefill_attention_reference,
+    write_kv,
+    write_kv_reference,
 )
 
 
@@ -96,6 +99,44 @@ def test_decode_matches_reference(dtype, kv_heads, group, page_size, head_dim):
         want = paged_decode_attention_reference(q, k, v, table, lens)
         assert got.dtype == dtype
         torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_k_decode_matches_reference(dtype):
+    # Splits past a short context see no key (weight 0 in the merge); a split count that does not
+    # divide the blocks; GQA group 4 as in Llama-3-8B.
+    gen = torch.Generator().manual_seed(21)
+    ctx_lens = [1, 5, 17, 130, 64]
+    k, v, table = _paged_kv(ctx_lens, 2, 8, 16, dtype, gen)
+    q = torch.randn(len(ctx_lens), 8, 16, generator=gen).to(dtype)
+    lens = torch.tensor(ctx_lens, dtype=torch.int32)
+    want = paged_decode_attention_reference(q, k, v, table, lens)
+    for splits in (2, 3, 8):
+        got = paged_decode_attention(q, k, v, table, lens, num_splits=splits, block_n=16)
+        torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def test_split_count_fills_the_device_without_tiny_chunks():
+    assert decode_num_splits(batch=1, kv_heads=8, max_ctx_len=4096, num_sms=132) == 16
+    assert decode_num_splits(batch=1, kv_heads=8, max_ctx_len=600, num_sms=132) == 2
+    assert decode_num_splits(batch=64, kv_heads=8, max_ctx_len=4096, num_sms=132) == 1
+    assert decode_num_splits(batch=4, kv_heads=8, max_ctx_len=100, num_sms=132) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_write_matches_reference(dtype):
+    gen = torch.Generator().manual_seed(5)
+    kv_heads, head_dim = 2, 24
+    kv = torch.randn(6, 3 * kv_heads, head_dim, generator=gen).to(dtype)
+    k, v = kv[:, kv_heads:2 * kv_heads], kv[:, 2 * kv_heads:]      # strided, as the model passes them
+    pages = torch.tensor([3, 3, 1, 0, 2, 3], dtype=torch.int32)
+    offsets = torch.tensor([0, 1, 3, 2, 0, 3], dtype=torch.int32)
+    caches = [torch.randn(kv_heads, 4, 4, head_dim, generator=gen).to(dtype) for _ in range(2)]
+    got = [c.clone() for c in caches]
+    want = [c.clone() for c in caches]
+    write_kv(k, v, got[0], got[1], pages, offsets)
+    write_kv_reference(k, v, want[0], want[1], pages, offsets)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_decode_writes_only_its_rows_of_a_strided_batch():
@@ -230,8 +271,16 @@ _GPU_CHECK = textwrap.dedent("""
                 used += need
             ctx = torch.tensor(lens, dtype=torch.int32, device="cuda")
             q = torch.randn(len(lens), kv * group, d, device="cuda", generator=gen).to(dtype)
-            torch.testing.assert_close(paged_decode_attention(q, k, v, table, ctx).float(),
-                                       paged_decode_attention_reference(q, k, v, table, ctx).float(), atol=tol, rtol=tol)
+            want = paged_decode_attention_reference(q, k, v, table, ctx).float()
+            for splits in (1, 4, decode_num_splits(len(lens), kv, 1000, 132)):
+                got = paged_decode_attention(q, k, v, table, ctx, num_splits=splits).float()
+                torch.testing.assert_close(got, want, atol=tol, rtol=tol)
+            kn, vn = torch.randn(2, 40, kv, d, device="cuda", generator=gen).to(dtype)
+            slots = torch.randperm(pages * ps, device="cuda", generator=gen)[:40]
+            kc, vc, kr, vr = k.clone(), v.clone(), k.clone(), v.clone()
+            write_kv(kn, vn, kc, vc, slots // ps, slots % ps)
+            write_kv_reference(kn, vn, kr, vr, slots // ps, slots % ps)
+            assert torch.equal(kc, kr) and torch.equal(vc, vr)
             q_lens = torch.tensor([1, 15, 16, 17, 200, 100], dtype=torch.int32, device="cuda")
             starts = (torch.cumsum(q_lens, 0) - q_lens).int()
             q = torch.randn(int(q_lens.sum()), kv * group, d, device="cuda", generator=gen).to(dtype)

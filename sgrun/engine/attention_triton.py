@@ -14,7 +14,7 @@ import torch
 
 from sgrun.engine.attention_backend import Segment
 from sgrun.engine.page_pool import PagePool
-from sgrun.kernels.paged_attention import paged_decode_attention, paged_prefill_attention
+from sgrun.kernels import paged_decode_attention, paged_prefill_attention
 
 
 def _page_table(segments: list[Segment], device: torch.device) -> torch.Tensor:
