@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
+from pathlib import Path
 
 # Triton picks interpreter or GPU compiler when a function is decorated, i.e. when its module is
 # imported, and that includes triton's own library (tl.zeros, ...): the flag must be set before
@@ -251,56 +251,12 @@ def test_backend_choice_follows_the_device():
     assert isinstance(make_attention_backend(pool, 2, 1, 16, device="cuda"), TritonPagedAttention)
 
 
-_GPU_CHECK = textwrap.dedent("""
-    import torch
-    from sgrun.kernels import *
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 3e-2), (torch.float16, 1e-2)):
-        for kv, group, ps, d in ((8, 1, 16, 128), (2, 4, 16, 64), (1, 3, 4, 80)):
-            lens = [1, 15, 16, 17, 300, 1000]
-            pages = sum(-(-n // ps) for n in lens)
-            k = torch.randn(kv, pages + 1, ps, d, device="cuda", generator=gen).to(dtype)
-            v = torch.randn(kv, pages + 1, ps, d, device="cuda", generator=gen).to(dtype)
-            width = max(-(-n // ps) for n in lens)
-            perm = torch.randperm(pages, device="cuda", generator=gen).int() + 1
-            table = torch.zeros(len(lens), width, dtype=torch.int32, device="cuda")
-            used = 0
-            for i, n in enumerate(lens):
-                need = -(-n // ps)
-                table[i, :need] = perm[used:used + need]
-                used += need
-            ctx = torch.tensor(lens, dtype=torch.int32, device="cuda")
-            q = torch.randn(len(lens), kv * group, d, device="cuda", generator=gen).to(dtype)
-            want = paged_decode_attention_reference(q, k, v, table, ctx).float()
-            for splits in (1, 4, decode_num_splits(len(lens), kv, 1000, 132)):
-                got = paged_decode_attention(q, k, v, table, ctx, num_splits=splits).float()
-                torch.testing.assert_close(got, want, atol=tol, rtol=tol)
-            kn, vn = torch.randn(2, 40, kv, d, device="cuda", generator=gen).to(dtype)
-            slots = torch.randperm(pages * ps, device="cuda", generator=gen)[:40]
-            kc, vc, kr, vr = k.clone(), v.clone(), k.clone(), v.clone()
-            write_kv(kn, vn, kc, vc, slots // ps, slots % ps)
-            write_kv_reference(kn, vn, kr, vr, slots // ps, slots % ps)
-            assert torch.equal(kc, kr) and torch.equal(vc, vr)
-            q_lens = torch.tensor([1, 15, 16, 17, 200, 100], dtype=torch.int32, device="cuda")
-            starts = (torch.cumsum(q_lens, 0) - q_lens).int()
-            q = torch.randn(int(q_lens.sum()), kv * group, d, device="cuda", generator=gen).to(dtype)
-            got = paged_prefill_attention(q, k, v, table, starts, q_lens, ctx, int(q_lens.max()))
-            want = paged_prefill_attention_reference(q, k, v, table, starts, q_lens, ctx)
-            torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
-    logits = torch.randn(8, 32001, device="cuda", generator=gen)
-    bits = torch.randint(-2**31, 2**31, (8, 1001), device="cuda", generator=gen, dtype=torch.int64).int()
-    rows = torch.tensor([5, 0, 7], device="cuda")
-    got, want = logits.clone(), logits.clone()
-    apply_bitmask(got, bits, rows)
-    apply_bitmask_reference(want, bits, rows)
-    assert torch.equal(got, want)
-    print("gpu kernels ok")
-""")
-
-
 @pytest.mark.gpu
 def test_kernels_compiled_on_cuda():
     assert torch.cuda.is_available(), "the gpu marker needs a CUDA device"
     env = {k: val for k, val in os.environ.items() if k != "TRITON_INTERPRET"}   # compiled, not interpreted
-    proc = subprocess.run([sys.executable, "-c", _GPU_CHECK], env=env, capture_output=True, text=True, timeout=600)
+    # One source for the CUDA kernel checks: step 1 of the prepared GPU check.
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
+    proc = subprocess.run([sys.executable, str(script), "--only", "kernels"], env=env, capture_output=True,
+                          text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
