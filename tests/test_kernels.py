@@ -36,6 +36,7 @@ from sgrun.engine.attention_backend import Segment, make_attention_backend  # no
 from sgrun.engine.attention_torch import TorchPagedAttention  # noqa: E402
 from sgrun.engine.attention_triton import TritonPagedAttention  # noqa: E402
 from sgrun.engine.page_pool import PagePool  # noqa: E402
+from sgrun.errors import InvalidRequestError  # noqa: E402
 from sgrun.kernels import (  # noqa: E402
     apply_bitmask,
     apply_bitmask_reference,
@@ -223,7 +224,7 @@ def test_triton_backend_matches_torch_backend(dtype, kv_heads, group, page_size)
         for cache in ("k", "v"):
             init = torch.randn(kv_heads, num_pages, page_size, head_dim, generator=gen).to(dtype)
             for pool in pools:
-                getattr(pool, cache)[layer].copy_(init)
+                getattr(pool, cache)[layer][:, :num_pages].copy_(init)
     segments, write_pages, write_offsets, t = [], [], [], 0
     for (q_len, ctx), table in zip(segs, tables):
         pages = torch.tensor(table, dtype=torch.long)
@@ -247,8 +248,10 @@ def test_triton_backend_matches_torch_backend(dtype, kv_heads, group, page_size)
 
 def test_backend_choice_follows_the_device():
     pool = PagePool(1, 4, 4, 1, 16, torch.float32)
-    assert isinstance(make_attention_backend(pool, 2, 1, 16), TorchPagedAttention)
-    assert isinstance(make_attention_backend(pool, 2, 1, 16, device="cuda"), TritonPagedAttention)
+    assert isinstance(make_attention_backend(pool, 2, 1, 16), TorchPagedAttention)   # CPU default
+    assert isinstance(make_attention_backend(pool, 2, 1, 16, backend="triton"), TritonPagedAttention)
+    with pytest.raises(InvalidRequestError, match="attention_backend"):
+        make_attention_backend(pool, 2, 1, 16, backend="flash")
 
 
 @pytest.mark.gpu

@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 
 from sgrun.engine.page_pool import PagePool
+from sgrun.errors import InvalidRequestError
 
 
 @dataclass
@@ -37,13 +38,25 @@ class AttentionBackend(Protocol):
         """q: [T, H, D], k/v: [T, KV, D] for the new tokens of layer `layer`. Returns [T, H, D]."""
 
 
+BACKENDS = ("torch", "triton")
+
+
+def default_backend(device: torch.device) -> str:
+    return "triton" if device.type == "cuda" else "torch"
+
+
 def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int,
-                           device: str | torch.device | None = None) -> AttentionBackend:
-    """The backend for tensors on `device` (default: where the pool lives). Backends are
-    imported only here, so CPU runs never import triton."""
-    device = torch.device(device) if device is not None else pool.k[0].device
-    if device.type == "cuda":
+                           backend: str | None = None) -> AttentionBackend:
+    """`backend`: "torch" or "triton" (default: Triton on CUDA, torch elsewhere). Triton on a CPU
+    pool runs the kernels through Triton's interpreter (TRITON_INTERPRET=1): slow, and how the
+    tests prove the Triton path without a GPU. Backends are imported only here, so torch-only
+    runs never import triton."""
+    backend = backend or default_backend(pool.k[0].device)
+    if backend == "triton":
         from sgrun.engine.attention_triton import TritonPagedAttention
         return TritonPagedAttention(pool, num_heads, num_kv_heads, head_dim)
-    from sgrun.engine.attention_torch import TorchPagedAttention
-    return TorchPagedAttention(pool, num_heads, num_kv_heads, head_dim)
+    if backend == "torch":
+        from sgrun.engine.attention_torch import TorchPagedAttention
+        return TorchPagedAttention(pool, num_heads, num_kv_heads, head_dim)
+    raise InvalidRequestError(f"attention_backend must be one of {', '.join(BACKENDS)}; got {backend!r}",
+                              field="attention_backend")

@@ -26,8 +26,10 @@ class TorchPagedAttention:
     def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
         """Precompute per-batch index tensors once; every layer reuses them. The new tokens'
         K/V go to (write_pages[i], write_offsets[i]) in batch row order."""
-        self.write_pages, self.write_offsets = write_pages, write_offsets
+        dev = self.pool.k[0].device   # index tensors and masks live with the pool (no-op on CPU)
+        self.write_pages, self.write_offsets = write_pages.to(dev), write_offsets.to(dev)
         self.prefills = [s for s in segments if s.q_len > 1]
+        self.prefill_pages = [s.pages.to(dev) for s in self.prefills]
         decodes = [s for s in segments if s.q_len == 1]
         # Decodes are batched in groups of similar context length: each group is padded to its
         # longest member, so a short context does not copy a long one's worth of padding.
@@ -38,7 +40,7 @@ class TorchPagedAttention:
                 self.prefill_masks.append(None)  # no cached context: plain causal
             else:
                 q_pos = torch.arange(s.ctx_len - s.q_len, s.ctx_len)[:, None]
-                self.prefill_masks.append(torch.arange(s.ctx_len)[None, :] <= q_pos)
+                self.prefill_masks.append((torch.arange(s.ctx_len)[None, :] <= q_pos).to(dev))
 
     def _gather(self, cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
         """[KV, N, ps, D] pool tensor -> [KV, len(pages) * ps, D], contiguous."""
@@ -55,7 +57,8 @@ class TorchPagedAttention:
         pad = torch.arange(max_pages * ps)[None, :] >= lens[:, None]
         mask = torch.zeros(len(decodes), max_pages * ps).masked_fill_(pad, float("-inf"))[None, :, None, :]
         rows = torch.tensor([s.q_start for s in decodes], dtype=torch.long)
-        return rows, pages.view(-1), mask
+        dev = self.pool.k[0].device
+        return rows.to(dev), pages.view(-1).to(dev), mask.to(dev)
 
     def _decode(self, layer: int, q: torch.Tensor, pages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Single-token queries [B, H, D] against their paged contexts: the pages are gathered
@@ -78,7 +81,7 @@ class TorchPagedAttention:
         out = torch.empty_like(q)
         for rows, pages, mask in self.decode_groups:
             out[rows] = self._decode(layer, q[rows], pages, mask)
-        for s, mask in zip(self.prefills, self.prefill_masks):
+        for s, pages, mask in zip(self.prefills, self.prefill_pages, self.prefill_masks):
             rows = slice(s.q_start, s.q_start + s.q_len)
             qs = q[rows].transpose(0, 1).unsqueeze(0)                   # [1, H, q, D]
             if mask is None:
@@ -86,8 +89,8 @@ class TorchPagedAttention:
                 vs = v[rows].transpose(0, 1).unsqueeze(0)
                 o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
             else:
-                ks = self._gather(k_cache, s.pages)[:, : s.ctx_len].unsqueeze(0)   # [1, KV, ctx, D]
-                vs = self._gather(v_cache, s.pages)[:, : s.ctx_len].unsqueeze(0)
+                ks = self._gather(k_cache, pages)[:, : s.ctx_len].unsqueeze(0)   # [1, KV, ctx, D]
+                vs = self._gather(v_cache, pages)[:, : s.ctx_len].unsqueeze(0)
                 o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
             out[rows] = o[0].transpose(0, 1)
         return out

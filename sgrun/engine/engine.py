@@ -36,6 +36,9 @@ from sgrun.engine.scheduler import Scheduler
 from sgrun.engine.scoring import ScoringSequence, scored_token_ids
 from sgrun.engine.sequence import CompiledConstraint, Sequence
 from sgrun.errors import InvalidRequestError
+from sgrun.engine.attention_backend import default_backend
+from sgrun.engine.device import plan_pool, resolve_device, wants_cuda_graphs
+from sgrun.engine.overlap import OverlapScheduler
 from sgrun.models.loader import load_model, resolve_dtype
 
 log = logging.getLogger("sgrun.engine")
@@ -60,23 +63,34 @@ class Engine:
                  num_threads: int | None = None, page_size: int = 16, max_pages: int | None = None,
                  memory_gb: float | None = None, max_running: int = 64, max_batch_tokens: int = 2048,
                  enable_prefix_cache: bool = True, cache_fraction: float | None = None,
-                 max_context: int | None = None, debug_checks: bool = False, quantization: str = "auto"):
+                 max_context: int | None = None, debug_checks: bool = False, quantization: str = "auto",
+                 device: str = "auto", attention_backend: str | None = None, mem_fraction: float | None = None,
+                 cuda_graph: bool | None = None, overlap: bool | None = None):
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
-        self.dtype = resolve_dtype(dtype)
-        self.model, self.tokenizer, self.model_path = load_model(model, self.dtype, quantization)
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype, self.device)
+        backend = attention_backend or default_backend(self.device)
+        use_graphs = wants_cuda_graphs(cuda_graph, self.device, backend)
+        if self.device.type != "cpu" and quantization == "auto":
+            quantization = "none"   # the int8/int4 linears are CPU kernels; GPUs run the dense dtype
+        self.model, self.tokenizer, self.model_path = load_model(model, self.dtype, quantization, self.device)
         self.quantization = self.model.quantization
         self.config = cfg = self.model.cfg
         self.model_name = cfg.name
-        if max_pages is None:
-            per_page = PagePool.bytes_per_page(cfg.num_layers, page_size, cfg.num_kv_heads, cfg.head_dim, self.dtype)
-            max_pages = max(4, int((memory_gb or DEFAULT_KV_MEMORY_GB) * (1 << 30) // per_page))
-        self.pool = PagePool(cfg.num_layers, max_pages, page_size, cfg.num_kv_heads, cfg.head_dim, self.dtype)
+        per_page = PagePool.bytes_per_page(cfg.num_layers, page_size, cfg.num_kv_heads, cfg.head_dim, self.dtype)
+        max_pages, self.pool_budget = plan_pool(self.model, self.device, page_size, per_page, max_pages, memory_gb,
+                                                mem_fraction, max_batch_tokens, backend, DEFAULT_KV_MEMORY_GB)
+        self.pool = PagePool(cfg.num_layers, max_pages, page_size, cfg.num_kv_heads, cfg.head_dim, self.dtype,
+                             self.device)
         cap = int(max_pages * cache_fraction) if cache_fraction is not None else None
         self.cache = RadixCache(self.pool, cap) if enable_prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens)
-        self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids)
+        self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids, attention_backend=backend)
         self.max_context = min(cfg.max_position, max_pages * page_size, max_context or cfg.max_position)
+        self.graph_report = self.runner.capture_cuda_graphs(max_running, self.max_context) if use_graphs else None
+        use_overlap = self.device.type == "cuda" if overlap is None else overlap
+        self._overlap = OverlapScheduler(self) if use_overlap else None
         self.post = Postprocessor(self.tokenizer, self.max_context, self._finish)
         self.debug_checks = debug_checks
         self.num_steps = 0
@@ -129,11 +143,9 @@ class Engine:
                            prompt_len=len(prompt_ids), params=params, detok=detok, emit=handle.push)
             if constraint is not None:
                 seq.matcher = constraint.matcher()
-            if not params.greedy:
-                seq.generator = torch.Generator()
+            if not params.greedy:   # counter-based noise: hash(sample_seed, step) (counter_rng.py)
                 seed = params.sample_seed(i)
-                seq.generator.manual_seed(seed if seed is not None
-                                          else int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
+                seq.sample_seed = (seed if seed is not None else int.from_bytes(os.urandom(8), "little")) & ((1 << 63) - 1)
             handle.seqs.append(seq)
         self._post(("add", handle))
         return handle
@@ -215,6 +227,11 @@ class Engine:
             **{f"aborted_{cause}": self.aborted[cause] for cause in ABORT_CAUSES},
         }
 
+    def startup_report(self) -> dict[str, Any]:
+        """Where the engine runs and what start-up measured (device.py)."""
+        from sgrun.engine.device import startup_report
+        return startup_report(self)
+
     def request_pages(self) -> int:
         """Pages held by requests (not only by the cache). Zero when nothing is running."""
         tree_pages: set[int] = set()
@@ -281,9 +298,11 @@ class Engine:
         while True:
             self._drain_inbox()
             if self._stopping:
+                if self._overlap is not None:
+                    self._overlap.close()
                 self._abort_all("engine closed")
                 return
-            if not self.scheduler.has_work():
+            if not self.scheduler.has_work() and not (self._overlap is not None and self._overlap.busy):
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
                 continue
@@ -311,16 +330,25 @@ class Engine:
                 payload()
 
     def step(self) -> None:
-        """One batch: schedule -> forward -> commit the computed tokens -> sample -> postprocess."""
-        t0 = time.perf_counter()
+        """One batch: schedule -> forward -> commit the computed tokens -> sample -> postprocess
+        (or, with overlap scheduling, one turn of the pipeline in overlap.py)."""
+        if self._overlap is not None:
+            self._overlap.step()
+            return
         batch = self.scheduler.schedule()
         if not batch.items:
-            stuck = self.scheduler.unschedulable()
-            if stuck is not None:
-                self._abort_request(self._handles[stuck.request_id], "engine", "request does not fit in the KV pool")
+            self.handle_empty_schedule()
             return
-        t1 = time.perf_counter()
-        ran = self._live(isolate(batch.items, self.runner.forward, self._fail_in("forward")))
+        self.run_batch(batch.items)
+
+    def handle_empty_schedule(self) -> None:
+        stuck = self.scheduler.unschedulable()
+        if stuck is not None:
+            self._abort_request(self._handles[stuck.request_id], "engine", "request does not fit in the KV pool")
+
+    def run_batch(self, items: list[tuple[Sequence, int]]) -> None:
+        t0 = t1 = time.perf_counter()
+        ran = self._live(isolate(items, self.runner.forward, self._fail_in("forward")))
         t2 = time.perf_counter()
         self.scheduler.commit([item for item, _ in ran])
         wanted: list[tuple[Sequence, Logits]] = [(seq, lg) for (seq, _), lg in ran if lg is not None]

@@ -11,9 +11,10 @@ that item only (batched equals alone is an engine invariant, tested in test_engi
 When the cause is not one request (every item fails alone too), every item is failed with it.
 
 A stage run this way must be retryable: it may not change the items it is given before it
-returns (the model runner's stages only read sequences and restore their generators when they
-raise). A stage that does change them (postprocessing) runs one item at a time
-(`one_at_a_time=True`), so no retry ever repeats half-done work.
+returns (the model runner's stages only read sequences; sampling noise is a function of each
+request's seed and step, so a retry draws the same numbers). A stage that does change them
+(postprocessing) runs one item at a time (`one_at_a_time=True`), so no retry ever repeats
+half-done work.
 """
 
 from __future__ import annotations

@@ -21,7 +21,10 @@ class PagePool:
         self.page_size = page_size
         # Heads outermost, so one index_select gathers a batch's pages for every head at once and
         # each head's context is a contiguous [tokens, head_dim] block (see attention_torch.py).
-        shape = (kv_heads, num_pages, page_size, head_dim)
+        # One page past num_pages is scratch, outside the bookkeeping: CUDA-graph padding rows
+        # attend to it and write their K/V there, so they never touch a request's pages.
+        shape = (kv_heads, num_pages + 1, page_size, head_dim)
+        self.scratch_page = num_pages
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.ref = [0] * num_pages

@@ -121,7 +121,7 @@ class Scheduler:
         for seq in order:
             if seq.status is not Status.RUNNING or budget <= 0:
                 continue
-            n = min(len(seq.tokens) - seq.num_computed, budget)
+            n = min(seq.num_tokens - seq.num_computed, budget)
             if n <= 0:
                 continue
             while not self._reserve(self._pages_needed(seq, seq.num_computed + n)):

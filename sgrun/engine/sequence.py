@@ -49,7 +49,8 @@ class Sequence:
     detok: IncrementalDetokenizer | None
     emit: Callable[[StreamEvent], None]
     matcher: TokenMatcher | None = None    # constraint matcher (sgrun.constrain), or None
-    generator: torch.Generator | None = None
+    sample_seed: int = 0              # counter-based sampling: noise = hash(sample_seed, num_output)
+    pending: int = 0                  # sampled tokens still on the device (overlap scheduling)
     status: Status = Status.WAITING
     page_table: list[int] = field(default_factory=list)
     num_computed: int = 0             # tokens whose K/V are in the pool
@@ -82,6 +83,11 @@ class Sequence:
         return len(self.tokens) - self.prompt_len
 
     @property
+    def num_tokens(self) -> int:
+        """Tokens including those sampled but not yet read back (the scheduler plans with these)."""
+        return len(self.tokens) + self.pending
+
+    @property
     def is_finished(self) -> bool:
         return self.status is Status.FINISHED
 
@@ -94,7 +100,7 @@ class Sequence:
     def logit_positions(self, start: int, end: int) -> list[int] | None:
         """Positions in [start, end) (this step's chunk) whose next-token logits are wanted, or
         None when this step produces nothing to post-process (a prefill chunk short of the end)."""
-        if end != len(self.tokens):
+        if end != self.num_tokens:
             return None
         if self.logprobs_pending_from is not None:  # the rows that predict the forced tokens, too
             return list(range(max(start, self.logprobs_pending_from - 1), end))

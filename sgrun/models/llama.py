@@ -48,21 +48,23 @@ class LayerWeights:
 
 class LlamaModel:
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 quantization: str = "none"):
+                 quantization: str = "none", device: str | torch.device = "cpu"):
         """quantization: none (dense `dtype`), int8 or int4 for the layer linears; with either,
-        the embedding table and lm_head are kept int8 (one table when they are tied)."""
+        the embedding table and lm_head are kept int8 (one table when they are tied). `device`:
+        where every tensor lives, converted tensor by tensor (no second full copy on the host)."""
         if quantization not in QUANT_MODES:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_MODES)}; got {quantization!r}")
         self.cfg = cfg
         self.dtype = dtype
         self.quantization = quantization
+        self.device = dev = torch.device(device)
 
         def w(name: str) -> torch.Tensor:
-            return weights[name].to(dtype).contiguous()
+            return weights[name].to(device=dev, dtype=dtype).contiguous()
 
         def lin(names: list[str], bias: torch.Tensor | None = None) -> Linear:
             # Fused projections are concatenated before quantizing (rows never share a group).
-            return make_linear(torch.cat([weights[n] for n in names]), bias, quantization, dtype)
+            return make_linear(torch.cat([weights[n].to(dev) for n in names]), bias, quantization, dtype)
 
         if quantization == "none":
             self.embed_table: Int8Linear | None = None
@@ -71,8 +73,9 @@ class LlamaModel:
             if not cfg.tie_embeddings:
                 self.lm_head = make_linear(weights["lm_head.weight"], None, "none", dtype)
         else:
-            self.embed_table = Int8Linear(weights["model.embed_tokens.weight"], None, dtype)
-            self.lm_head = self.embed_table if cfg.tie_embeddings else Int8Linear(weights["lm_head.weight"], None, dtype)
+            self.embed_table = Int8Linear(weights["model.embed_tokens.weight"].to(dev), None, dtype)
+            self.lm_head = (self.embed_table if cfg.tie_embeddings
+                            else Int8Linear(weights["lm_head.weight"].to(dev), None, dtype))
         self.final_norm = w("model.norm.weight")
         self.layers: list[LayerWeights] = []
         for i in range(cfg.num_layers):
@@ -90,8 +93,8 @@ class LlamaModel:
             ))
         freqs = torch.outer(torch.arange(cfg.max_position, dtype=torch.float32), rope_inv_freq(cfg))
         emb = torch.cat([freqs, freqs], dim=-1)
-        self.cos = emb.cos().to(dtype)
-        self.sin = emb.sin().to(dtype)
+        self.cos = emb.cos().to(device=dev, dtype=dtype)
+        self.sin = emb.sin().to(device=dev, dtype=dtype)
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # One fused op; for bf16 input it accumulates in float32 internally, as the reference

@@ -15,6 +15,7 @@ from sgrun.models.fetch import resolve_model_path
 from sgrun.models.gguf_loader import load_gguf
 from sgrun.models.llama import LlamaModel
 from sgrun.models.quant_linear import QUANT_MODES
+from sgrun.models.random_model import is_random_spec, preset_config, random_weights, synthetic_tokenizer
 from sgrun.models.safetensors_loader import load_folder
 from sgrun.models.tokenizer import Tokenizer
 
@@ -65,12 +66,13 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """A dtype name (or "auto": bf16 on CUDA or CPUs with native bf16 matmuls, else fp32)."""
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device | None = None) -> torch.dtype:
+    """A dtype name (or "auto": bf16 on CUDA or CPUs with native bf16 matmuls, else fp32).
+    `device` is where the model will run (default: CUDA when present)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        if torch.cuda.is_available():
+        if (device.type == "cuda") if device is not None else torch.cuda.is_available():
             return torch.bfloat16
         flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
         # bf16 matmuls are only fast with native instructions (AMX / AVX512-BF16).
@@ -80,24 +82,46 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-_MODELS: dict[tuple[str, torch.dtype, str], tuple[LlamaModel, Tokenizer, str]] = {}
+_MODELS: dict[tuple[str, torch.dtype, str, str], tuple[LlamaModel, Tokenizer, str]] = {}
 _MODELS_LOCK = threading.Lock()
 
 
 def load_model(model: str | os.PathLike | None, dtype: torch.dtype,
-               quantization: str = "auto") -> tuple[LlamaModel, Tokenizer, str]:
-    """(model, tokenizer, path), loaded once per process: weights are read-only at inference, so
-    several engines on the same file (tests, benchmarks comparing settings) share them.
-    quantization "auto" follows the file (a Q4 GGUF stays int4, Q8 int8, f16/bf16/f32 dense)."""
+               quantization: str = "auto", device: str | torch.device = "cpu") -> tuple[LlamaModel, Tokenizer, str]:
+    """(model, tokenizer, path), loaded once per process and device: weights are read-only at
+    inference, so several engines on the same file (tests, benchmarks comparing settings) share
+    them. quantization "auto" follows the file (a Q4 GGUF stays int4, Q8 int8, f16/bf16/f32
+    dense). "random:<preset>" builds random weights in a known config's shape, drawn directly
+    on the device, with a synthetic tokenizer (random_model.py)."""
     if quantization not in ("auto", *QUANT_MODES):
         raise InvalidRequestError(f"quantization must be one of auto, {', '.join(QUANT_MODES)}; got {quantization!r}",
                                   field="quantization")
+    device = torch.device(device)
+    if is_random_spec(model):
+        quantization = "none" if quantization == "auto" else quantization
+        key = (str(model), dtype, quantization, str(device))
+        with _MODELS_LOCK:
+            if key not in _MODELS:
+                cfg = preset_config(str(model))
+                weights = random_weights(cfg, device=device, dtype=dtype)
+                _MODELS[key] = (LlamaModel(cfg, weights, dtype, quantization, device),
+                                synthetic_tokenizer(cfg.vocab_size), str(model))
+            return _MODELS[key]
     path = str(resolve_model_path(model).resolve())
     if quantization == "auto":
         quantization = stored_quantization(path)
-    key = (path, dtype, quantization)
+    key = (path, dtype, quantization, str(device))
     with _MODELS_LOCK:
         if key not in _MODELS:
             loaded = load_model_files(path, torch.float32)
-            _MODELS[key] = (LlamaModel(loaded.config, loaded.weights, dtype, quantization), loaded.tokenizer, loaded.path)
+            _MODELS[key] = (LlamaModel(loaded.config, loaded.weights, dtype, quantization, device),
+                            loaded.tokenizer, loaded.path)
         return _MODELS[key]
+
+
+def forget_model(model: str | os.PathLike | None, dtype: torch.dtype, device: str | torch.device) -> None:
+    """Drop a cached model, every quantization of it (e.g. a benchmark freeing device memory)."""
+    spec = str(model) if is_random_spec(model) else str(resolve_model_path(model).resolve())
+    with _MODELS_LOCK:
+        for key in [k for k in _MODELS if k[0] == spec and k[1] == dtype and k[3] == str(torch.device(device))]:
+            del _MODELS[key]

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from sgrun.engine.device import add_device_arguments, device_kwargs
 from sgrun.errors import SgrunError
 from sgrun.server.router_cli import add_router_options, run_data_parallel
 
@@ -27,6 +28,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                    help="name clients use in 'model' (repeatable; the first is listed by /v1/models)")
     p.add_argument("--max-body-bytes", type=int, default=8 << 20, help="larger request bodies get 413")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
+    add_device_arguments(p)
     p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "int4"],
                    help="weights in memory: auto follows the file (Q4 GGUF -> int4, Q8 -> int8, f16/f32 -> none)")
@@ -66,13 +68,16 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     print(f"sgrun serve: loading {args.model or 'the default model'} ...", file=sys.stderr, flush=True)
     engine = Engine(args.model, dtype=args.dtype, num_threads=args.num_threads, max_running=args.max_running,
-                    quantization=args.quantization,
+                    quantization=args.quantization, **device_kwargs(args),
                     max_batch_tokens=args.max_batch_tokens, memory_gb=args.memory_gb,
                     enable_prefix_cache=not args.disable_prefix_cache, max_context=args.max_context)
     app = build_app(engine, served_model_names=args.served_model_name, api_key=args.api_key,
                     max_body_bytes=args.max_body_bytes, close_engine_on_shutdown=True,
                     tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
                     constraint_budget_s=args.constraint_budget)
+    report = engine.startup_report()
+    print("sgrun serve: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in report.items()),
+          file=sys.stderr, flush=True)
     print(f"sgrun serve: {engine.model_name} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0

@@ -1,0 +1,172 @@
+"""Where the engine runs: the device setting, and how much of that device the KV pool gets.
+
+`resolve_device("auto")` is CUDA when a CUDA device is present, else the CPU; "cuda" and
+"cuda:N" must exist. On CUDA the pool is sized like SGLang's `mem_fraction_static`: of the
+device's total memory, `mem_fraction` may hold weights + KV pool; from that, what is already
+in use (the weights, measured) and a measured activation/graph reserve are subtracted, and the
+rest becomes pages. On the CPU the pool is `memory_gb` of host memory, as before.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import torch
+
+from sgrun.errors import InvalidRequestError
+
+DEFAULT_MEM_FRACTION = 0.85
+# Kept back on top of the measured activation peak: CUDA graphs' private pool, cuBLAS
+# workspaces, the sampler's [batch, vocab] temporaries, allocator fragmentation.
+GRAPH_AND_SLACK_BYTES = 1 << 30
+
+
+def resolve_device(spec: str | torch.device | None) -> torch.device:
+    """"auto" (or None), "cpu", "cuda", "cuda:N" -> a torch.device that exists here."""
+    if isinstance(spec, torch.device):
+        spec = str(spec)
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or spec.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise InvalidRequestError(f"device {spec!r} asked for, but this machine has no CUDA device "
+                                      "(or torch was built without CUDA): use device='cpu' or 'auto'",
+                                      field="device")
+        index = torch.cuda.current_device() if spec == "cuda" else spec.split(":", 1)[1]
+        if not str(index).isdigit() or int(index) >= torch.cuda.device_count():
+            raise InvalidRequestError(f"device {spec!r} does not exist: this machine has "
+                                      f"{torch.cuda.device_count()} CUDA device(s), cuda:0 to "
+                                      f"cuda:{torch.cuda.device_count() - 1}", field="device")
+        return torch.device("cuda", int(index))
+    raise InvalidRequestError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {spec!r}", field="device")
+
+
+def wants_cuda_graphs(cuda_graph: bool | None, device: torch.device, backend: str) -> bool:
+    """CUDA graphs by default on CUDA with the Triton backend; asked for elsewhere: refused."""
+    possible = device.type == "cuda" and backend == "triton"
+    if cuda_graph and not possible:
+        raise InvalidRequestError("cuda_graph needs a CUDA device and the Triton attention backend",
+                                  field="cuda_graph")
+    return possible if cuda_graph is None else bool(cuda_graph)
+
+
+@dataclass
+class PoolBudget:
+    num_pages: int
+    total_bytes: int       # device memory
+    in_use_bytes: int      # before the pool: weights and everything else already allocated
+    reserve_bytes: int     # measured activation peak + graph/slack reserve
+    pool_bytes: int
+
+
+def cuda_pool_pages(device: torch.device, bytes_per_page: int, mem_fraction: float,
+                    activation_peak_bytes: int) -> PoolBudget:
+    """Pages that fit in `mem_fraction` of the device after what is in use and the reserve."""
+    if not 0.0 < mem_fraction <= 1.0:
+        raise InvalidRequestError(f"mem_fraction must be in (0, 1], got {mem_fraction}", field="mem_fraction")
+    free, total = torch.cuda.mem_get_info(device)
+    in_use = total - free
+    reserve = activation_peak_bytes + GRAPH_AND_SLACK_BYTES
+    budget = int(total * mem_fraction) - in_use - reserve
+    pages = budget // bytes_per_page
+    if pages < 4:
+        raise InvalidRequestError(
+            f"no room for a KV pool on {device}: {in_use / 2**30:.1f} GiB in use (weights), "
+            f"{reserve / 2**30:.1f} GiB reserved for activations, {mem_fraction:.2f} of "
+            f"{total / 2**30:.1f} GiB allowed: raise mem_fraction or use a smaller model/dtype",
+            field="mem_fraction")
+    return PoolBudget(int(pages), total, in_use, reserve, int(pages) * bytes_per_page)
+
+
+def tensors_of(obj: object) -> list[torch.Tensor]:
+    """Every tensor attribute of a model-like object (lists and dataclass fields included)."""
+    out: list[torch.Tensor] = []
+    stack = [vars(obj)]
+    while stack:
+        cur = stack.pop()
+        values = cur.values() if isinstance(cur, dict) else cur
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                out.append(v)
+            elif isinstance(v, (list, tuple)):
+                stack.append(v)
+            elif hasattr(v, "__dataclass_fields__"):
+                stack.append(vars(v))
+    return out
+
+
+@torch.inference_mode()
+def measure_activation_peak(model, page_size: int, max_batch_tokens: int, backend: str | None) -> int:
+    """Bytes one full-size prefill forward (max_batch_tokens tokens, the largest the scheduler
+    builds) allocates beyond its inputs, measured on a throwaway pool just big enough."""
+    from sgrun.engine.attention_backend import Segment, make_attention_backend
+    from sgrun.engine.page_pool import PagePool
+    cfg, dev = model.cfg, model.device
+    pages = -(-max_batch_tokens // page_size)
+    pool = PagePool(cfg.num_layers, pages, page_size, cfg.num_kv_heads, cfg.head_dim, model.dtype, dev)
+    attn = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, backend=backend)
+    positions = torch.arange(max_batch_tokens)
+    table = torch.arange(pages)
+    attn.prepare(table[positions // page_size], positions % page_size,
+                 [Segment(q_start=0, q_len=max_batch_tokens, ctx_len=max_batch_tokens, pages=table)])
+    ids = torch.zeros(max_batch_tokens, dtype=torch.long, device=dev)
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    base = torch.cuda.memory_allocated(dev)
+    model.forward(ids, positions.to(dev), attn, torch.tensor([max_batch_tokens - 1], device=dev))
+    torch.cuda.synchronize(dev)
+    peak = torch.cuda.max_memory_allocated(dev) - base
+    del pool, attn
+    torch.cuda.empty_cache()
+    return int(peak)
+
+
+def plan_pool(model, device: torch.device, page_size: int, bytes_per_page: int, max_pages: int | None,
+              memory_gb: float | None, mem_fraction: float | None, max_batch_tokens: int,
+              backend: str | None, default_memory_gb: float) -> tuple[int, PoolBudget | None]:
+    """(pages, budget): explicit max_pages or memory_gb win; on CUDA the rest of mem_fraction
+    after the weights and the measured reserve; on other devices default_memory_gb."""
+    if max_pages is not None:
+        return max_pages, None
+    if memory_gb is not None or device.type != "cuda":
+        return max(4, int((memory_gb or default_memory_gb) * (1 << 30) // bytes_per_page)), None
+    peak = measure_activation_peak(model, page_size, max_batch_tokens, backend)
+    budget = cuda_pool_pages(device, bytes_per_page, mem_fraction or DEFAULT_MEM_FRACTION, peak)
+    return budget.num_pages, budget
+
+
+def add_device_arguments(p: argparse.ArgumentParser) -> None:
+    """The device flags `sgrun serve` and `sgrun generate` share (argparse parser)."""
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
+    p.add_argument("--attention-backend", default=None, choices=["torch", "triton"],
+                   help="default: triton on CUDA, torch on the CPU")
+    p.add_argument("--mem-fraction", type=float, default=None,
+                   help=f"CUDA: share of device memory for weights + KV pool (default {DEFAULT_MEM_FRACTION})")
+    p.add_argument("--disable-cuda-graph", action="store_true", help="CUDA: run decode steps eagerly")
+    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
+                   help="overlap scheduling (default: on for CUDA, off on the CPU)")
+
+
+def device_kwargs(args: argparse.Namespace) -> dict:
+    """Engine keyword arguments from add_device_arguments' flags."""
+    return dict(device=args.device, attention_backend=args.attention_backend, mem_fraction=args.mem_fraction,
+                cuda_graph=False if args.disable_cuda_graph else None, overlap=args.overlap)
+
+
+def startup_report(engine) -> dict:
+    """The device, the backend, the pool sizing (CUDA) and the CUDA-graph capture time/memory."""
+    out: dict = {"device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
+                 "attention_backend": engine.runner.backend, "overlap": engine._overlap is not None,
+                 "kv_pages": engine.pool.num_pages, "page_size": engine.pool.page_size}
+    if engine.pool_budget is not None:
+        b = engine.pool_budget
+        out.update(device_total_gib=b.total_bytes / 2**30, in_use_before_pool_gib=b.in_use_bytes / 2**30,
+                   activation_reserve_gib=b.reserve_bytes / 2**30, kv_pool_gib=b.pool_bytes / 2**30)
+    if engine.graph_report is not None:
+        g = engine.graph_report
+        out.update(cuda_graph_sizes=g.sizes, cuda_graph_capture_s=g.seconds, cuda_graph_memory_mib=g.memory_bytes / 2**20)
+    return out
