@@ -149,6 +149,10 @@ def test_error_fields_are_the_clients_names(server, model):
     error_of(post(server, "/v1/completions", {"model": model, "prompt": "a", "n": 65}), 400, "n")
     error_of(post(server, "/v1/completions", {"model": model, "prompt": "a", "max_tokens": 10 ** 9}), 400,
              "max_tokens")
+    error_of(post(server, "/score", {"text": "a", "continuations": [[99999999]]}), 400, "continuations[0]")
+    error_of(post(server, "/score", {"input_ids": [-1], "continuations": ["x"]}), 400, "input_ids")
+    error_of(post(server, "/score", {"text": "", "continuations": ["x"]}), 400, "text")
+    error_of(post(server, "/score", {"text": "a", "continuations": ["b"] * 300}), 400, "continuations")
 
 
 def test_body_limits_declared_and_chunked(server, model):

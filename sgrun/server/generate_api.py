@@ -231,13 +231,21 @@ async def score(state: ServerState, req: ScoreRequest) -> ScoreResponse:
         raise bad_request("give exactly one of 'text' and 'input_ids' for the prompt", param="text")
     if not req.continuations:
         raise bad_request("continuations must not be empty", param="continuations")
+    vocab = state.tokenizer.vocab_size
+    check_prompt_count(len(req.continuations), "continuations")
+    if req.input_ids is not None:
+        check_prompt_ids(req.input_ids, vocab, "input_ids")
+    for i, c in enumerate(req.continuations):
+        if isinstance(c, list) and c:
+            check_prompt_ids(c, vocab, f"continuations[{i}]")
     prompt: str | list[int] = req.text if req.text is not None else list(req.input_ids or [])
+    names = FieldNames({"prompt": "text" if req.text is not None else "input_ids"})
     try:
         prompt_ids = await asyncio.to_thread(
             lambda: state.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt)
         scores = await asyncio.to_thread(state.engine.score, prompt, list(req.continuations))
     except SgrunError as exc:
-        raise from_exception(exc) from exc
+        raise from_exception(exc, names) from exc
     scores = [list(map(float, s)) for s in scores]
     token_ids = await asyncio.to_thread(_scored_ids, state, prompt, list(req.continuations), scores)
     return ScoreResponse(logprobs=scores, sum_logprobs=[sum(s) for s in scores], num_tokens=[len(s) for s in scores],
