@@ -9,7 +9,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from starlette.applications import Starlette
@@ -37,6 +37,9 @@ from sgrun.constrain.tool_calls import get_format
 from sgrun.server.reasoning import reasoning_tags
 from sgrun.server.tool_plan import plan_tools
 from sgrun.errors import SgrunError
+
+if TYPE_CHECKING:
+    from sgrun.engine.engine import Engine
 
 log = logging.getLogger("sgrun.server")
 
@@ -251,10 +254,10 @@ ROUTES = [
 ]
 
 
-def build_app(engine: Any, *, served_model_names: list[str] | None = None, api_key: str | None = None,
+def build_app(engine: Engine, *, served_model_names: list[str] | None = None, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_engine_on_shutdown: bool = False,
               tool_call_parser: str | None = None, reasoning_parser: str | None = None,
-              constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> Any:
+              constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> RequestGuard:
     """The ASGI app serving `engine`. The first of `served_model_names` (else the model's name) is
     the id /v1/models lists; see ServerState for the names requests may use. tool_call_parser
     names the call format (default: detected from the chat template); reasoning_parser splits

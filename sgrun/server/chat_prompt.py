@@ -5,13 +5,16 @@ render them), then the model's template applied. Shared by /v1/chat/completions 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sgrun.constrain.tool_calls import CallFormat, arguments_object
 from sgrun.server.errors import bad_request
 from sgrun.server.protocol import ChatMessage, ToolDef
 from sgrun.server.tool_format import render_assistant_calls, tool_specs
 from sgrun.server.tool_plan import tool_json
+
+if TYPE_CHECKING:
+    from sgrun.models.tokenizer import Tokenizer
 
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 
@@ -78,7 +81,7 @@ def template_messages(messages: list[ChatMessage], tools: list[ToolDef], templat
     return out
 
 
-def render_prompt(tokenizer: Any, fmt: CallFormat, messages: list[ChatMessage], tools: list[ToolDef],
+def render_prompt(tokenizer: Tokenizer, fmt: CallFormat, messages: list[ChatMessage], tools: list[ToolDef],
                   add_generation_prompt: bool = True) -> str:
     template = tokenizer.chat_template
     if template is None:

@@ -9,7 +9,7 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sgrun.constrain import Constraint, compile_constraint
 from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
@@ -19,6 +19,9 @@ from sgrun.server.errors import APIError
 from sgrun.server.metrics import ServerMetrics
 from sgrun.server.state import ServerState
 from sgrun.server.tool_format import tool_error
+
+if TYPE_CHECKING:
+    from sgrun.models.tokenizer import Tokenizer
 
 log = logging.getLogger("sgrun.server")
 _KIND_NAMES = {"json_schema": "JSON Schema", "regex": "regex", "grammar": "grammar", "choices": "choices list",
@@ -34,7 +37,7 @@ class ConstraintSpec:
     tool_indices: tuple[int, ...] = ()         # tool_calls: each tool's position in the request's `tools`
 
 
-def compile_spec(tokenizer: Any, spec: ConstraintSpec, metrics: ServerMetrics,
+def compile_spec(tokenizer: Tokenizer, spec: ConstraintSpec, metrics: ServerMetrics,
                  budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> Constraint:
     started = time.perf_counter()
     try:

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
@@ -19,13 +19,17 @@ from sgrun.server.errors import APIError, from_exception, generation_failed
 from sgrun.server.field_mapping import FieldNames
 from sgrun.server.metrics import ServerMetrics
 
+if TYPE_CHECKING:
+    from sgrun.engine.engine import Engine
+    from sgrun.engine.request_handle import RequestHandle
+
 log = logging.getLogger("sgrun.server")
 
 
 class RunningRequest:
     """One submitted engine request, observed from asyncio."""
 
-    def __init__(self, handle: Any, prompt_tokens: int, params: SamplingParams, metrics: ServerMetrics,
+    def __init__(self, handle: RequestHandle, prompt_tokens: int, params: SamplingParams, metrics: ServerMetrics,
                  kind: str, arrival: float):
         self.handle = handle
         self.request_id: str = handle.request_id
@@ -136,7 +140,7 @@ async def _wait_for_disconnect(request: Request) -> None:
             return
 
 
-async def submit(engine: Any, prompt: list[int], params: SamplingParams, constraint: Constraint | None,
+async def submit(engine: Engine, prompt: list[int], params: SamplingParams, constraint: Constraint | None,
                  metrics: ServerMetrics, kind: str, names: FieldNames, request_id: str | None = None
                  ) -> RunningRequest:
     """Submit on a worker thread (the engine checks the prompt against its context there); an
@@ -149,7 +153,7 @@ async def submit(engine: Any, prompt: list[int], params: SamplingParams, constra
     return RunningRequest(handle, len(prompt), params, metrics, kind, arrival)
 
 
-async def submit_all(engine: Any, prompts: list[list[int]], params: list[SamplingParams],
+async def submit_all(engine: Engine, prompts: list[list[int]], params: list[SamplingParams],
                      constraint: Constraint | None, metrics: ServerMetrics, kind: str, names: FieldNames,
                      request_ids: list[str]) -> list[RunningRequest]:
     """Submit one engine request per prompt; if one is refused, those already running are aborted."""

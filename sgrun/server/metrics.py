@@ -4,12 +4,15 @@ scrape time."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from sgrun.constrain import GLOBAL_CACHE
+
+if TYPE_CHECKING:
+    from sgrun.engine.engine import Engine
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
@@ -18,7 +21,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class ServerMetrics:
-    def __init__(self, engine: Any = None):
+    def __init__(self, engine: Engine | None = None):
         self.engine = engine
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("sgrun_requests", "Finished requests by endpoint kind and outcome",

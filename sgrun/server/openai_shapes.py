@@ -3,11 +3,14 @@ and the completions shapes (shared by whole and streamed responses)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sgrun.engine.outputs import TokenLogprob
 from sgrun.server.protocol import (ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptTokensDetails, TopLogprob,
                                    Usage)
+
+if TYPE_CHECKING:
+    from sgrun.models.tokenizer import Tokenizer
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> Usage:
@@ -16,13 +19,13 @@ def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> Usa
                  prompt_tokens_details=PromptTokensDetails(cached_tokens=min(cached_tokens, prompt_tokens)))
 
 
-def token_bytes(tokenizer: Any, token_id: int, text: str) -> list[int]:
+def token_bytes(tokenizer: Tokenizer, token_id: int, text: str) -> list[int]:
     tb = tokenizer.token_bytes
     raw = tb[token_id] if 0 <= token_id < len(tb) and tb[token_id] else text.encode("utf-8")
     return list(raw)
 
 
-def chat_logprobs(tokenizer: Any, items: list[TokenLogprob], top_n: int) -> ChatLogprobs:
+def chat_logprobs(tokenizer: Tokenizer, items: list[TokenLogprob], top_n: int) -> ChatLogprobs:
     return ChatLogprobs(content=[
         ChatTokenLogprob(token=t.token, logprob=t.logprob, bytes=token_bytes(tokenizer, t.token_id, t.token),
                          top_logprobs=[TopLogprob(token=tok, logprob=lp, bytes=token_bytes(tokenizer, tid, tok))

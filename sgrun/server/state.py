@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from sgrun.constrain.tool_calls import CallFormat, detect_format
 from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
@@ -17,10 +17,14 @@ from sgrun.errors import SgrunError
 from sgrun.server.errors import APIError, scrub
 from sgrun.server.metrics import ServerMetrics
 
+if TYPE_CHECKING:
+    from sgrun.engine.engine import Engine
+    from sgrun.models.tokenizer import Tokenizer
+
 
 @dataclass
 class ServerState:
-    engine: Any
+    engine: Engine
     model_name: str                                        # the first served name: /v1/models lists it
     served_names: list[str] = field(default_factory=list)  # what errors and listings show
     accepted_names: set[str] = field(default_factory=set)  # served names and their aliases
@@ -36,7 +40,7 @@ class ServerState:
             self.tool_format = detect_format(getattr(template, "source", None))
 
     @classmethod
-    def for_engine(cls, engine: Any, served_model_names: list[str] | None, metrics: ServerMetrics,
+    def for_engine(cls, engine: Engine, served_model_names: list[str] | None, metrics: ServerMetrics,
                    tool_format: CallFormat | None = None, reasoning: tuple[str, str] | None = None,
                    constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> "ServerState":
         if not constraint_budget_s > 0:
@@ -56,7 +60,7 @@ class ServerState:
                    constraint_budget_s=constraint_budget_s)
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         return self.engine.tokenizer
 
     @property
