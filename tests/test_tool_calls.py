@@ -239,6 +239,8 @@ def test_triggered_constraint(tokenizer):
 
 def test_constraint_starts_after_reasoning(tokenizer):
     c = compile_constraint(tokenizer, json_schema={"type": "integer", "maximum": 10}, reasoning=("<think>", "</think>"))
-    for text, ok in [("7", True), ("<think>maybe 99?</think>\n\n7", True), ("so 3</think>7", True),
-                     ("<think>x</think>99", False), ("<think>x</think>seven", False)]:
+    for text, ok in [("7", True), ("<think>maybe 99?</think>\n\n7", True), ("so 3</think>7", False),
+                     ("<think>x</think>99", False), ("<think>x</think>seven", False), ("<think>no end", False)]:
         assert c.matches_bytes(text.encode()) is ok, text
+    opened = compile_constraint(tokenizer, json_schema={"type": "integer"}, reasoning=("", "</think>"))
+    assert opened.matches_bytes(b"so 3</think>\n7") and not opened.matches_bytes(b"7")

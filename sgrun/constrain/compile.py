@@ -46,7 +46,8 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     triggered.py): a list of {"trigger": str, <one of json_schema / regex / choices>: ...}.
     tool_calls: a tool_calls.ToolCallConstraint (calls in a model's format, held to the tools).
     reasoning: (open, close), e.g. ("<think>", "</think>"): the output may start with a reasoning
-    section, free text up to `close`; the constraint holds from there on.
+    section (`open`, free text up to `close`); the constraint holds from there on. ("", close):
+    the prompt already opened the section, so the output must close it first.
     """
     given = [k for k, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar),
                             ("choices", choices), ("triggers", triggers), ("tool_calls", tool_calls)) if v is not None]

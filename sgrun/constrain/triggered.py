@@ -119,9 +119,12 @@ def triggered_node(branches: list[tuple[str, Node]], free_may_end: bool = True, 
 
 
 def after_reasoning(node: Node, open_tag: str, close_tag: str) -> Node:
-    """`node`, optionally preceded by a reasoning section: `open_tag` (absent when the chat
-    template already wrote it into the prompt), free text without `close_tag`, `close_tag`, and
-    the newlines/spaces models put before their answer."""
+    """`node`, optionally preceded by a reasoning section: `open_tag`, free text without
+    `close_tag`, `close_tag`, and the newlines/spaces models put before their answer. An empty
+    `open_tag` means the chat template already opened the section in the prompt: the output
+    starts inside it and must close it before `node`."""
     _, (found,) = trigger_dfas([close_tag])
     gap = rep(chars((0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)), 0, None)
-    return alt(node, seq(opt(lit(open_tag)), ("dfa", found), gap, node))
+    if not open_tag:
+        return seq(("dfa", found), gap, node)
+    return alt(node, seq(lit(open_tag), ("dfa", found), gap, node))

@@ -41,11 +41,12 @@ class PreparedChat:
     reasoning: ReasoningSplitter | None = None    # a template for the request's outputs (copied per sample)
 
 
-def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerState) -> ConstraintSpec | None:
+def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerState,
+                    reasoning: tuple[str, str] | None = None) -> ConstraintSpec | None:
     """The one constraint of a chat request: response_format, regex, ebnf, or the tool-call
     format when the model may call tools (OpenAI's semantics with response_format too: calls are
     held to the tools, a text answer to the schema). With a reasoning parser it starts after the
-    reasoning section."""
+    reasoning section (`reasoning`: compile_constraint's tags for this prompt)."""
     given: list[ConstraintSpec] = []
     rf = req.response_format
     if rf is not None:
@@ -74,14 +75,16 @@ def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerSta
                               f"(response_format can)", param=given[0].param)
         answer = given[0].value if given else None
         return ConstraintSpec("tool_calls", call_constraint(state.tool_format, plan, answer), "tools",
-                              reasoning=state.reasoning, tool_indices=tuple(plan.indices))
+                              reasoning=reasoning, tool_indices=tuple(plan.indices))
     if not given:
         if req.tools:  # tool_choice "none": the tools are in the prompt, but the answer never opens a call
             return ConstraintSpec("tool_calls", ToolCallConstraint(state.tool_format.name, (), "none"), "tool_choice",
-                                  reasoning=state.reasoning)
+                                  reasoning=reasoning)
         return None
+    # response_format starts after the reasoning; sgrun's own regex / ebnf describe the whole
+    # output (a client that wants reasoning under them writes the section into its pattern).
     return ConstraintSpec(given[0].kind, given[0].value, given[0].param,
-                          reasoning=state.reasoning if given[0].kind != "grammar" else None)
+                          reasoning=reasoning if given[0].kind == "json_schema" else None)
 
 
 def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat:
@@ -96,16 +99,21 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     if req.top_logprobs is not None and not req.logprobs:
         raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    spec = constraint_spec(req, plan, state)
+    splitter, tags = None, None
+    if state.reasoning is not None:
+        # A template that opens the section itself (a generation prompt ending in `<think>`)
+        # starts the output inside it.
+        in_prompt = text.rstrip().endswith(state.reasoning[0])
+        splitter = ReasoningSplitter(*state.reasoning, in_prompt=in_prompt)
+        tags = ("" if in_prompt else state.reasoning[0], state.reasoning[1])
+    spec = constraint_spec(req, plan, state, tags)
     max_field = "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
     names = CHAT_NAMES.with_renames(max_new_tokens=max_field)
     max_tokens = resolve_max_tokens(req.max_completion_tokens if req.max_completion_tokens is not None
                                     else req.max_tokens, len(prompt_ids), state.max_context,
                                     max_tokens_field=max_field, prompt_field="messages")
     params = openai_sampling_params(req, max_tokens, logprobs, names, state.tokenizer.vocab_size)
-    reasoning = (None if state.reasoning is None else
-                 ReasoningSplitter(*state.reasoning, in_prompt=text.rstrip().endswith(state.reasoning[0])))
-    return PreparedChat("chatcmpl-" + uuid.uuid4().hex, prompt_ids, params, plan, spec, names, reasoning)
+    return PreparedChat("chatcmpl-" + uuid.uuid4().hex, prompt_ids, params, plan, spec, names, splitter)
 
 
 async def start_chat(state: ServerState, req: ChatCompletionRequest) -> tuple[PreparedChat, RunningRequest]:
