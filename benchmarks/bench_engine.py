@@ -1,34 +1,84 @@
-"""Engine benchmark, side by side with Hugging Face transformers on the same dequantized weights.
+"""Engine benchmark: sgrun side by side with its peers, in one process, interleaved.
 
-    python benchmarks/bench_engine.py [--dtype bfloat16] [--threads 2] [--parts decode,ttft,throughput,overhead]
+    python benchmarks/bench_engine.py [--threads 2] [--parts decode,ttft,throughput,overhead]
+                                      [--quantization none,int8,int4] [--rounds 3]
 
-Prints single-stream decode tok/s, TTFT at 512 and 2048 prompt tokens, aggregate throughput for
-64 mixed requests (engine, transformers one at a time, transformers static batches of 16) and
-the engine's own overhead per decode step at batch 1 and 32, plus the machine load.
+Peers, all on the same SmolLM2 Q4_1 file and the same thread count:
+- transformers on dense bf16 weights: a safetensors folder saved from sgrun's own dequantized
+  weights (transformers' GGUF loader keeps weights packed and is several times slower, so it is
+  the wrong peer);
+- llama-cpp-python on the GGUF itself (if installed).
+
+Decode and TTFT are measured in rounds that alternate the systems, and the median round is
+reported, so a load spike from the machine's other tenants hits every system alike. The load
+average is printed with every line. OMP_WAIT_POLICY=PASSIVE is set for the whole process
+(torch and llama.cpp both use OpenMP): on this oversubscribed machine a spinning OpenMP worker
+whose partner thread is descheduled makes llama.cpp ~30x slower, which would measure the
+machine, not the runtime.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import random
-import time
 
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import sgrun
-from sgrun.models.fetch import default_model_path
+import argparse  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+import sgrun  # noqa: E402
+from sgrun.models.fetch import default_model_path  # noqa: E402
 
 
 def load_avg() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def hf_model(dtype):
+def dense_folder(gguf: Path) -> Path:
+    """A Hugging Face folder (config.json + bf16 safetensors) of sgrun's dequantized weights."""
+    from safetensors.torch import save_file
+
+    from sgrun.models.loader import load_model_files
+    out = Path.home() / ".cache" / "sgrun" / "dense" / gguf.stem
+    if (out / "model.safetensors").exists():
+        return out
+    loaded = load_model_files(gguf, torch.float32)
+    c = loaded.config
+    out.mkdir(parents=True, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size, "intermediate_size": c.intermediate_size,
+        "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads, "head_dim": c.head_dim,
+        "max_position_embeddings": c.max_position, "rms_norm_eps": c.rms_eps, "rope_theta": c.rope_theta,
+        "rope_scaling": c.rope_scaling, "tie_word_embeddings": c.tie_embeddings, "hidden_act": "silu",
+        "attention_bias": c.qkv_bias, "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2,
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    save_file({k: v.to(torch.bfloat16).contiguous() for k, v in loaded.weights.items()
+               if not (c.tie_embeddings and k == "lm_head.weight")}, str(out / "model.safetensors"))
+    return out
+
+
+def hf_model(folder: Path):
     import transformers
-    path = default_model_path()
-    m = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
-    return m.eval()
+    return transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16).eval()
+
+
+def llama_cpp_model(gguf: Path, threads: int):
+    try:
+        import llama_cpp
+    except ImportError:
+        print("llama-cpp-python is not installed: its columns are skipped (pip install llama-cpp-python)")
+        return None
+    return llama_cpp.Llama(str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=4096,
+                           n_batch=2048, n_ubatch=512, verbose=False)
 
 
 def random_ids(rng: random.Random, n: int) -> list[int]:
@@ -50,36 +100,82 @@ def hf_generate(model, batch: list[list[int]], new_tokens: int) -> tuple[float, 
     return time.perf_counter() - t, new_tokens * len(batch)
 
 
-def bench_decode(engine, model, rng) -> None:
-    prompt = random_ids(rng, 32)
-    n = 128
-    params = sgrun.SamplingParams(max_new_tokens=n, temperature=0, ignore_eos=True)
-    engine.generate([prompt], params.replace(max_new_tokens=4))
-    out = engine.generate([prompt], params)[0]
-    ours = (n - 1) / (out.finish_time - out.first_token_time)
-    hf_generate(model, [prompt], 4)
+def lc_decode(llm, prompt: list[int], n: int) -> float:
+    """tok/s after the first token (greedy)."""
+    count, t1 = 0, 0.0
+    for _ in llm.generate(prompt, top_k=1, temp=0.0, reset=True):
+        count += 1
+        if count == 1:
+            t1 = time.perf_counter()
+        if count == n:
+            break
+    return (n - 1) / (time.perf_counter() - t1)
+
+
+def lc_ttft(llm, prompt: list[int]) -> float:
+    t = time.perf_counter()
+    for _ in llm.generate(prompt, top_k=1, temp=0.0, reset=True):
+        break
+    return time.perf_counter() - t
+
+
+def sg_decode(engine, prompt: list[int], n: int) -> float:
+    out = engine.generate([prompt], sgrun.SamplingParams(max_new_tokens=n, temperature=0, ignore_eos=True))[0]
+    return (n - 1) / (out.finish_time - out.first_token_time)
+
+
+def hf_decode(model, prompt: list[int], n: int) -> float:
     t1, _ = hf_generate(model, [prompt], 1)
     tn, _ = hf_generate(model, [prompt], n)
-    theirs = (n - 1) / (tn - t1)
-    print(f"single-stream decode: sgrun {ours:.1f} tok/s, transformers {theirs:.1f} tok/s, ratio {ours / theirs:.2f}x  (load {load_avg()})")
+    return (n - 1) / (tn - t1)
 
 
-def bench_ttft(engine, model, rng) -> None:
+def report(title: str, results: dict[str, list[float]], unit: str, base: str) -> dict:
+    med = {k: statistics.median(v) for k, v in results.items()}
+    print(f"{title}  (median of {len(next(iter(results.values())))} interleaved rounds, load {load_avg()})")
+    for k, v in med.items():
+        ratio = v / med[base]
+        print(f"  {k:<28} {v:9.3f} {unit}   {ratio:5.2f}x {base}   rounds {[round(x, 3) for x in results[k]]}")
+    return med
+
+
+def bench_decode(engines: dict, hf, llm, rng, rounds: int) -> None:
+    prompt, n = random_ids(rng, 32), 128
+    runs = {f"sgrun {q}": (lambda e=e: sg_decode(e, prompt, n)) for q, e in engines.items()}
+    runs["transformers dense bf16"] = lambda: hf_decode(hf, prompt, n)
+    if llm is not None:
+        runs["llama.cpp (GGUF Q4_1)"] = lambda: lc_decode(llm, prompt, n)
+    for f in runs.values():
+        f()  # warm-up
+    results: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(rounds):
+        for k, f in runs.items():
+            results[k].append(f())
+    med = report("single-stream decode, 32-token prompt, 128 tokens", results, "tok/s", "transformers dense bf16")
+    if llm is not None:
+        for k in med:
+            if k.startswith("sgrun"):
+                print(f"  {k} / llama.cpp: {med[k] / med['llama.cpp (GGUF Q4_1)']:.2f}x")
+
+
+def bench_ttft(engine, hf, llm, rng, rounds: int) -> None:
     for length in (512, 2048):
-        prompt = random_ids(rng, length)
-        engine.flush_cache()
-        out = engine.generate([prompt], sgrun.SamplingParams(max_new_tokens=1, temperature=0))[0]
-        ours = out.ttft
-        theirs, _ = hf_generate(model, [random_ids(rng, length)], 1)
-        print(f"TTFT {length} tokens: sgrun {ours:.3f} s, transformers {theirs:.3f} s, ratio {ours / theirs:.2f}x  (load {load_avg()})")
+        results: dict[str, list[float]] = {"sgrun": [], "transformers dense bf16": []}
+        if llm is not None:
+            results["llama.cpp (GGUF Q4_1)"] = []
+        for _ in range(rounds):
+            prompt = random_ids(rng, length)
+            engine.flush_cache()
+            results["sgrun"].append(engine.generate([prompt], sgrun.SamplingParams(max_new_tokens=1, temperature=0))[0].ttft)
+            results["transformers dense bf16"].append(hf_generate(hf, [prompt], 1)[0])
+            if llm is not None:
+                results["llama.cpp (GGUF Q4_1)"].append(lc_ttft(llm, prompt))
+        report(f"TTFT, {length}-token prompt (lower is better; ratio = time / transformers)", results, "s",
+               "transformers dense bf16")
 
 
-def mixed_workload(rng, count=64):
-    return [(random_ids(rng, rng.randint(64, 1024)), rng.randint(16, 256)) for _ in range(count)]
-
-
-def bench_throughput(engine, model, rng, sequential_sample: int) -> None:
-    work = mixed_workload(rng)
+def bench_throughput(engine, hf, rng, sequential_sample: int, count: int) -> None:
+    work = [(random_ids(rng, rng.randint(64, 1024)), rng.randint(16, 256)) for _ in range(count)]
     total_out = sum(n for _, n in work)
     engine.flush_cache()
     t = time.perf_counter()
@@ -87,24 +183,15 @@ def bench_throughput(engine, model, rng, sequential_sample: int) -> None:
     for h in handles:
         h.result()
     ours = total_out / (time.perf_counter() - t)
-    print(f"aggregate, 64 mixed requests at once: sgrun {ours:.1f} output tok/s  (load {load_avg()})")
-    # transformers one at a time: measured on a sample of the requests, rate = tokens / seconds.
+    print(f"aggregate, {count} mixed requests at once: sgrun {ours:.1f} output tok/s  (load {load_avg()})")
     secs = toks = 0
     for p, n in work[:sequential_sample]:
-        s, k = hf_generate(model, [p], n)
+        s, k = hf_generate(hf, [p], n)
         secs += s
         toks += k
     seq = toks / secs
-    print(f"  transformers one at a time ({sequential_sample} of 64 requests): {seq:.1f} tok/s -> ratio {ours / seq:.1f}x  (load {load_avg()})")
-    secs = toks = 0
-    for i in range(0, len(work), 16):
-        chunk = work[i:i + 16]
-        longest = max(n for _, n in chunk)
-        s, _ = hf_generate(model, [p for p, _ in chunk], longest)
-        secs += s
-        toks += sum(n for _, n in chunk)  # only the tokens each request asked for count
-    static = toks / secs
-    print(f"  transformers static batches of 16: {static:.1f} tok/s -> ratio {ours / static:.2f}x  (load {load_avg()})")
+    print(f"  transformers dense bf16 one at a time ({sequential_sample} of {count} requests): {seq:.1f} tok/s "
+          f"-> ratio {ours / seq:.1f}x  (load {load_avg()})")
 
 
 def bench_overhead(engine, rng) -> None:
@@ -117,33 +204,42 @@ def bench_overhead(engine, rng) -> None:
         steps = engine.num_steps - n0
         step = (engine.step_time_total - s0) / steps
         model = (engine.runner.model_time - m0) / steps
-        print(f"decode step at batch {batch}: {step * 1e3:.2f} ms, model forward {model * 1e3:.2f} ms, "
-              f"engine overhead {100 * (step - model) / step:.1f}%  (load {load_avg()})")
+        print(f"decode step at batch {batch} ({engine.quantization}): {step * 1e3:.2f} ms, model forward "
+              f"{model * 1e3:.2f} ms, engine overhead {100 * (step - model) / step:.1f}%  (load {load_avg()})")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parts", default="decode,ttft,throughput,overhead")
+    ap.add_argument("--quantization", default="none,int8,int4", help="sgrun settings compared in the decode part")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--sequential-sample", type=int, default=8)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    dtype = getattr(torch, args.dtype)
     parts = args.parts.split(",")
-    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, dtype {args.dtype}, load {load_avg()}")
-    engine = sgrun.Engine(dtype=dtype, num_threads=args.threads)
-    model = hf_model(dtype) if set(parts) & {"decode", "ttft", "throughput"} else None
+    gguf = default_model_path()
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, "
+          f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, load {load_avg()}")
+    hf = hf_model(dense_folder(gguf)) if set(parts) & {"decode", "ttft", "throughput"} else None
+    llm = llama_cpp_model(gguf, args.threads) if set(parts) & {"decode", "ttft"} else None
+    engines = {q: sgrun.Engine(str(gguf), dtype="bfloat16", num_threads=args.threads, quantization=q, memory_gb=0.5)
+               for q in args.quantization.split(",")}
+    main_engine = sgrun.Engine(str(gguf), dtype="bfloat16", num_threads=args.threads)  # the default: follows the file
+    print(f"default engine quantization: {main_engine.quantization}")
     rng = random.Random(0)
     if "decode" in parts:
-        bench_decode(engine, model, rng)
+        bench_decode(engines, hf, llm, rng, args.rounds)
+    for e in engines.values():
+        e.close()
     if "ttft" in parts:
-        bench_ttft(engine, model, rng)
+        bench_ttft(main_engine, hf, llm, rng, args.rounds)
     if "overhead" in parts:
-        bench_overhead(engine, rng)
+        bench_overhead(main_engine, rng)
     if "throughput" in parts:
-        bench_throughput(engine, model, rng, args.sequential_sample)
-    engine.close()
+        bench_throughput(main_engine, hf, rng, args.sequential_sample, args.requests)
+    main_engine.close()
 
 
 if __name__ == "__main__":

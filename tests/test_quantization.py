@@ -98,3 +98,11 @@ def test_real_model_int8_int4_close_to_dense(model_path, shared_engine):
 def test_default_follows_the_file(model_path):
     from sgrun.models.loader import stored_quantization
     assert stored_quantization(model_path) == "int4"   # SmolLM2 Q4_1: layer linears are Q4_1
+
+
+def test_cli_flag_reaches_the_engine_options():
+    from sgrun.cli import build_parser
+    assert build_parser().parse_args(["generate", "hi"]).quantization == "auto"
+    assert build_parser().parse_args(["serve", "--quantization", "int8"]).quantization == "int8"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--quantization", "int3"])

@@ -1,0 +1,166 @@
+"""Where a decode step's time goes: torch.profiler over whole engine steps at batch 1 and 32.
+
+    python benchmarks/profile_decode.py [--quantization none,int4] [--batches 1,32] [--threads 2]
+
+For each setting it prints the step's wall time without the profiler, then the profiled
+breakdown: matmuls, attention gathers (page copies), attention math, KV writes, norm / RoPE /
+activation elementwise ops, other tensor ops, sampling, and Python (time inside the step not
+covered by any op). Next to it, the roofline: the bytes one step must read (weights + KV) over
+the memory bandwidth measured here, in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+import sgrun
+
+CATEGORIES = {
+    "matmul": ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
+               "aten::_weight_int4pack_mm_for_cpu"),
+    "attention gather": ("aten::index_select",),
+    "attention math": ("aten::bmm", "aten::_softmax", "aten::softmax", "aten::scaled_dot_product_attention",
+                       "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::masked_fill_"),
+    "KV write": ("aten::index_put_", "aten::_index_put_impl_"),
+    "norm/RoPE/activation": ("aten::rms_norm", "aten::_fused_rms_norm", "aten::mul", "aten::add", "aten::cat",
+                             "aten::neg", "aten::silu", "aten::addcmul", "aten::sub"),
+}
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def bandwidth_gbs(threads: int) -> float:
+    """Read bandwidth: best of 8 sums over a 256 MiB float32 tensor (far larger than cache)."""
+    x = torch.ones(64 << 20, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(8):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best / 1e9
+
+
+def category(name: str) -> str:
+    for cat, names in CATEGORIES.items():
+        if name in names:
+            return cat
+    return "other tensor ops"
+
+
+def weight_bytes(model) -> int:
+    lins = [model.lm_head] + [l for lw in model.layers for l in (lw.qkv, lw.o, lw.gate_up, lw.down)]
+    return sum(l.nbytes() for l in lins)
+
+
+def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps: int = 16) -> dict:
+    prompts = [[rng.randrange(100, 40000) for _ in range(64)] for _ in range(batch)]
+    params = sgrun.SamplingParams(max_new_tokens=steps + 8, temperature=0, ignore_eos=True)
+    engine.generate(prompts, params.replace(max_new_tokens=2))           # warm-up
+    # Unprofiled step time of pure decode steps (the first 2 steps include the prefill).
+    counts = {"n": 0, "t": 0.0, "profile": False}
+    orig_step, orig_forward, orig_sample = engine.step, engine.runner.model.forward, engine._sample_and_append
+
+    def step() -> None:
+        counts["n"] += 1
+        t = time.perf_counter()
+        if counts["profile"] and counts["n"] > 2:
+            with record_function("sgrun::step"):
+                orig_step()
+        else:
+            orig_step()
+        if counts["n"] > 2:
+            counts["t"] += time.perf_counter() - t
+
+    def forward(*a, **k):
+        with record_function("sgrun::model_forward"):
+            return orig_forward(*a, **k)
+
+    def sample(*a, **k):
+        with record_function("sgrun::sampling"):
+            return orig_sample(*a, **k)
+
+    engine.step, engine.runner.model.forward, engine._sample_and_append = step, forward, sample
+    try:
+        engine.generate(prompts, params)
+        plain_ms = counts["t"] / max(1, counts["n"] - 2) * 1e3
+        counts.update(n=0, t=0.0, profile=True)
+        prof = profile(activities=[ProfilerActivity.CPU])
+        engine.run_on_loop(prof.__enter__)
+        engine.generate(prompts, params)
+        engine.run_on_loop(lambda: prof.__exit__(None, None, None))
+    finally:
+        del engine.step, engine.runner.model.forward, engine._sample_and_append
+    return {"plain_ms": plain_ms, "steps": max(1, counts["n"] - 2), "prof": prof}
+
+
+def breakdown(prof, steps: int) -> dict[str, float]:
+    """ms per step by category, from the event tree (self times, so nothing counts twice)."""
+    events = prof.events()
+    out: dict[str, float] = defaultdict(float)
+    region_total = {"sgrun::step": 0.0, "sgrun::model_forward": 0.0, "sgrun::sampling": 0.0}
+    for ev in events:
+        if ev.name in region_total:
+            region_total[ev.name] += ev.cpu_time_total / 1e3
+    for ev in events:
+        if not ev.name.startswith("aten::"):
+            continue
+        parent, regions = ev.cpu_parent, set()
+        top = parent is None or not parent.name.startswith("aten::")
+        while parent is not None:
+            regions.add(parent.name)
+            parent = parent.cpu_parent
+        if "sgrun::step" not in regions:
+            continue
+        if "sgrun::sampling" in regions:
+            out["sampling (ops)"] += ev.self_cpu_time_total / 1e3
+        elif "sgrun::model_forward" in regions:
+            out[category(ev.name)] += ev.self_cpu_time_total / 1e3
+        else:
+            out["engine tensor ops (batch build, masks)"] += ev.self_cpu_time_total / 1e3
+        if top:
+            out["_covered"] += ev.cpu_time_total / 1e3
+    out["Python / dispatch (step time not inside any op)"] = region_total["sgrun::step"] - out.pop("_covered")
+    out["_step_total"] = region_total["sgrun::step"]
+    return {k: v / steps for k, v in out.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quantization", default="none,int4")
+    ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="bfloat16")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    bw = bandwidth_gbs(args.threads)
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, "
+          f"measured read bandwidth {bw:.1f} GB/s, load {load_avg()}")
+    for quant in args.quantization.split(","):
+        engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=quant)
+        cfg = engine.config
+        wbytes = weight_bytes(engine.model)
+        for batch in map(int, args.batches.split(",")):
+            r = profile_setting(engine, batch, random.Random(batch))
+            kv = batch * 80 * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * engine.pool.k[0].element_size()
+            roof = (wbytes + kv) / (bw * 1e9) * 1e3
+            parts = breakdown(r["prof"], r["steps"])
+            total = parts.pop("_step_total")
+            print(f"\n[{quant}, batch {batch}] step {r['plain_ms']:.1f} ms unprofiled, {total:.1f} ms profiled; "
+                  f"roofline {roof:.1f} ms ({wbytes / 1e6:.0f} MB weights + {kv / 1e6:.1f} MB KV at {bw:.1f} GB/s)"
+                  f"  (load {load_avg()})")
+            for name, ms in sorted(parts.items(), key=lambda kv_: -kv_[1]):
+                print(f"  {name:<50} {ms:7.2f} ms  {100 * ms / total:5.1f}%")
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()
