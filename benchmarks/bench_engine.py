@@ -225,7 +225,7 @@ def main() -> None:
     hf = hf_model(dense_folder(gguf)) if set(parts) & {"decode", "ttft", "throughput"} else None
     llm = llama_cpp_model(gguf, args.threads) if set(parts) & {"decode", "ttft"} else None
     engines = {q: sgrun.Engine(str(gguf), dtype="bfloat16", num_threads=args.threads, quantization=q, memory_gb=0.5)
-               for q in args.quantization.split(",")}
+               for q in args.quantization.split(",")} if "decode" in parts else {}
     main_engine = sgrun.Engine(str(gguf), dtype="bfloat16", num_threads=args.threads)  # the default: follows the file
     print(f"default engine quantization: {main_engine.quantization}")
     rng = random.Random(0)

@@ -67,7 +67,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps:
     engine.generate(prompts, params.replace(max_new_tokens=2))           # warm-up
     # Unprofiled step time of pure decode steps (the first 2 steps include the prefill).
     counts = {"n": 0, "t": 0.0, "profile": False}
-    orig_step, orig_forward, orig_sample = engine.step, engine.runner.model.forward, engine._sample_and_append
+    orig_step, orig_forward, orig_sample = engine.step, engine.runner.model.forward, engine.runner.sample
 
     def step() -> None:
         counts["n"] += 1
@@ -88,7 +88,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps:
         with record_function("sgrun::sampling"):
             return orig_sample(*a, **k)
 
-    engine.step, engine.runner.model.forward, engine._sample_and_append = step, forward, sample
+    engine.step, engine.runner.model.forward, engine.runner.sample = step, forward, sample
     try:
         engine.generate(prompts, params)
         plain_ms = counts["t"] / max(1, counts["n"] - 2) * 1e3
@@ -98,7 +98,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps:
         engine.generate(prompts, params)
         engine.run_on_loop(lambda: prof.__exit__(None, None, None))
     finally:
-        del engine.step, engine.runner.model.forward, engine._sample_and_append
+        del engine.step, engine.runner.model.forward, engine.runner.sample  # back to the class methods
     return {"plain_ms": plain_ms, "steps": max(1, counts["n"] - 2), "prof": prof}
 
 
