@@ -60,6 +60,10 @@ class IncrementalDetokenizer:
         self.text = self.text[:best[0]]
         return best[1]
 
+    def pass_stop_search(self) -> None:
+        """Treat the text so far as searched (min_new_tokens: stop strings in it do not count)."""
+        self.searched = len(self.text)
+
     def take_delta(self, final: bool) -> str:
         end = len(self.text)
         if not final and self.stop:

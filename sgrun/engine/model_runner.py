@@ -13,7 +13,7 @@ engine may retry them on part of a batch when one request's inputs make them fai
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -80,7 +80,8 @@ class SamplingInputs:
     outputs: list[list[int]]
     bitmask: torch.Tensor | None     # [B, words] int32 (pinned on CUDA), constrained rows filled
     constrained: list[int]
-    ignore_eos_rows: list[int]
+    ignore_eos_rows: list[int]       # rows whose EOS is banned (ignore_eos, or short of min_new_tokens)
+    banned: list[tuple[int, int]] = field(default_factory=list)   # (row, stop id) short of min_new_tokens
 
 
 @dataclass
@@ -255,9 +256,12 @@ class ModelRunner:
                      or s.params.presence_penalty != 0.0 for s in seqs]
         prompts = [s.tokens[:s.prompt_len] if p else [] for s, p in zip(seqs, penalised)]
         outputs = [list(s.output_ids) if p else [] for s, p in zip(seqs, penalised)]
+        # min_new_tokens: nothing may end an unconstrained sequence before it (EOS and stop ids banned).
+        early = [s.matcher is None and s.num_output < s.params.min_new_tokens for s in seqs]
         return SamplingInputs(seqs, [s.params for s in seqs], [s.sample_seed for s in seqs],
                               [s.num_output for s in seqs], prompts, outputs, bitmask, constrained,
-                              [i for i, s in enumerate(seqs) if s.params.ignore_eos and s.matcher is None])
+                              [i for i, s in enumerate(seqs) if (s.params.ignore_eos and s.matcher is None) or early[i]],
+                              [(i, t) for i, s in enumerate(seqs) if early[i] for t in s.params.stop_token_ids])
 
     def run_sampling(self, si: SamplingInputs, rows: torch.Tensor) -> SampleOutput:
         """Device half: bias, penalties, mask (the Triton bitmask kernel when the Triton
@@ -279,6 +283,8 @@ class ModelRunner:
             r = _to_device([i for i in si.ignore_eos_rows for _ in self.eos_token_ids], dev)
             c = _to_device(self.eos_token_ids * len(si.ignore_eos_rows), dev)
             rows[r, c] = float("-inf")
+        if si.banned:
+            rows[_to_device([i for i, _ in si.banned], dev), _to_device([t for _, t in si.banned], dev)] = float("-inf")
         tokens = sample_tokens(rows, params, si.seeds, si.steps)
         if dev.type == "cuda":
             host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)

@@ -9,6 +9,7 @@ path: their log-probabilities are appended, and they finish once every token is 
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Callable
 
@@ -18,6 +19,9 @@ from sgrun.engine.outputs import StreamEvent, TokenLogprob
 from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
 from sgrun.models.tokenizer import Tokenizer
+
+
+STOP_REGEX_WINDOW = 512   # characters of output text a stop_regex is searched in
 
 
 class Postprocessor:
@@ -65,8 +69,12 @@ class Postprocessor:
                     finish = "stop"
             if not rebuilt:
                 seq.detok.update(seq.output_ids)
-            if finish is None and (stop := seq.detok.find_stop()) is not None:
+            if seq.num_output < p.min_new_tokens:
+                seq.detok.pass_stop_search()   # stop strings before min_new_tokens do not count
+            elif finish is None and (stop := seq.detok.find_stop()) is not None:
                 finish, seq.matched_stop = "stop", stop
+            elif finish is None and p.stop_regex and (pattern := self._stop_regex(seq)) is not None:
+                finish, seq.matched_stop = "stop", pattern
             if finish is None and (seq.num_output >= p.max_new_tokens or len(seq.tokens) >= self.max_context):
                 finish = "length"
             if finish is not None:
@@ -97,14 +105,26 @@ class Postprocessor:
         """Advance the constraint over `token`; "stop" if the token ends the sequence."""
         if seq.matcher is not None and not seq.matcher.advance(token):
             raise RuntimeError(f"constraint rejected sampled token {token}")
-        if token in self._eos and not seq.params.ignore_eos:
+        # Before min_new_tokens, EOS / stop ids are masked; a verified draft may still hold one.
+        early = seq.num_output < seq.params.min_new_tokens
+        if token in self._eos and not seq.params.ignore_eos and not early:
             seq.matched_stop = token
             return "stop"
-        if token in seq.params.stop_token_ids:
+        if token in seq.params.stop_token_ids and not early:
             seq.matched_stop = token
             return "stop"
         if seq.matcher is not None and seq.matcher.is_terminated():
             return "stop"
+        return None
+
+    def _stop_regex(self, seq: Sequence) -> str | None:
+        """The first stop_regex found in the output's tail (SGLang keeps the matched text in the
+        output and reports the pattern as what matched). The window bounds the work per token;
+        a match found here ends within it, since every earlier step searched already."""
+        tail = seq.detok.text[-STOP_REGEX_WINDOW:]
+        for pattern in seq.params.stop_regex:
+            if re.search(pattern, tail):
+                return pattern
         return None
 
     def _jump_forward(self, seq: Sequence, out: SampledTokens, new_tokens: list[int],
