@@ -68,7 +68,7 @@ def test_quick_programs_on_sgrun_backends(request, backend_name, program):
 
 
 def test_quick_programs_on_sglangs_own_client(server):
-    programs = ["role_methods", "select", "error_reporting"]
+    programs = ["role_methods", "error_reporting", "select"]   # select runs after the failed program
     results = run_sglang_client(server.url, programs)
     # SmolLM2's template is ChatML; SGLang's client chooses its template from model_path alone.
     assert results["_chat_template"] == "chatml"

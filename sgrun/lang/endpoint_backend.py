@@ -20,10 +20,19 @@ _DEFAULTS = SamplingParams()
 
 
 class RuntimeEndpoint(Backend):
-    def __init__(self, url: str, api_key: str | None = None, timeout: float | None = 600.0,
-                 max_connections: int = 256):
+    def __init__(self, url: str | None = None, api_key: str | None = None, timeout: float | None = 600.0,
+                 max_connections: int = 256, *, base_url: str | None = None, verify: Any = None,
+                 chat_template_name: str | None = None):
+        """`url` is SGLang's `base_url` (either name works). `verify` and `chat_template_name` are
+        accepted for SGLang programs: the connection is plain HTTP to loopback or a trusted host,
+        and programs always use the chat template the server's model really has."""
+        url = url if url is not None else base_url
+        if not url:
+            raise TypeError("RuntimeEndpoint needs the server's URL, e.g. RuntimeEndpoint('http://127.0.0.1:30000')")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
+        self.base_url = self.url
+        self.chat_template_name = chat_template_name
         self._client = httpx.Client(
             base_url=self.url, headers=headers,
             timeout=httpx.Timeout(timeout, connect=30.0),
@@ -40,6 +49,9 @@ class RuntimeEndpoint(Backend):
                 self._model_info = self._request("GET", "/model_info")
                 self._template = _template_from_info(self._model_info)
             return self._model_info
+
+    def get_model_name(self) -> str:
+        return str(self.model_info.get("model_path") or self.model_info.get("model_name"))
 
     @property
     def chat_template(self) -> ChatTemplate | None:

@@ -96,6 +96,17 @@ class Runtime(Backend):
         return {"model_path": getattr(self.engine, "model_path", None), "max_context": self.engine.max_context,
                 "backend": "sgrun.Runtime"}
 
+    # SGLang's Runtime wraps an endpoint; programs reach it as `runtime.endpoint`.
+    @property
+    def endpoint(self) -> "Runtime":
+        return self
+
+    def get_model_name(self) -> str:
+        return str(getattr(self.engine, "model_name", ""))
+
+    def get_tokenizer(self) -> Any:
+        return self.engine.tokenizer
+
     def close(self) -> None:
         if self._owns_engine:
             self._finalizer()
