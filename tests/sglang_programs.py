@@ -208,16 +208,21 @@ def check_logprobs(sgl: Any, backend: Any) -> None:
 
 def check_min_tokens_and_stop_regex(sgl: Any, backend: Any) -> None:
     @sgl.function
-    def bounded(s):
-        s += sgl.user("Say hi.")
-        s += sgl.assistant(sgl.gen("long", min_tokens=24, max_tokens=32))
+    def answer(s, min_tokens):
+        s += sgl.user("Answer with one word: what colour is the sky?")
+        s += sgl.assistant(sgl.gen("a", min_tokens=min_tokens, max_tokens=32))
+
+    @sgl.function
+    def count(s):
         s += "Count: 1, 2, 3," + sgl.gen("count", max_tokens=40, stop_regex=r"\b7\b")
 
-    state = bounded.run(temperature=0, backend=backend)
-    assert state.get_meta_info("long")["completion_tokens"] >= 24
-    count = state.get_meta_info("count")
-    if count["finish_reason"]["type"] == "stop":
-        assert re.search(r"\b7\b", state["count"])
+    plain = answer.run(min_tokens=0, temperature=0, backend=backend).get_meta_info("a")
+    longer = answer.run(min_tokens=16, temperature=0, backend=backend).get_meta_info("a")
+    assert plain["completion_tokens"] < 16 <= longer["completion_tokens"]
+    state = count.run(temperature=0, backend=backend)
+    meta = state.get_meta_info("count")
+    assert meta["finish_reason"]["type"] == "stop" and meta["completion_tokens"] < 40
+    assert re.search(r"\b7\b", state["count"]) and state["count"].rstrip().endswith("7")   # the match is kept
 
 
 def check_max_tokens_zero(sgl: Any, backend: Any) -> None:
