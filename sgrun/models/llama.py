@@ -95,6 +95,9 @@ class LlamaModel:
         emb = torch.cat([freqs, freqs], dim=-1)
         self.cos = emb.cos().to(device=dev, dtype=dtype)
         self.sin = emb.sin().to(device=dev, dtype=dtype)
+        # Tensor parallelism sets this to an in-place all-reduce: a shard's o and down projections
+        # are row-parallel, so each yields a partial sum (sgrun/models/tensor_parallel.py).
+        self.all_reduce = None
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         # One fused op; for bf16 input it accumulates in float32 internally, as the reference
@@ -124,9 +127,11 @@ class LlamaModel:
             qk = self._rotate(qk.view(T, H + KV, D), cos, sin)  # q and k heads rotated together
             q, k = qk.split([H, KV], dim=1)
             o = attn.forward(li, q, k, v.view(T, KV, D))
-            h = h + lw.o(o.reshape(T, H * D))
+            attn_out = lw.o(o.reshape(T, H * D))
+            h = h + (self.all_reduce(attn_out) if self.all_reduce else attn_out)
             x = self.rms_norm(h, lw.mlp_norm)
             gate, up = lw.gate_up(x).chunk(2, dim=-1)
-            h = h + lw.down(F.silu(gate) * up)
+            mlp_out = lw.down(F.silu(gate) * up)
+            h = h + (self.all_reduce(mlp_out) if self.all_reduce else mlp_out)
         h = self.rms_norm(h[logit_rows], self.final_norm)
         return self.lm_head(h).float()

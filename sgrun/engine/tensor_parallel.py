@@ -1,0 +1,296 @@
+"""Tensor parallelism on torch.distributed: rank 0 is the engine, ranks 1..N-1 are worker
+processes that only run the forward pass over their shard of the model and of the paged pool.
+
+Rank 0 owns everything stateful (scheduler, radix cache, constraints, sampling). Each step it
+broadcasts the batch (token ids, positions, where the new K/V go, each request's page table) to
+the workers; every rank then runs its shard's layers, all-reducing after each row-parallel
+projection, so every rank ends the step with the same hidden states; only rank 0 computes logits.
+Page ids mean the same thing on every rank (same page count and page size), so the workers keep
+no cache bookkeeping of their own.
+
+Backends: gloo on CPU, NCCL on CUDA. A rank that dies or stops answering makes the next
+collective fail (gloo notices a closed peer at once; a silent one after `timeout` seconds), and
+rank 0 turns that into a TensorParallelFailure naming the rank: the engine then stops with that
+error instead of hanging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import multiprocessing as mp
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from sgrun.errors import SgrunError
+from sgrun.models.llama import LlamaModel
+from sgrun.models.tensor_parallel import ShardPlan, plan_shard, shard_weights
+
+
+class TensorParallelFailure(SgrunError, RuntimeError):
+    """A tensor-parallel rank died or stopped answering; the engine cannot go on."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    model_path: str
+    dtype: torch.dtype
+    rank: int
+    world: int
+    init_method: str                          # tcp://host:port, or env:// under torchrun
+    num_threads: int
+    timeout_s: float
+    backend: str
+    device: str
+
+
+@dataclass
+class StepMessage:
+    """One forward pass, as every rank needs it (tensors on the CPU; workers move them)."""
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    write_pages: torch.Tensor
+    write_offsets: torch.Tensor
+    segments: list[Any]
+
+
+def _all_reduce(t: torch.Tensor) -> torch.Tensor:
+    dist.all_reduce(t)
+    return t
+
+
+def build_shard(cfg, weights: dict[str, torch.Tensor], rank: int, world: int,
+                dtype: torch.dtype) -> tuple[LlamaModel, ShardPlan]:
+    plan = plan_shard(cfg, rank, world)
+    model = LlamaModel(plan.local_config(cfg), shard_weights(cfg, weights, plan), dtype)
+    model.all_reduce = _all_reduce
+    return model, plan
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+        with contextlib.suppress(Exception):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
+def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
+    """Ranks 1..N-1: load and shard the model, join the group, take the pool's shape from rank 0,
+    then run forwards until rank 0 says stop. `ready` (spawned workers only) tells rank 0 that
+    loading worked, or why it did not."""
+    _die_with_parent()
+    try:
+        from sgrun.engine.attention_backend import make_attention_backend
+        from sgrun.engine.page_pool import PagePool
+        from sgrun.models.loader import load_model_files
+
+        torch.set_num_threads(spec.num_threads)
+        loaded = load_model_files(spec.model_path, torch.float32)
+        model, plan = build_shard(loaded.config, loaded.weights, spec.rank, spec.world, spec.dtype)
+        del loaded
+    except BaseException as exc:  # noqa: BLE001 - reported to rank 0, which raises it
+        if ready is None:
+            raise
+        ready.put((spec.rank, f"{type(exc).__name__}: {exc}"))
+        return
+    if ready is not None:
+        ready.put((spec.rank, None))
+    dist.init_process_group(spec.backend, init_method=spec.init_method, rank=spec.rank, world_size=spec.world,
+                            timeout=datetime.timedelta(seconds=spec.timeout_s))
+    empty = torch.empty(0, dtype=torch.long)
+    try:
+        box: list[Any] = [None]
+        dist.broadcast_object_list(box, src=0)
+        num_pages, page_size = box[0]
+        cfg = model.cfg
+        pool = PagePool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim, spec.dtype,
+                        device=spec.device)
+        attn = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+        while True:
+            box = [None]
+            dist.broadcast_object_list(box, src=0)
+            msg: StepMessage | None = box[0]
+            if msg is None:
+                break
+            attn.prepare(msg.write_pages, msg.write_offsets, msg.segments)
+            model.forward(msg.input_ids, msg.positions, attn, empty)
+    except Exception:  # noqa: BLE001 - rank 0 went away: nothing left to serve
+        pass
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def torchrun_spec(model_path: str, dtype: torch.dtype, world: int, num_threads: int | None = None,
+                  timeout_s: float = 60.0) -> WorkerSpec | None:
+    """This process's worker spec when it was started by torchrun as a rank other than 0, else
+    None. RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT come from torchrun."""
+    if "RANK" not in os.environ or int(os.environ["RANK"]) == 0:
+        return None
+    if int(os.environ.get("WORLD_SIZE", "1")) != world:
+        raise SgrunError(f"--tp {world} does not match torchrun's WORLD_SIZE={os.environ.get('WORLD_SIZE')}")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = torch.cuda.is_available()
+    return WorkerSpec(model_path, dtype, int(os.environ["RANK"]), world, "env://",
+                      num_threads or max(1, os.cpu_count() or 1), timeout_s,
+                      "nccl" if cuda else "gloo", f"cuda:{local}" if cuda else "cpu")
+
+
+class TensorParallelGroup:
+    """Rank 0's side: starts the workers, joins the process group, broadcasts steps."""
+
+    def __init__(self, model_path: str, dtype: torch.dtype, world: int, num_pages: int, page_size: int,
+                 num_threads: int | None = None, timeout_s: float = 60.0, device: str = "cpu",
+                 start_timeout_s: float = 600.0):
+        """Spawns ranks 1..world-1 on this machine, or, under torchrun (RANK=0 in the
+        environment), joins the group torchrun set up with workers started elsewhere."""
+        if dist.is_initialized():
+            raise SgrunError("a tensor-parallel engine is already running in this process; close it first")
+        self.world = world
+        self.timeout_s = timeout_s
+        self.procs: list[Any] = []
+        self.closed = False
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
+            if int(os.environ.get("WORLD_SIZE", "1")) != world:
+                raise SgrunError(f"tp={world} does not match torchrun's WORLD_SIZE={os.environ.get('WORLD_SIZE')}")
+            dist.init_process_group(backend, init_method="env://", rank=0, world_size=world, timeout=timeout)
+        else:
+            init_method = f"tcp://127.0.0.1:{_free_port()}"
+            threads = num_threads or max(1, (os.cpu_count() or 1) // world)
+            ctx = mp.get_context("spawn")
+            ready = ctx.Queue()
+            for rank in range(1, world):
+                spec = WorkerSpec(model_path, dtype, rank, world, init_method, threads, timeout_s, backend,
+                                  f"cuda:{rank}" if backend == "nccl" else device)
+                p = ctx.Process(target=worker_main, args=(spec, ready), name=f"sgrun-tp-rank{rank}", daemon=True)
+                p.start()
+                self.procs.append(p)
+            try:
+                self._wait_ready(ready, start_timeout_s)
+                dist.init_process_group(backend, init_method=init_method, rank=0, world_size=world, timeout=timeout)
+            except BaseException:
+                self._kill()
+                raise
+        try:
+            dist.broadcast_object_list([(num_pages, page_size)], src=0)
+        except Exception as exc:  # noqa: BLE001
+            self._kill()
+            raise TensorParallelFailure(self.describe(cause=exc)) from exc
+
+    def _wait_ready(self, ready: Any, timeout_s: float) -> None:
+        pending = set(range(1, self.world))
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            try:
+                rank, error = ready.get(timeout=0.5)
+            except Exception:  # noqa: BLE001 - queue.Empty: check the workers are still alive
+                dead = self.dead_ranks()
+                if dead:
+                    raise TensorParallelFailure(self.describe(dead)) from None
+                if time.monotonic() > deadline:
+                    raise TensorParallelFailure(f"tensor-parallel ranks {sorted(pending)} did not load the model "
+                                                f"within {timeout_s:.0f} s") from None
+                continue
+            if error is not None:
+                raise TensorParallelFailure(f"tensor-parallel rank {rank} could not start: {error}")
+            pending.discard(rank)
+
+    def dead_ranks(self) -> list[tuple[int, int | None]]:
+        return [(i + 1, p.exitcode) for i, p in enumerate(self.procs) if not p.is_alive()]
+
+    def describe(self, dead: list[tuple[int, int | None]] | None = None, cause: BaseException | None = None) -> str:
+        dead = self.dead_ranks() if dead is None else dead
+        if dead:
+            rank, code = dead[0]
+            return (f"tensor-parallel rank {rank} exited (code {code}); the engine has stopped: "
+                    "restart it (see that rank's log for why it died)")
+        why = f" ({type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''})" if cause else ""
+        return (f"a tensor-parallel collective failed or timed out (timeout {self.timeout_s:.0f} s){why}; the "
+                "engine has stopped: restart it")
+
+    def broadcast_step(self, msg: StepMessage) -> None:
+        try:
+            dist.broadcast_object_list([msg], src=0)
+        except Exception as exc:  # noqa: BLE001 - any collective failure ends the engine
+            raise TensorParallelFailure(self.describe(cause=exc)) from exc
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if not self.dead_ranks():
+            with contextlib.suppress(Exception):
+                dist.broadcast_object_list([None], src=0)
+        for p in self.procs:
+            p.join(timeout=10)
+        self._kill()
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+    def _kill(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+
+
+class RecordingAttention:
+    """Wraps rank 0's attention backend to keep what `prepare` was given, so the same batch
+    metadata can be broadcast to the other ranks."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.last: tuple[torch.Tensor, torch.Tensor, list[Any]] | None = None
+
+    def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Any]) -> None:
+        self.last = (write_pages, write_offsets, segments)
+        self.inner.prepare(write_pages, write_offsets, segments)
+
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return self.inner.forward(layer, q, k, v)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class TensorParallelModel:
+    """Rank 0's model: broadcasts each step to the workers, then runs its own shard. Same
+    forward signature as LlamaModel, so the model runner does not know the difference."""
+
+    def __init__(self, shard: LlamaModel, group: TensorParallelGroup):
+        self.shard, self.group = shard, group
+        self.cfg = shard.cfg                   # the LOCAL config: heads and KV heads of rank 0's shard
+        self.dtype = shard.dtype
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: RecordingAttention,
+                logit_rows: torch.Tensor) -> torch.Tensor:
+        assert attn.last is not None, "prepare() must run before forward()"
+        pages, offsets, segments = attn.last
+        self.group.broadcast_step(StepMessage(input_ids.cpu(), positions.cpu(), pages.cpu(), offsets.cpu(), segments))
+        try:
+            return self.shard.forward(input_ids, positions, attn, logit_rows)
+        except Exception as exc:
+            # A collective inside the layers failed (a rank died or timed out): fatal. Any other
+            # error is the model's own and goes up unchanged.
+            if isinstance(exc, getattr(dist, "DistError", ())) or self.group.dead_ranks():
+                raise TensorParallelFailure(self.group.describe(cause=exc)) from exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shard, name)
