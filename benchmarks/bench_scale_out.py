@@ -1,0 +1,162 @@
+"""Data parallelism on one machine: prefix-cache hit rate and throughput of an agent workload
+through `sgrun serve --dp N`, for the cache-aware router against round-robin and one replica.
+
+Workload: 8 agents, each with its own ~1,500-token system prompt, 4 turns each (every turn
+re-sends the whole conversation, as agents do). The agents run interleaved: a pool of
+--concurrency clients takes whichever agent is ready next, in a seeded random order.
+
+Each replica's KV pool is --replica-tokens tokens (default 8,000: room for about 4 of the 8
+prefixes plus working space), so where the requests land decides what stays cached. DP=1 gets
+twice that, the same total cache as two replicas.
+
+    python benchmarks/bench_scale_out.py                 # all three configurations
+    python benchmarks/bench_scale_out.py --json out.json
+
+Hit rate = sum of usage.prompt_tokens_details.cached_tokens / sum of prompt_tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+import httpx
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from sgrun.server.replicas import free_port  # noqa: E402
+
+MODEL = "SmolLM2-135M-Instruct"
+WORDS = ("cargo manifest vessel harbour customs invoice pallet freight route tariff container crane berth "
+         "schedule inspection warehouse dock ledger shipment courier").split()
+KV_BYTES_PER_TOKEN_F32 = 30 * 2 * 3 * 64 * 4          # SmolLM2-135M: layers x (K,V) x kv_heads x head_dim x 4 B
+
+
+def system_prompt(agent: int, words: int) -> str:
+    rng = random.Random(1000 + agent)
+    body = " ".join(rng.choice(WORDS) for _ in range(words))
+    return f"You are agent {agent}. Your standing instructions follow. {body}"
+
+
+async def run_workload(base: str, agents: int, turns: int, concurrency: int, prefix_words: int,
+                       max_tokens: int, seed: int) -> dict:
+    convs = {a: [{"role": "system", "content": system_prompt(a, prefix_words)}] for a in range(agents)}
+    ready: asyncio.Queue[int] = asyncio.Queue()
+    order = list(range(agents))
+    random.Random(seed).shuffle(order)
+    for a in order:
+        ready.put_nowait(a)
+    done_turns = {a: 0 for a in range(agents)}
+    totals = {"prompt": 0, "cached": 0, "completion": 0, "requests": 0, "failed": 0}
+    rng = random.Random(seed + 1)
+
+    async def client_loop(client: httpx.AsyncClient) -> None:
+        while True:
+            if all(t == turns for t in done_turns.values()):
+                return
+            try:
+                a = await asyncio.wait_for(ready.get(), timeout=0.2)
+            except asyncio.TimeoutError:
+                continue
+            convs[a].append({"role": "user", "content": f"Turn {done_turns[a] + 1}: what is the next step for "
+                                                          f"the {rng.choice(WORDS)}?"})
+            resp = await client.post(f"{base}/v1/chat/completions", json={
+                "model": MODEL, "messages": convs[a], "max_tokens": max_tokens, "temperature": 0})
+            totals["requests"] += 1
+            if resp.status_code != 200:
+                totals["failed"] += 1
+                convs[a].append({"role": "assistant", "content": "(error)"})
+            else:
+                body = resp.json()
+                usage = body["usage"]
+                totals["prompt"] += usage["prompt_tokens"]
+                totals["cached"] += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                totals["completion"] += usage["completion_tokens"]
+                convs[a].append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
+            done_turns[a] += 1
+            if done_turns[a] < turns:
+                ready.put_nowait(a)
+
+    start = time.monotonic()
+    async with httpx.AsyncClient(timeout=600) as client:
+        await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
+    wall = time.monotonic() - start
+    return {**totals, "wall_s": wall, "hit_rate": totals["cached"] / max(1, totals["prompt"]),
+            "output_tok_s": totals["completion"] / wall}
+
+
+def start_server(dp: int, threads: int, policy: str, replica_tokens: int, log_path: str) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    memory_gb = replica_tokens * KV_BYTES_PER_TOKEN_F32 / 2**30
+    cmd = [sys.executable, "-m", "sgrun.cli", "serve", "--port", str(port), "--dtype", "float32",
+           "--num-threads", str(threads), "--memory-gb", f"{memory_gb:.4f}", "--log-level", "warning"]
+    if dp > 1:
+        cmd += ["--dp", str(dp), "--router-policy", policy]
+    proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited; see {log_path}")
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                if dp == 1 or all(r["healthy"] for r in httpx.get(f"{url}/health").json()["replicas"]):
+                    return proc, url
+        except (httpx.HTTPError, KeyError, ValueError):
+            pass
+        time.sleep(0.5)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--agents", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--prefix-words", type=int, default=1400, help="system prompt length (~1,500 tokens)")
+    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--replica-tokens", type=int, default=8000, help="KV pool of each DP replica, in tokens")
+    ap.add_argument("--threads", type=int, default=2, help="threads in all (DP=2 gives each replica half)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--configs", default="dp1,dp2-cache_aware,dp2-round_robin")
+    ap.add_argument("--json", dest="json_out", default=None)
+    args = ap.parse_args()
+
+    results = {}
+    for name in args.configs.split(","):
+        dp = int(name[2])
+        policy = name.split("-", 1)[1] if "-" in name else "cache_aware"
+        tokens = args.replica_tokens * (2 if dp == 1 else 1)
+        load_before = os.getloadavg()[0]
+        proc, url = start_server(dp, args.threads, policy, tokens, f"/tmp/bench_scale_out_{name}.log")
+        try:
+            r = asyncio.run(run_workload(url, args.agents, args.turns, args.concurrency, args.prefix_words,
+                                         args.max_tokens, args.seed))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        r["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+        results[name] = r
+        print(f"{name:18s} hit rate {r['hit_rate']:.3f}  output {r['output_tok_s']:6.2f} tok/s  "
+              f"wall {r['wall_s']:6.1f} s  requests {r['requests']} failed {r['failed']}  load {r['load']}",
+              flush=True)
+    ca, rr, one = (results.get(k) for k in ("dp2-cache_aware", "dp2-round_robin", "dp1"))
+    if ca and one:
+        print(f"cache-aware DP=2 hit rate / DP=1: {ca['hit_rate'] / max(one['hit_rate'], 1e-9):.2f}x (target >= 0.9x)")
+        print(f"DP=2 x {args.threads // 2} thread vs DP=1 x {args.threads} threads, output tok/s: "
+              f"{ca['output_tok_s'] / max(one['output_tok_s'], 1e-9):.2f}x")
+    if ca and rr:
+        print(f"cache-aware / round-robin hit rate: {ca['hit_rate'] / max(rr['hit_rate'], 1e-9):.2f}x (target >= 2x)")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
