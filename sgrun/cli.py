@@ -10,6 +10,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a local .gguf file or model folder (default: SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has native bf16), float32, bfloat16")
     p.add_argument("--num-threads", type=int, default=None, help="torch compute threads (default: all cores)")
+    p.add_argument("--tp", type=int, default=1, help="tensor parallelism: shard the model over N processes")
     p.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "int4"],
                    help="weights in memory: auto follows the file (Q4 GGUF -> int4, Q8 -> int8, f16/f32 -> none); "
                         "int8/int4 also quantize dense models at load")
@@ -22,7 +23,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from sgrun.engine.device import device_kwargs
     with sgrun.Engine(args.model, dtype=args.dtype, num_threads=args.num_threads,
-                      quantization=args.quantization, **device_kwargs(args)) as engine:
+                      quantization=args.quantization, tp=args.tp, **device_kwargs(args)) as engine:
         prompt = args.prompt
         if args.chat:
             messages = ([{"role": "system", "content": args.system}] if args.system else [])

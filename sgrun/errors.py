@@ -21,3 +21,8 @@ class InvalidRequestError(SgrunError, ValueError):
 
 class ConstraintError(SgrunError, ValueError):
     """A constraint (schema, regex, grammar, choices) cannot be compiled or enforced."""
+
+
+class EngineFatalError(SgrunError, RuntimeError):
+    """The engine cannot go on (e.g. a tensor-parallel rank died): every request in flight ends
+    with this error and the engine stops, instead of retrying or hanging."""

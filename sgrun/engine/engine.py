@@ -35,7 +35,7 @@ from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scheduler import Scheduler
 from sgrun.engine.scoring import ScoringSequence, scored_token_ids
 from sgrun.engine.sequence import CompiledConstraint, Sequence
-from sgrun.errors import InvalidRequestError
+from sgrun.errors import EngineFatalError, InvalidRequestError
 from sgrun.engine.attention_backend import default_backend
 from sgrun.engine.device import plan_pool, resolve_device, wants_cuda_graphs
 from sgrun.engine.overlap import OverlapScheduler
@@ -65,24 +65,40 @@ class Engine:
                  enable_prefix_cache: bool = True, cache_fraction: float | None = None,
                  max_context: int | None = None, debug_checks: bool = False, quantization: str = "auto",
                  device: str = "auto", attention_backend: str | None = None, mem_fraction: float | None = None,
-                 cuda_graph: bool | None = None, overlap: bool | None = None):
+                 cuda_graph: bool | None = None, overlap: bool | None = None, tp: int = 1, tp_timeout: float = 60.0):
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise InvalidRequestError(f"tp must be a whole number >= 1, got {tp!r}", field="tp")
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
         backend = attention_backend or default_backend(self.device)
-        use_graphs = wants_cuda_graphs(cuda_graph, self.device, backend)
+        use_graphs = wants_cuda_graphs(cuda_graph, self.device, backend) and tp == 1
         if self.device.type != "cpu" and quantization == "auto":
             quantization = "none"   # the int8/int4 linears are CPU kernels; GPUs run the dense dtype
-        self.model, self.tokenizer, self.model_path = load_model(model, self.dtype, quantization, self.device)
+        self.tp = tp
+        self.tp_group = None
+        if tp == 1:
+            self.model, self.tokenizer, self.model_path = load_model(model, self.dtype, quantization, self.device)
+            self.config = cfg = self.model.cfg
+        else:   # rank 0's shard; the pool below holds only its KV heads (tensor_parallel.py)
+            from sgrun.engine.tensor_parallel import load_rank0_shard
+            self.model, self.config, self.tokenizer, self.model_path, _ = load_rank0_shard(
+                model, self.dtype, quantization, tp, self.device)
+            cfg = self.config
         self.quantization = self.model.quantization
-        self.config = cfg = self.model.cfg
         self.model_name = cfg.name
-        per_page = PagePool.bytes_per_page(cfg.num_layers, page_size, cfg.num_kv_heads, cfg.head_dim, self.dtype)
+        kv_heads = self.model.cfg.num_kv_heads          # this rank's (all of them without tp)
+        per_page = PagePool.bytes_per_page(cfg.num_layers, page_size, kv_heads, cfg.head_dim, self.dtype)
         max_pages, self.pool_budget = plan_pool(self.model, self.device, page_size, per_page, max_pages, memory_gb,
                                                 mem_fraction, max_batch_tokens, backend, DEFAULT_KV_MEMORY_GB)
-        self.pool = PagePool(cfg.num_layers, max_pages, page_size, cfg.num_kv_heads, cfg.head_dim, self.dtype,
+        self.pool = PagePool(cfg.num_layers, max_pages, page_size, kv_heads, cfg.head_dim, self.dtype,
                              self.device)
+        if tp > 1:
+            from sgrun.engine.tensor_parallel import TensorParallelGroup, TensorParallelModel
+            self.tp_group = TensorParallelGroup(self.model_path, self.dtype, self.quantization, tp, max_pages,
+                                                page_size, num_threads, tp_timeout, device=str(self.device))
+            self.model = TensorParallelModel(self.model, self.tp_group)
         cap = int(max_pages * cache_fraction) if cache_fraction is not None else None
         self.cache = RadixCache(self.pool, cap) if enable_prefix_cache else None
         self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens)
@@ -103,6 +119,7 @@ class Engine:
         self._handles: dict[str, RequestHandle] = {}
         self._stopping = False
         self._closed = False
+        self.stopped_reason: str | None = None   # why the engine stopped on its own (EngineFatalError)
         self._thread = threading.Thread(target=self._loop, name="sgrun-engine", daemon=True)
         self._thread.start()
         _LIVE_ENGINES.add(self)
@@ -122,7 +139,8 @@ class Engine:
     def submit(self, prompt: str | list[int], params: SamplingParams | None = None,
                request_id: str | None = None, constraint: CompiledConstraint | None = None) -> RequestHandle:
         if self._closed:
-            raise RuntimeError("engine is closed")
+            raise RuntimeError(f"engine has stopped: {self.stopped_reason}" if self.stopped_reason
+                               else "engine is closed")
         params = (params or SamplingParams())
         if isinstance(params, dict):
             params = SamplingParams.from_dict(params)
@@ -223,7 +241,7 @@ class Engine:
             "cache_hit_rate": sched.cached_tokens_total / prompt_total if prompt_total else 0.0,
             "forward_calls": self.runner.forward_calls,
             "tokens_computed": self.runner.tokens_computed, "preemptions": sched.num_preemptions,
-            "steps": self.num_steps,
+            "steps": self.num_steps, "tp": self.tp,
             **{f"aborted_{cause}": self.aborted[cause] for cause in ABORT_CAUSES},
         }
 
@@ -264,6 +282,11 @@ class Engine:
         self._stopping = True
         self._wake.set()
         self._thread.join(timeout=30)
+        self._close_tensor_parallel()
+
+    def _close_tensor_parallel(self) -> None:
+        if self.tp_group is not None:
+            self.tp_group.close()
 
     def __enter__(self) -> "Engine":
         return self
@@ -308,6 +331,13 @@ class Engine:
                 continue
             try:
                 self.step()
+            except EngineFatalError as exc:   # e.g. a tensor-parallel rank died: stop, never hang
+                log.error("engine stopped: %s", exc)
+                self.stopped_reason = str(exc)
+                self._closed = True
+                self._abort_all(str(exc))
+                self._close_tensor_parallel()
+                return
             except Exception as exc:  # noqa: BLE001 - a bug outside the isolated stages: end all, keep the loop
                 log.error("engine step failed:\n%s", traceback.format_exc())
                 self._abort_all(f"internal error in engine step: {type(exc).__name__}: {exc}")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Callable, Sequence, TypeVar
 
+from sgrun.errors import EngineFatalError
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -38,6 +40,8 @@ def isolate(items: Sequence[T], stage: Callable[[list[T]], Sequence[R]], fail: C
     batch = list(items)
     try:
         results = stage(batch)
+    except EngineFatalError:
+        raise                 # not any request's fault, and retrying cannot help: the engine stops
     except Exception as exc:  # noqa: BLE001 - the point: find whose input it was, fail only that
         if len(batch) == 1:
             fail(batch[0], exc)

@@ -112,6 +112,9 @@ class ModelRunner:
         cfg = model.cfg
         self.attn: AttentionBackend = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                                                              backend=attention_backend)
+        wrap = getattr(model, "wrap_attention", None)   # tensor parallelism records the batch to broadcast it
+        if wrap is not None:
+            self.attn = wrap(self.attn)
         self.backend = type(self.attn).__name__
         self.graphs = None   # a CudaGraphRunner once captured (engine start-up, CUDA + Triton only)
         self.forward_calls = 0

@@ -17,6 +17,7 @@ error instead of hanging.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import multiprocessing as mp
 import os
@@ -29,12 +30,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sgrun.errors import SgrunError
+from sgrun.errors import EngineFatalError, SgrunError
 from sgrun.models.llama import LlamaModel
 from sgrun.models.tensor_parallel import ShardPlan, plan_shard, shard_weights
 
 
-class TensorParallelFailure(SgrunError, RuntimeError):
+class TensorParallelFailure(EngineFatalError):
     """A tensor-parallel rank died or stopped answering; the engine cannot go on."""
 
 
@@ -42,6 +43,7 @@ class TensorParallelFailure(SgrunError, RuntimeError):
 class WorkerSpec:
     model_path: str
     dtype: torch.dtype
+    quantization: str
     rank: int
     world: int
     init_method: str                          # tcp://host:port, or env:// under torchrun
@@ -59,6 +61,7 @@ class StepMessage:
     write_pages: torch.Tensor
     write_offsets: torch.Tensor
     segments: list[Any]
+    on_device: bool = False   # rank 0's tensors were on its accelerator: workers move them to theirs
 
 
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:
@@ -66,10 +69,10 @@ def _all_reduce(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def build_shard(cfg, weights: dict[str, torch.Tensor], rank: int, world: int,
-                dtype: torch.dtype) -> tuple[LlamaModel, ShardPlan]:
+def build_shard(cfg, weights: dict[str, torch.Tensor], rank: int, world: int, dtype: torch.dtype,
+                quantization: str = "none", device: str | torch.device = "cpu") -> tuple[LlamaModel, ShardPlan]:
     plan = plan_shard(cfg, rank, world)
-    model = LlamaModel(plan.local_config(cfg), shard_weights(cfg, weights, plan), dtype)
+    model = LlamaModel(plan.local_config(cfg), shard_weights(cfg, weights, plan), dtype, quantization, device)
     model.all_reduce = _all_reduce
     return model, plan
 
@@ -100,7 +103,8 @@ def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
 
         torch.set_num_threads(spec.num_threads)
         loaded = load_model_files(spec.model_path, torch.float32)
-        model, plan = build_shard(loaded.config, loaded.weights, spec.rank, spec.world, spec.dtype)
+        model, plan = build_shard(loaded.config, loaded.weights, spec.rank, spec.world, spec.dtype,
+                                  spec.quantization, spec.device)
         del loaded
     except BaseException as exc:  # noqa: BLE001 - reported to rank 0, which raises it
         if ready is None:
@@ -126,6 +130,12 @@ def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
             msg: StepMessage | None = box[0]
             if msg is None:
                 break
+            if msg.on_device:
+                dev = torch.device(spec.device)
+                for seg in msg.segments:
+                    seg.pages = seg.pages.to(dev)
+                msg.input_ids, msg.positions = msg.input_ids.to(dev), msg.positions.to(dev)
+                msg.write_pages, msg.write_offsets = msg.write_pages.to(dev), msg.write_offsets.to(dev)
             attn.prepare(msg.write_pages, msg.write_offsets, msg.segments)
             model.forward(msg.input_ids, msg.positions, attn, empty)
     except Exception:  # noqa: BLE001 - rank 0 went away: nothing left to serve
@@ -135,17 +145,22 @@ def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
             dist.destroy_process_group()
 
 
-def torchrun_spec(model_path: str, dtype: torch.dtype, world: int, num_threads: int | None = None,
-                  timeout_s: float = 60.0) -> WorkerSpec | None:
-    """This process's worker spec when it was started by torchrun as a rank other than 0, else
-    None. RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT come from torchrun."""
+def torchrun_spec(model: str | os.PathLike | None, dtype: str | torch.dtype, quantization: str, world: int,
+                  num_threads: int | None = None, timeout_s: float = 60.0) -> WorkerSpec | None:
+    """This process's worker spec when torchrun started it as a rank other than 0 (RANK,
+    WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment), else None."""
     if "RANK" not in os.environ or int(os.environ["RANK"]) == 0:
         return None
     if int(os.environ.get("WORLD_SIZE", "1")) != world:
         raise SgrunError(f"--tp {world} does not match torchrun's WORLD_SIZE={os.environ.get('WORLD_SIZE')}")
+    from sgrun.models.fetch import resolve_model_path
+    from sgrun.models.loader import resolve_dtype, stored_quantization
+
+    path = str(resolve_model_path(model).resolve())
+    quantization = stored_quantization(path) if quantization == "auto" else quantization
     local = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
-    return WorkerSpec(model_path, dtype, int(os.environ["RANK"]), world, "env://",
+    return WorkerSpec(path, resolve_dtype(dtype), quantization, int(os.environ["RANK"]), world, "env://",
                       num_threads or max(1, os.cpu_count() or 1), timeout_s,
                       "nccl" if cuda else "gloo", f"cuda:{local}" if cuda else "cpu")
 
@@ -153,7 +168,8 @@ def torchrun_spec(model_path: str, dtype: torch.dtype, world: int, num_threads: 
 class TensorParallelGroup:
     """Rank 0's side: starts the workers, joins the process group, broadcasts steps."""
 
-    def __init__(self, model_path: str, dtype: torch.dtype, world: int, num_pages: int, page_size: int,
+    def __init__(self, model_path: str, dtype: torch.dtype, quantization: str, world: int, num_pages: int,
+                 page_size: int,
                  num_threads: int | None = None, timeout_s: float = 60.0, device: str = "cpu",
                  start_timeout_s: float = 600.0):
         """Spawns ranks 1..world-1 on this machine, or, under torchrun (RANK=0 in the
@@ -176,7 +192,7 @@ class TensorParallelGroup:
             ctx = mp.get_context("spawn")
             ready = ctx.Queue()
             for rank in range(1, world):
-                spec = WorkerSpec(model_path, dtype, rank, world, init_method, threads, timeout_s, backend,
+                spec = WorkerSpec(model_path, dtype, quantization, rank, world, init_method, threads, timeout_s, backend,
                                   f"cuda:{rank}" if backend == "nccl" else device)
                 p = ctx.Process(target=worker_main, args=(spec, ready), name=f"sgrun-tp-rank{rank}", daemon=True)
                 p.start()
@@ -278,11 +294,21 @@ class TensorParallelModel:
         self.cfg = shard.cfg                   # the LOCAL config: heads and KV heads of rank 0's shard
         self.dtype = shard.dtype
 
+    @staticmethod
+    def wrap_attention(attn: Any) -> RecordingAttention:
+        """The model runner lets its model wrap the attention backend: rank 0 records each
+        batch's metadata there to broadcast it."""
+        return RecordingAttention(attn)
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn: RecordingAttention,
                 logit_rows: torch.Tensor) -> torch.Tensor:
         assert attn.last is not None, "prepare() must run before forward()"
         pages, offsets, segments = attn.last
-        self.group.broadcast_step(StepMessage(input_ids.cpu(), positions.cpu(), pages.cpu(), offsets.cpu(), segments))
+        on_device = input_ids.device.type != "cpu"
+        if on_device:   # never pickle accelerator tensors: they would land on the receiver's cuda:0
+            segments = [dataclasses.replace(seg, pages=seg.pages.cpu()) for seg in segments]
+        self.group.broadcast_step(StepMessage(input_ids.cpu(), positions.cpu(), pages.cpu(), offsets.cpu(), segments,
+                                              on_device))
         try:
             return self.shard.forward(input_ids, positions, attn, logit_rows)
         except Exception as exc:
@@ -294,3 +320,18 @@ class TensorParallelModel:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.shard, name)
+
+
+def load_rank0_shard(model: str | os.PathLike | None, dtype: torch.dtype, quantization: str, world: int,
+                     device: str | torch.device = "cpu"):
+    """Rank 0's shard: (shard model, full config, tokenizer, model path, quantization). The files
+    are read once; only this rank's slice of the weights is kept."""
+    from sgrun.models.fetch import resolve_model_path
+    from sgrun.models.loader import load_model_files, stored_quantization
+
+    path = str(resolve_model_path(model).resolve())
+    if quantization == "auto":
+        quantization = stored_quantization(path)
+    loaded = load_model_files(path, torch.float32)
+    shard, _ = build_shard(loaded.config, loaded.weights, 0, world, dtype, quantization, device)
+    return shard, loaded.config, loaded.tokenizer, path, quantization

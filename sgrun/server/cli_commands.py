@@ -47,6 +47,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                    help="split <think>...</think> into reasoning_content (qwen3, deepseek_r1); constraints and tool "
                         "grammars start after the reasoning")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--tp", type=int, default=1,
+                   help="tensor parallelism: shard the model over N processes (gloo on CPU, NCCL on CUDA); "
+                        "under torchrun, the ranks torchrun started")
     p.add_argument("--dp", type=int, default=1,
                    help="data parallelism: run N engine replicas (each its own KV pool and radix cache, an equal "
                         "share of the threads) behind a cache-aware router on --port")
@@ -60,6 +63,12 @@ def run_serve(args: argparse.Namespace) -> int:
         return run_data_parallel(args, args.serve_parser)
     if args.dp < 1:
         raise SgrunError(f"--dp must be at least 1, got {args.dp}")
+    if args.tp > 1:
+        from sgrun.engine.tensor_parallel import torchrun_spec, worker_main
+        spec = torchrun_spec(args.model, args.dtype, args.quantization, args.tp, args.num_threads)
+        if spec is not None:        # a torchrun rank other than 0: run forwards for rank 0, serve nothing
+            worker_main(spec)
+            return 0
     import uvicorn
 
     from sgrun.engine.engine import Engine
@@ -70,7 +79,7 @@ def run_serve(args: argparse.Namespace) -> int:
     engine = Engine(args.model, dtype=args.dtype, num_threads=args.num_threads, max_running=args.max_running,
                     quantization=args.quantization, **device_kwargs(args),
                     max_batch_tokens=args.max_batch_tokens, memory_gb=args.memory_gb,
-                    enable_prefix_cache=not args.disable_prefix_cache, max_context=args.max_context)
+                    enable_prefix_cache=not args.disable_prefix_cache, max_context=args.max_context, tp=args.tp)
     app = build_app(engine, served_model_names=args.served_model_name, api_key=args.api_key,
                     max_body_bytes=args.max_body_bytes, close_engine_on_shutdown=True,
                     tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
