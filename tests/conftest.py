@@ -47,3 +47,13 @@ def chat_prompt(tokenizer):
         msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
         return tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
     return render
+
+
+@pytest.fixture(scope="session")
+def bf16_engine(model_path):
+    """A bfloat16 engine, asked for explicitly: dtype auto may pick float32 on a CPU without
+    native bf16, and these tests are about the bf16 numerics."""
+    import sgrun
+    engine = sgrun.Engine(str(model_path), dtype="bfloat16", num_threads=2, memory_gb=0.25)
+    yield engine
+    engine.close()

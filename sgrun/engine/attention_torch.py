@@ -22,6 +22,9 @@ class TorchPagedAttention:
         self.pool = pool
         self.H, self.KV, self.D = num_heads, num_kv_heads, head_dim
         self.scale = head_dim ** -0.5
+        # Decode q.k in float32: bf16 scores are rounded before the softmax (a step of 0.06 at
+        # score 10) and the upcast is cheap next to the GEMMs.
+        self.score_dtype = torch.float32
 
     def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
         """Precompute per-batch index tensors once; every layer reuses them. The new tokens'
@@ -69,7 +72,8 @@ class TorchPagedAttention:
         k = self._gather(self.pool.k[layer], pages).view(KV * B, L, D)
         v = self._gather(self.pool.v[layer], pages).view(KV * B, L, D)
         qg = q.view(B, KV, G, D).transpose(0, 1).reshape(KV * B, G, D)
-        scores = torch.bmm(qg, k.transpose(1, 2)).view(KV, B, G, L).float() * self.scale
+        sd = self.score_dtype
+        scores = torch.bmm(qg.to(sd), k.to(sd).transpose(1, 2)).view(KV, B, G, L).float() * self.scale
         probs = torch.softmax(scores + mask, dim=-1).to(q.dtype).view(KV * B, G, L)
         return torch.bmm(probs, v).view(KV, B, G, D).transpose(0, 1).reshape(B, H, D)
 

@@ -48,19 +48,27 @@ class LayerWeights:
 
 class LlamaModel:
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], dtype: torch.dtype,
-                 quantization: str = "none", device: str | torch.device = "cpu"):
+                 quantization: str = "none", device: str | torch.device = "cpu",
+                 residual_dtype: torch.dtype = torch.float32):
         """quantization: none (dense `dtype`), int8 or int4 for the layer linears; with either,
-        the embedding table and lm_head are kept int8 (one table when they are tied). `device`:
-        where every tensor lives, converted tensor by tensor (no second full copy on the host)."""
+        the embedding table and lm_head are kept int8. `device`: where every tensor lives,
+        converted tensor by tensor (no second full copy on the host).
+
+        `dtype` is the GEMM and KV dtype. The residual stream, the norms and the lm_head run in
+        `residual_dtype` (float32 unless told otherwise): with bf16 GEMMs, a bf16 residual stream
+        and bf16-rounded logits are the two big error sources (a bf16 step at logit size ~20 is
+        0.125, more than many top-2 gaps), and removing them costs a few percent of decode time
+        (docs/benchmarks.md). `residual_dtype=dtype` is the all-bf16 path, kept to measure that."""
         if quantization not in QUANT_MODES:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_MODES)}; got {quantization!r}")
         self.cfg = cfg
         self.dtype = dtype
         self.quantization = quantization
         self.device = dev = torch.device(device)
+        self.residual_dtype = residual_dtype
 
-        def w(name: str) -> torch.Tensor:
-            return weights[name].to(device=dev, dtype=dtype).contiguous()
+        def w(name: str, dt: torch.dtype = dtype) -> torch.Tensor:
+            return weights[name].to(device=dev, dtype=dt).contiguous()
 
         def lin(names: list[str], bias: torch.Tensor | None = None) -> Linear:
             # Fused projections are concatenated before quantizing (rows never share a group).
@@ -69,14 +77,16 @@ class LlamaModel:
         if quantization == "none":
             self.embed_table: Int8Linear | None = None
             self.embed = w("model.embed_tokens.weight")
-            self.lm_head: Linear = make_linear(self.embed, None, "none", dtype)
-            if not cfg.tie_embeddings:
-                self.lm_head = make_linear(weights["lm_head.weight"], None, "none", dtype)
+            head_name = "model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"
+            # From the file's weights, not the rounded embed copy; one table when tied in one dtype.
+            head = self.embed if cfg.tie_embeddings and residual_dtype == dtype else w(head_name, residual_dtype)
+            self.lm_head: Linear = make_linear(head, None, "none", residual_dtype)
         else:
             self.embed_table = Int8Linear(weights["model.embed_tokens.weight"].to(dev), None, dtype)
-            self.lm_head = (self.embed_table if cfg.tie_embeddings
-                            else Int8Linear(weights["lm_head.weight"].to(dev), None, dtype))
-        self.final_norm = w("model.norm.weight")
+            head_name = "model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"
+            self.lm_head = (self.embed_table if cfg.tie_embeddings and residual_dtype == dtype
+                            else Int8Linear(weights[head_name].to(dev), None, residual_dtype))
+        self.final_norm = w("model.norm.weight", residual_dtype)
         self.layers: list[LayerWeights] = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
@@ -84,10 +94,10 @@ class LlamaModel:
             if cfg.qkv_bias and f"{p}self_attn.q_proj.bias" in weights:
                 bias = torch.cat([w(f"{p}self_attn.{n}_proj.bias") for n in "qkv"])
             self.layers.append(LayerWeights(
-                attn_norm=w(f"{p}input_layernorm.weight"),
+                attn_norm=w(f"{p}input_layernorm.weight", residual_dtype),
                 qkv=lin([f"{p}self_attn.{n}_proj.weight" for n in "qkv"], bias),
                 o=lin([f"{p}self_attn.o_proj.weight"]),
-                mlp_norm=w(f"{p}post_attention_layernorm.weight"),
+                mlp_norm=w(f"{p}post_attention_layernorm.weight", residual_dtype),
                 gate_up=lin([f"{p}mlp.gate_proj.weight", f"{p}mlp.up_proj.weight"]),
                 down=lin([f"{p}mlp.down_proj.weight"]),
             ))
@@ -100,8 +110,7 @@ class LlamaModel:
         self.all_reduce = None
 
     def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # One fused op; for bf16 input it accumulates in float32 internally, as the reference
-        # implementations do (they upcast by hand, which costs three more ops per call).
+        # One fused op in the residual dtype; the caller casts the result for its GEMM.
         return F.rms_norm(x, (x.shape[-1],), weight, self.cfg.rms_eps)
 
     @staticmethod
@@ -119,9 +128,11 @@ class LlamaModel:
         H, KV, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         cos = self.cos[positions].unsqueeze(1)
         sin = self.sin[positions].unsqueeze(1)
+        dt = self.dtype
         h = self.embed[input_ids] if self.embed_table is None else self.embed_table.rows(input_ids)
+        h = h.to(self.residual_dtype)
         for li, lw in enumerate(self.layers):
-            x = self.rms_norm(h, lw.attn_norm)
+            x = self.rms_norm(h, lw.attn_norm).to(dt)
             qkv = lw.qkv(x)
             qk, v = qkv.split([(H + KV) * D, KV * D], dim=-1)
             qk = self._rotate(qk.view(T, H + KV, D), cos, sin)  # q and k heads rotated together
@@ -129,9 +140,10 @@ class LlamaModel:
             o = attn.forward(li, q, k, v.view(T, KV, D))
             attn_out = lw.o(o.reshape(T, H * D))
             h = h + (self.all_reduce(attn_out) if self.all_reduce else attn_out)
-            x = self.rms_norm(h, lw.mlp_norm)
+            x = self.rms_norm(h, lw.mlp_norm).to(dt)
             gate, up = lw.gate_up(x).chunk(2, dim=-1)
             mlp_out = lw.down(F.silu(gate) * up)
             h = h + (self.all_reduce(mlp_out) if self.all_reduce else mlp_out)
+        # Final norm and lm_head in the residual dtype: logits are never rounded to bf16.
         h = self.rms_norm(h[logit_rows], self.final_norm)
         return self.lm_head(h).float()

@@ -1,0 +1,40 @@
+"""bf16 stays close to the float32 reference: float32 residual stream, norms and lm_head, and
+float32 decode q.k scores (benchmarks/bench_bf16_accuracy.py measures the full 30-prompt set;
+these few prompts hold the same targets)."""
+
+from __future__ import annotations
+
+import torch
+
+from sgrun.engine.teacher_forced import decode_trace, drift
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Name three primary colours.",
+    "Write a Python function that returns the square of a number.",
+    "Why is the sky blue?",
+]
+STEPS = 20
+MAX_MEAN_KL = 0.4e-3
+
+
+def test_bf16_close_to_float32_reference(shared_engine, bf16_engine, tokenizer):
+    assert bf16_engine.model.dtype == torch.bfloat16 and shared_engine.model.dtype == torch.float32
+    kl_sum, positions, exact = 0.0, 0, 0
+    for question in PROMPTS:
+        ids = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": question}]))
+        ref = decode_trace(shared_engine.model, ids, STEPS, stop_ids=tokenizer.eos_token_ids)
+        ours = decode_trace(bf16_engine.model, ids, STEPS, forced=ref.tokens)
+        d = drift(ref.logits, ours.logits)
+        kl_sum += d.mean_kl * d.positions
+        positions += d.positions
+        exact += d.exact
+    assert kl_sum / positions <= MAX_MEAN_KL, f"bf16 drifted: mean KL {kl_sum / positions:.3g} > {MAX_MEAN_KL}"
+    assert exact == len(PROMPTS), f"greedy output differs from float32 on {len(PROMPTS) - exact} prompts"
+
+
+def test_bf16_engine_answers_the_readme_question(bf16_engine, chat_prompt):
+    import sgrun
+    out = bf16_engine.generate([chat_prompt("What is the capital of France?")],
+                               sgrun.SamplingParams(max_new_tokens=24, temperature=0))[0]
+    assert "Paris" in out.text, out.text
