@@ -1,11 +1,13 @@
 """bf16 against a float32 reference on 30 chat prompts, teacher-forced along the float32 greedy
 path, plus the single-stream decode cost of each bf16 variant, all in one run.
 
-    python benchmarks/bench_bf16_accuracy.py [--prompts 30] [--steps 32] [--threads 2]
+    python benchmarks/bench_bf16_accuracy.py [--prompts 30] [--steps 32] [--threads 2] [--quantization none,int4]
 
-Variants (same weights, same positions):
+Variants (same weights, same positions), for each quantization of the layer linears (none: dense
+bf16; int4: what a Q4 GGUF runs with by default):
   bf16-all    residual stream, final norm and lm_head in bf16, decode q.k in bf16 (the old path)
   bf16        residual stream, norms and lm_head in float32, decode q.k in float32 (the default)
+The reference is float32, dense, on the same dequantized file weights.
 Prints mean KL(float32 || variant), top-1 agreement, how many prompts' greedy output is
 identical to float32's, and decode ms per token (decode-step forwards only, the variants
 interleaved prompt by prompt so machine load hits both alike), plus the load average.
@@ -68,16 +70,18 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=30)
     ap.add_argument("--steps", type=int, default=32, help="max tokens of each float32 greedy answer")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quantization", default="none,int4", help="comma-separated: none, int8, int4")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model_files(default_model_path(), torch.float32)
     tok = loaded.tokenizer
     ref = LlamaModel(loaded.config, loaded.weights, torch.float32)
-    variants = {
-        "bf16-all": (LlamaModel(loaded.config, loaded.weights, torch.bfloat16, residual_dtype=torch.bfloat16),
-                     torch.bfloat16),
-        "bf16": (LlamaModel(loaded.config, loaded.weights, torch.bfloat16), torch.float32),
-    }
+    variants = {}
+    for q in args.quantization.split(","):
+        suffix = "" if q == "none" else f" {q}"
+        variants[f"bf16-all{suffix}"] = (LlamaModel(loaded.config, loaded.weights, torch.bfloat16, q,
+                                                    residual_dtype=torch.bfloat16), torch.bfloat16)
+        variants[f"bf16{suffix}"] = (LlamaModel(loaded.config, loaded.weights, torch.bfloat16, q), torch.float32)
     warm = tok.encode("Hello")
     for model, score_dtype in variants.values():   # first-call kernel set-up is not decode cost
         decode_trace(model, warm, 4, score_dtype=score_dtype)
@@ -105,8 +109,10 @@ def main() -> None:
     for name, s in sums.items():
         print(f"| {name} | {s['kl'] / positions:.3g} | {100 * s['top1'] / positions:.1f}% | "
               f"{s['exact']}/{n} | {1e3 * s['secs'] / s['steps']:.2f} |")
-    all_ms, new_ms = (sums[k]["secs"] / sums[k]["steps"] for k in ("bf16-all", "bf16"))
-    print(f"decode cost of the accurate path: {100 * (new_ms / all_ms - 1):+.1f}%")
+    names = list(sums)
+    for old, new in zip(names[::2], names[1::2]):
+        all_ms, new_ms = (sums[k]["secs"] / sums[k]["steps"] for k in (old, new))
+        print(f"decode cost of {new!r} over {old!r}: {100 * (new_ms / all_ms - 1):+.1f}%")
 
 
 if __name__ == "__main__":

@@ -51,9 +51,9 @@ def chat_prompt(tokenizer):
 
 @pytest.fixture(scope="session")
 def bf16_engine(model_path):
-    """A bfloat16 engine, asked for explicitly: dtype auto may pick float32 on a CPU without
-    native bf16, and these tests are about the bf16 numerics."""
+    """A dense bfloat16 engine, asked for explicitly: dtype auto may pick float32 on a CPU
+    without native bf16, and these tests are about the bf16 numerics (not quantization's)."""
     import sgrun
-    engine = sgrun.Engine(str(model_path), dtype="bfloat16", num_threads=2, memory_gb=0.25)
+    engine = sgrun.Engine(str(model_path), dtype="bfloat16", num_threads=2, memory_gb=0.25, quantization="none")
     yield engine
     engine.close()
