@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
-from sgrun.server import chat, completions, generate_api, sglang_compat
+from sgrun.server import chat, completions, generate_api, playground, sglang_compat
 from sgrun.server.chat_prompt import render_prompt
 from sgrun.server.chat_stream import chat_stream
 from sgrun.server.errors import APIError, from_exception, internal_error
@@ -251,6 +251,7 @@ ROUTES = [
     Route("/get_server_info", server_info, methods=["GET"]),
     Route("/health_generate", health_generate, methods=["GET"]),
     Route("/concate_and_append_request", concate_and_append, methods=["POST"]),
+    *playground.routes(guarded, server_state),   # the web page at / and its JSON endpoints
 ]
 
 

@@ -18,6 +18,9 @@ from sgrun.server.errors import APIError
 
 # Paths anyone may read: load balancers and Prometheus scrapers carry no key.
 OPEN_PATHS = frozenset({"/health", "/metrics"})
+# The web page and its static files hold no data; the page asks for the key its API calls need.
+OPEN_PAGE_PATHS = frozenset({"/"})
+OPEN_PREFIX = "/ui/static/"
 # How much of an oversized body is read and dropped so the client can see the 413; past this the
 # connection is closed (a client that keeps sending that long is not waiting for an answer).
 DRAIN_LIMIT_BYTES = 64 << 20
@@ -47,7 +50,7 @@ class RequestGuard:
             return
         rid = "req-" + uuid.uuid4().hex[:16]
         scope.setdefault("state", {})["request_id"] = rid
-        if self.api_key is not None and scope["path"] not in OPEN_PATHS and not self._authorised(scope):
+        if self.api_key is not None and not _is_open(scope["path"]) and not self._authorised(scope):
             await self._refuse(APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
                                         "authentication_error", code="invalid_api_key"), scope, receive, send)
             return
@@ -132,3 +135,7 @@ def _header_int(scope: Scope, name: bytes) -> int | None:
 
 def _expects_continue(scope: Scope) -> bool:
     return any(k == b"expect" and v.lower() == b"100-continue" for k, v in scope.get("headers", []))
+
+
+def _is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path in OPEN_PAGE_PATHS or path.startswith(OPEN_PREFIX)

@@ -4,6 +4,7 @@ scrape time."""
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -18,11 +19,13 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 _TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+RECENT_REQUESTS = 50   # finished requests whose TTFT/TPOT the web page's engine view summarises
 
 
 class ServerMetrics:
     def __init__(self, engine: Engine | None = None):
         self.engine = engine
+        self._recent: deque[tuple[float | None, float | None]] = deque(maxlen=RECENT_REQUESTS)
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("sgrun_requests", "Finished requests by endpoint kind and outcome",
                                 ["kind", "status"], registry=r)
@@ -66,6 +69,7 @@ class ServerMetrics:
     def observe_request(self, kind: str, prompt_tokens: int, completion_tokens: int,
                         ttft: float | None, tpot: float | None, status: str, e2e: float | None = None) -> None:
         self.requests.labels(kind, status).inc()
+        self._recent.append((ttft, tpot))
         self.prompt_tokens.inc(prompt_tokens)
         self.completion_tokens.inc(completion_tokens)
         if ttft is not None:
@@ -74,6 +78,10 @@ class ServerMetrics:
             self.tpot.observe(tpot)
         if e2e is not None:
             self.e2e.observe(e2e)
+
+    def recent_latencies(self) -> list[tuple[float | None, float | None]]:
+        """(TTFT, TPOT) of the last finished requests, oldest first (the web page's engine view)."""
+        return list(self._recent)
 
     def observe_error(self, err: Any) -> None:
         self.errors.labels(getattr(err, "type", "internal_error"), str(getattr(err, "status", 500))).inc()
