@@ -28,12 +28,23 @@ def cmd_generate(args: argparse.Namespace) -> int:
         if args.chat:
             messages = ([{"role": "system", "content": args.system}] if args.system else [])
             prompt = engine.tokenizer.apply_chat_template(messages + [{"role": "user", "content": prompt}])
-        params = sgrun.SamplingParams(max_new_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed)
+        params = sgrun.SamplingParams(max_new_tokens=args.max_tokens, seed=args.seed, **generate_sampling(args, engine))
         for delta in engine.stream(prompt, params):
             sys.stdout.write(delta)
             sys.stdout.flush()
         sys.stdout.write("\n")
     return 0
+
+
+def generate_sampling(args: argparse.Namespace, engine) -> dict:
+    """The model's recommended sampling (sgrun/models/generation_defaults.py), overridden by any
+    flag given; --temperature 0 is greedy whatever the rest says."""
+    from sgrun.models.generation_defaults import recommended_sampling
+    params = recommended_sampling(engine.model_path).as_params()
+    for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        if getattr(args, name) is not None:
+            params[name] = getattr(args, name)
+    return params
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wrap the prompt in the model's chat template (default: on)")
     g.add_argument("--system", default=None, help="system message (with --chat)")
     g.add_argument("--max-tokens", type=int, default=256)
-    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    g.add_argument("--temperature", type=float, default=None,
+                   help="0 = greedy; default: the model's recommended sampling (its generation config, "
+                        "its model card, else temperature 0.7, top_p 0.9, repetition penalty 1.05)")
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--min-p", type=float, default=None)
+    g.add_argument("--repetition-penalty", type=float, default=None)
     g.add_argument("--seed", type=int, default=None)
     add_engine_options(g)
     g.set_defaults(func=cmd_generate)
