@@ -1,10 +1,12 @@
 """Radix prefix cache benchmark: cache on vs off in one run.
 
-    python benchmarks/bench_prefix_cache.py [--dtype bfloat16] [--threads 2]
+    python benchmarks/bench_prefix_cache.py [--dtype bfloat16] [--threads 2] [--plot ttft_vs_prefix.png]
 
 Prints TTFT with a cached 2,000-token prefix vs without, an agent workload (32 requests sharing
 a 1,500-token system-plus-tools prefix, 50-150-token questions, 64 output tokens each) with the
-cache on vs off, and the tree's own match + insert cost for a 4,000-token prompt.
+cache on vs off, and the tree's own match + insert cost for a 4,000-token prompt. With --plot,
+also TTFT against cached prefix length (0-2,048 tokens, each plus 20 new tokens; cache on vs off)
+drawn to that file (needs matplotlib: pip install 'sgrun[plot]').
 """
 
 from __future__ import annotations
@@ -42,6 +44,20 @@ def bench_ttft(on, off, rng) -> None:
     t_off = statistics.median(ttft(off, prefix + ids(rng, 20)) for _ in range(3))
     print(f"TTFT, 2,000-token prefix: cached {t_on * 1e3:.1f} ms, cache off {t_off * 1e3:.1f} ms, "
           f"ratio {t_on / t_off:.3f}  (load {load_avg()})")
+
+
+def bench_ttft_sweep(on, off, rng, lengths=(0, 256, 512, 1024, 1536, 2048)) -> list[dict]:
+    rows = []
+    for n in lengths:
+        prefix = ids(rng, n)
+        on.flush_cache()
+        ttft(on, prefix + ids(rng, 20))        # populate the cache with this prefix
+        t_on = statistics.median(ttft(on, prefix + ids(rng, 20)) for _ in range(3))
+        t_off = statistics.median(ttft(off, prefix + ids(rng, 20)) for _ in range(3))
+        rows.append({"prefix_tokens": n, "ttft_on_s": t_on, "ttft_off_s": t_off})
+        print(f"  prefix {n:5d} tokens: TTFT cached {t_on * 1e3:7.1f} ms, cache off {t_off * 1e3:7.1f} ms  "
+              f"(load {load_avg()})")
+    return rows
 
 
 def bench_agents(on, off, rng) -> None:
@@ -87,7 +103,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--plot", default=None, metavar="OUT.png", help="also sweep TTFT vs cached prefix length and draw it")
     args = ap.parse_args()
+    if args.plot:
+        from sgrun.bench_plot import pyplot_or_error
+        pyplot_or_error()  # fail before the run if matplotlib is missing
     dtype = getattr(torch, args.dtype)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, dtype {args.dtype}, load {load_avg()}")
     rng = random.Random(0)
@@ -96,6 +116,11 @@ def main() -> None:
     off = sgrun.Engine(dtype=dtype, num_threads=args.threads, enable_prefix_cache=False)
     bench_ttft(on, off, rng)
     bench_agents(on, off, rng)
+    if args.plot:
+        from sgrun.bench_plot import plot_prefix_cache
+        print("TTFT vs cached prefix length:")
+        plot_prefix_cache(bench_ttft_sweep(on, off, rng), args.plot)
+        print(f"plot written to {args.plot}")
     on.close()
     off.close()
 

@@ -197,8 +197,10 @@ async def run_benchmark(cfg: BenchConfig) -> dict[str, Any]:
         "request_throughput": len(ok) / duration,
         "output_tokens": out_tokens,
         "output_token_throughput": out_tokens / duration,
-        "ttft_p50_ms": 1000 * _percentile(ttfts, 0.5), "ttft_p99_ms": 1000 * _percentile(ttfts, 0.99),
-        "tpot_p50_ms": 1000 * _percentile(tpots, 0.5), "tpot_p99_ms": 1000 * _percentile(tpots, 0.99),
+        "ttft_p50_ms": 1000 * _percentile(ttfts, 0.5), "ttft_p90_ms": 1000 * _percentile(ttfts, 0.9),
+        "ttft_p99_ms": 1000 * _percentile(ttfts, 0.99),
+        "tpot_p50_ms": 1000 * _percentile(tpots, 0.5), "tpot_p90_ms": 1000 * _percentile(tpots, 0.9),
+        "tpot_p99_ms": 1000 * _percentile(tpots, 0.99),
         "e2e_p50_s": _percentile([r.latency for r in ok], 0.5),
         "mean_output_tokens": statistics.mean([r.output_tokens for r in ok]) if ok else 0.0,
     }
@@ -231,7 +233,8 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     s.add_argument("--model", default=None, help="model name to send (default: the first of /v1/models)")
     s.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "none"))
     s.add_argument("--workload", choices=["chat", "agents"], default="chat")
-    s.add_argument("--concurrency", type=int, default=16)
+    s.add_argument("--concurrency", type=_concurrency_levels, default=[16],
+                   help="requests in flight; a comma list (1,4,16) runs one level after another")
     s.add_argument("--num-requests", type=int, default=64)
     s.add_argument("--request-rate", type=float, default=None,
                    help="Poisson arrivals per second (default: send as fast as concurrency allows)")
@@ -239,18 +242,40 @@ def add_bench_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     s.add_argument("--max-tokens", type=int, default=None,
                    help="override the workload's output length (chat: 64-128, agents: 32)")
     s.add_argument("--warmup", type=int, default=1, help="requests sent (and not measured) before the run")
-    s.add_argument("--json", dest="json_out", default=None, help="also write the results to this JSON file")
+    s.add_argument("--json", dest="json_out", default=None,
+                   help="also write the results to this JSON file (a list when several concurrency levels)")
+    s.add_argument("--plot", default=None, metavar="OUT.png",
+                   help="draw throughput vs concurrency and TTFT/TPOT percentiles (needs the 'plot' extra)")
     s.set_defaults(func=run_bench_serve)
     return p
 
 
+def _concurrency_levels(text: str) -> list[int]:
+    try:
+        levels = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"give integers, e.g. 16 or 1,4,16; got {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1; got {text!r}")
+    return levels
+
+
 def run_bench_serve(args: argparse.Namespace) -> int:
-    cfg = BenchConfig(base_url=args.base_url, model=args.model, api_key=args.api_key, workload=args.workload,
-                      concurrency=args.concurrency, num_requests=args.num_requests, request_rate=args.request_rate,
-                      seed=args.seed, max_tokens=args.max_tokens, warmup=args.warmup)
-    report = asyncio.run(run_benchmark(cfg))
-    print_report(report)
+    if args.plot:
+        from sgrun.bench_plot import pyplot_or_error
+        pyplot_or_error()  # no matplotlib: say so before the run, not after it
+    reports = []
+    for level in args.concurrency:
+        cfg = BenchConfig(base_url=args.base_url, model=args.model, api_key=args.api_key, workload=args.workload,
+                          concurrency=level, num_requests=args.num_requests, request_rate=args.request_rate,
+                          seed=args.seed, max_tokens=args.max_tokens, warmup=args.warmup)
+        reports.append(asyncio.run(run_benchmark(cfg)))
+        print_report(reports[-1])
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump(report, f, indent=2)
-    return 0 if report["failed"] == 0 else 1
+            json.dump(reports[0] if len(reports) == 1 else reports, f, indent=2)
+    if args.plot:
+        from sgrun.bench_plot import plot_serve
+        plot_serve(reports, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0 if all(r["failed"] == 0 for r in reports) else 1
