@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
@@ -102,7 +103,8 @@ def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, An
     cfg = config_from_metadata(meta, name=path.stem)
     arch = meta["general.architecture"]
     weights: dict[str, torch.Tensor] = {}
-    for t in gguf.tensors:
+    # disable=None: a progress bar on a terminal, silence in logs and tests.
+    for t in tqdm(gguf.tensors, desc=f"loading {path.name}", unit="tensor", disable=None, leave=False):
         if t.qtype not in _SUPPORTED_TYPES:
             raise ModelLoadError(f"tensor {t.name} has GGML type {t.qtype.name}, which sgrun cannot dequantize")
         arr = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(t.shape)

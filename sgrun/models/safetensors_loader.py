@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from tqdm.auto import tqdm
 
 from sgrun.errors import ModelLoadError
 from sgrun.models.config import ModelConfig
@@ -27,7 +28,7 @@ def load_folder(folder: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict, di
     if not files:
         raise ModelLoadError(f"{folder} has no *.safetensors files")
     weights: dict[str, torch.Tensor] = {}
-    for f in files:
+    for f in tqdm(files, desc=f"loading {folder.name}", unit="file", disable=None, leave=False):
         for name, t in load_file(str(f)).items():
             weights[name] = t.to(dtype)
     if "lm_head.weight" not in weights:

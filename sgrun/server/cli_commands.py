@@ -7,6 +7,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 
 from sgrun.engine.device import add_device_arguments, device_kwargs
 from sgrun.errors import SgrunError
@@ -22,7 +23,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=30000)
     p.add_argument("--api-key", default=os.environ.get("SGRUN_API_KEY"),
-                   help="require 'Authorization: Bearer KEY' on every endpoint but /health and /metrics "
+                   help="require 'Authorization: Bearer KEY' on every endpoint but /health, /metrics and the web page's "
+                        "files (the page asks for the key) "
                         "(default: $SGRUN_API_KEY, else no key)")
     p.add_argument("--served-model-name", action="append", default=None,
                    help="name clients use in 'model' (repeatable; the first is listed by /v1/models)")
@@ -69,6 +71,7 @@ def run_serve(args: argparse.Namespace) -> int:
         if spec is not None:        # a torchrun rank other than 0: run forwards for rank 0, serve nothing
             worker_main(spec)
             return 0
+    started = time.perf_counter()
     import uvicorn
 
     from sgrun.engine.engine import Engine
@@ -84,9 +87,19 @@ def run_serve(args: argparse.Namespace) -> int:
                     max_body_bytes=args.max_body_bytes, close_engine_on_shutdown=True,
                     tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
                     constraint_budget_s=args.constraint_budget)
+    # The details (backend, pool sizing, CUDA graphs) go to the log; a person reads the one line.
     report = engine.startup_report()
-    print("sgrun serve: " + ", ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in report.items()),
-          file=sys.stderr, flush=True)
-    print(f"sgrun serve: {engine.model_name} on http://{args.host}:{args.port}", file=sys.stderr, flush=True)
+    logging.getLogger("sgrun.server").info("start-up: " + ", ".join(
+        f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in report.items()))
+    print(startup_line(engine, args.host, args.port, time.perf_counter() - started), file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0
+
+
+def startup_line(engine, host: str, port: int, seconds: float) -> str:
+    """The one line a person reads when the server is up: where, what, how big, how long it took."""
+    kv_tokens = engine.pool.num_pages * engine.pool.page_size
+    dtype = str(engine.dtype).replace("torch.", "")
+    device = str(getattr(engine, "device", "cpu"))
+    return (f"sgrun serve: http://{host}:{port}/  model {engine.model_name}  dtype {dtype}  device {device}  "
+            f"KV capacity {kv_tokens} tokens  started in {seconds:.1f} s")
