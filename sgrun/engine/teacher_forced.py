@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sgrun.engine.attention import Segment
-from sgrun.engine.attention_backend import make_attention_backend
+from sgrun.engine.attention_backend import Segment
+from sgrun.engine.attention_torch import TorchPagedAttention
 from sgrun.engine.page_pool import PagePool
 from sgrun.models.llama import LlamaModel
 
@@ -33,7 +33,7 @@ def decode_trace(model: LlamaModel, prompt_ids: list[int], steps: int, forced: l
     cfg = model.cfg
     total = len(prompt_ids) + steps
     pool = PagePool(cfg.num_layers, -(-total // page_size), page_size, cfg.num_kv_heads, cfg.head_dim, model.dtype)
-    attn = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+    attn = TorchPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)  # CPU: the numerics under test
     attn.score_dtype = score_dtype
     pages = torch.tensor(pool.alloc(pool.num_pages), dtype=torch.long)
     tokens, rows = list(prompt_ids), []
