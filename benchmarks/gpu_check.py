@@ -296,6 +296,28 @@ def throughput(sh: Shapes, device: str) -> dict:
     return res
 
 
+# --- tensor parallelism (only with 2+ GPUs) ------------------------------------------------------
+def tensor_parallel(sh: Shapes, device: str) -> dict:
+    """TP=2 on the 8B shape: decode rate and rank 0's communication per step (metadata broadcast
+    + all-reduces, timed with CUDA syncs), beside TP=1's step time. Needs two CUDA devices."""
+    gpus = torch.cuda.device_count() if device.startswith("cuda") else 0
+    if gpus < 2:
+        return {"ran": False, "why": f"{gpus} CUDA device(s); TP=2 needs 2"}
+    eng = sgrun.Engine(sh.big, dtype=sh.big_dtype, device="cuda:0", tp=2, enable_prefix_cache=False,
+                       max_running=16, mem_fraction=0.5)
+    eng.model.shard.all_reduce.sync = True
+    before = eng.stats()
+    rate = decode_rate(eng, 16, sh, seed=300)
+    after = eng.stats()
+    eng.close()
+    del eng
+    _free()
+    steps = after["tp_steps"] - before["tp_steps"]
+    comm = (after["tp_broadcast_seconds"] - before["tp_broadcast_seconds"]
+            + after["tp_all_reduce_seconds"] - before["tp_all_reduce_seconds"])
+    return {"ran": True, "decode_tok_s_b16_tp2": rate, "comm_ms_per_step": 1e3 * comm / max(1, steps)}
+
+
 # --- step 4 -------------------------------------------------------------------------------------
 @torch.inference_mode()
 def transformers_peer(sh: Shapes, device: str) -> dict:
@@ -342,19 +364,20 @@ def table(res: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="tiny shapes (runs on a CPU under TRITON_INTERPRET=1)")
-    ap.add_argument("--only", choices=["kernels", "equality", "throughput", "peer"], action="append")
+    ap.add_argument("--only", choices=["kernels", "equality", "throughput", "tp", "peer"], action="append")
     ap.add_argument("--device", default=None, help="default: cuda when present, else cpu")
     args = ap.parse_args()
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cpu" and not args.smoke:
         ap.error("no CUDA device: run the full check on a GPU machine, or --smoke on a CPU")
     sh = Shapes(args.smoke)
-    steps = args.only or ["kernels", "equality", "throughput", "peer"]
+    steps = args.only or ["kernels", "equality", "throughput", "tp", "peer"]
     res: dict = {"device": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu",
                  "torch": torch.__version__, "smoke": args.smoke, "load": " ".join(f"{x:.2f}" for x in os.getloadavg())}
     t_all = time.perf_counter()
     for step, fn in (("kernels", lambda: check_kernels(device)), ("equality", lambda: check_greedy_equality(sh, device)),
-                     ("throughput", lambda: throughput(sh, device)), ("peer", lambda: transformers_peer(sh, device))):
+                     ("throughput", lambda: throughput(sh, device)), ("tp", lambda: tensor_parallel(sh, device)),
+                     ("peer", lambda: transformers_peer(sh, device))):
         if step not in steps:
             continue
         t0 = time.perf_counter()

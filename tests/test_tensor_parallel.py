@@ -72,6 +72,19 @@ def test_sharded_layer_sums_to_the_full_layer():
     assert torch.equal(torch.cat(q_rows), w["model.layers.0.self_attn.q_proj.weight"])
 
 
+def test_tp2_on_a_random_weight_model_matches_tp1_and_reports_communication():
+    # The GPU check's TP step runs random-weight shapes; every rank must draw the same weights.
+    # (Before the module's TP engine starts: one TP engine per process at a time.)
+    params = sgrun.SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True)
+    prompts = [[5, 6, 7, 8, 9], [10, 11, 12, 40, 41, 42]]
+    with sgrun.Engine("random:tiny", dtype="float32", memory_gb=0.05) as e:
+        ref = [o.outputs[0].token_ids for o in e.generate(prompts, params)]
+    with sgrun.Engine("random:tiny", dtype="float32", memory_gb=0.05, tp=2) as e:
+        assert [o.outputs[0].token_ids for o in e.generate(prompts, params)] == ref
+        stats = e.stats()
+    assert stats["tp_steps"] >= 6 and stats["tp_all_reduce_seconds"] > 0
+
+
 SHARED = "You are a careful assistant. Answer in one short sentence. " * 4
 PROMPTS = [SHARED + q for q in ("What is the capital of France?", "Name a prime number.", "What colour is the sky?",
                                 "Say hello.")] + ["def fib(n):", "Once upon a time", "1, 2, 3,", "The best tea is"]
@@ -105,6 +118,7 @@ def test_tp2_greedy_equals_tp1(reference, tp_engine):
     assert tp_engine.generate(["Give me a number as JSON:"], CONSTRAINED)[0].outputs[0].text == ref_json
     stats = tp_engine.stats()
     assert stats["tp"] == 2 and stats["running"] == 0
+    assert stats["tp_steps"] > 0 and stats["tp_comm_seconds_per_step"] > 0
 
 
 def test_a_killed_rank_stops_the_engine_with_a_clear_error(tp_engine):

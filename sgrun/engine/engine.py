@@ -242,6 +242,7 @@ class Engine:
             "forward_calls": self.runner.forward_calls,
             "tokens_computed": self.runner.tokens_computed, "preemptions": sched.num_preemptions,
             "steps": self.num_steps, "tp": self.tp,
+            **(self.model.comm_stats() if self.tp > 1 else {}),
             **{f"aborted_{cause}": self.aborted[cause] for cause in ABORT_CAUSES},
         }
 

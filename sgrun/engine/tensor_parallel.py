@@ -77,6 +77,39 @@ def build_shard(cfg, weights: dict[str, torch.Tensor], rank: int, world: int, dt
     return model, plan
 
 
+def load_full_model(model: str | os.PathLike | None, dtype: torch.dtype, device: str | torch.device = "cpu"):
+    """(config, full weights, tokenizer, path): a file, or a "random:<preset>" model whose seeded
+    weights are the same on every rank."""
+    from sgrun.models.loader import load_model_files
+    from sgrun.models.random_model import is_random_spec, preset_config, random_weights, synthetic_tokenizer
+
+    if is_random_spec(model):
+        cfg = preset_config(str(model))
+        return cfg, random_weights(cfg, device=device, dtype=dtype), synthetic_tokenizer(cfg.vocab_size), str(model)
+    loaded = load_model_files(model, torch.float32)
+    return loaded.config, loaded.weights, loaded.tokenizer, loaded.path
+
+
+class CollectiveTimer:
+    """Rank 0's all-reduce, timed: seconds spent in collectives (with `sync`, CUDA work is
+    waited for on both sides, so the figure is the communication itself; for checks only)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.sync = False
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        cuda = self.sync and t.is_cuda
+        if cuda:
+            torch.cuda.synchronize(t.device)
+        t0 = time.perf_counter()
+        dist.all_reduce(t)
+        if cuda:
+            torch.cuda.synchronize(t.device)
+        self.seconds += time.perf_counter() - t0
+        return t
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -99,13 +132,10 @@ def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
     try:
         from sgrun.engine.attention_backend import make_attention_backend
         from sgrun.engine.page_pool import PagePool
-        from sgrun.models.loader import load_model_files
-
         torch.set_num_threads(spec.num_threads)
-        loaded = load_model_files(spec.model_path, torch.float32)
-        model, plan = build_shard(loaded.config, loaded.weights, spec.rank, spec.world, spec.dtype,
-                                  spec.quantization, spec.device)
-        del loaded
+        cfg, weights, _, _ = load_full_model(spec.model_path, spec.dtype, spec.device)
+        model, plan = build_shard(cfg, weights, spec.rank, spec.world, spec.dtype, spec.quantization, spec.device)
+        del weights
     except BaseException as exc:  # noqa: BLE001 - reported to rank 0, which raises it
         if ready is None:
             raise
@@ -156,8 +186,13 @@ def torchrun_spec(model: str | os.PathLike | None, dtype: str | torch.dtype, qua
     from sgrun.models.fetch import resolve_model_path
     from sgrun.models.loader import resolve_dtype, stored_quantization
 
-    path = str(resolve_model_path(model).resolve())
-    quantization = stored_quantization(path) if quantization == "auto" else quantization
+    from sgrun.models.random_model import is_random_spec
+
+    if is_random_spec(model):
+        path, quantization = str(model), ("none" if quantization == "auto" else quantization)
+    else:
+        path = str(resolve_model_path(model).resolve())
+        quantization = stored_quantization(path) if quantization == "auto" else quantization
     local = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
     return WorkerSpec(path, resolve_dtype(dtype), quantization, int(os.environ["RANK"]), world, "env://",
@@ -180,6 +215,8 @@ class TensorParallelGroup:
         self.timeout_s = timeout_s
         self.procs: list[Any] = []
         self.closed = False
+        self.broadcast_seconds = 0.0   # rank 0's time sending step metadata (communication, with all-reduces)
+        self.steps = 0
         backend = "nccl" if device.startswith("cuda") else "gloo"
         timeout = datetime.timedelta(seconds=timeout_s)
         if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
@@ -241,8 +278,11 @@ class TensorParallelGroup:
                 "engine has stopped: restart it")
 
     def broadcast_step(self, msg: StepMessage) -> None:
+        t0 = time.perf_counter()
         try:
             dist.broadcast_object_list([msg], src=0)
+            self.broadcast_seconds += time.perf_counter() - t0
+            self.steps += 1
         except Exception as exc:  # noqa: BLE001 - any collective failure ends the engine
             raise TensorParallelFailure(self.describe(cause=exc)) from exc
 
@@ -318,6 +358,14 @@ class TensorParallelModel:
                 raise TensorParallelFailure(self.group.describe(cause=exc)) from exc
             raise
 
+    def comm_stats(self) -> dict[str, float]:
+        """Communication per forward on rank 0: metadata broadcast + all-reduces, in seconds."""
+        reduce_s = getattr(self.shard.all_reduce, "seconds", 0.0)
+        steps = max(1, self.group.steps)
+        return {"tp_steps": self.group.steps, "tp_broadcast_seconds": self.group.broadcast_seconds,
+                "tp_all_reduce_seconds": reduce_s,
+                "tp_comm_seconds_per_step": (self.group.broadcast_seconds + reduce_s) / steps}
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.shard, name)
 
@@ -327,11 +375,16 @@ def load_rank0_shard(model: str | os.PathLike | None, dtype: torch.dtype, quanti
     """Rank 0's shard: (shard model, full config, tokenizer, model path, quantization). The files
     are read once; only this rank's slice of the weights is kept."""
     from sgrun.models.fetch import resolve_model_path
-    from sgrun.models.loader import load_model_files, stored_quantization
+    from sgrun.models.loader import stored_quantization
+    from sgrun.models.random_model import is_random_spec
 
-    path = str(resolve_model_path(model).resolve())
-    if quantization == "auto":
-        quantization = stored_quantization(path)
-    loaded = load_model_files(path, torch.float32)
-    shard, _ = build_shard(loaded.config, loaded.weights, 0, world, dtype, quantization, device)
-    return shard, loaded.config, loaded.tokenizer, path, quantization
+    if is_random_spec(model):
+        path, quantization = str(model), ("none" if quantization == "auto" else quantization)
+    else:
+        path = str(resolve_model_path(model).resolve())
+        if quantization == "auto":
+            quantization = stored_quantization(path)
+    cfg, weights, tokenizer, path = load_full_model(path, dtype, device)
+    shard, _ = build_shard(cfg, weights, 0, world, dtype, quantization, device)
+    shard.all_reduce = CollectiveTimer()
+    return shard, cfg, tokenizer, path, quantization
