@@ -93,7 +93,7 @@ def test_random_regexes_sampled_outputs_fullmatch(engine, chat_prompt, pattern, 
 
 # --- grammars ------------------------------------------------------------------------------
 @pytest.mark.parametrize("name,question", [
-    ("json", "Give a small JSON object describing a cat (name, age, colors)."),
+    ("json", "Give a JSON object with two keys, the name and the age of a cat."),
     ("arithmetic", "Write a short arithmetic expression that equals 10, like (2+3)*2."),
     ("sql_select", "Write a SQL query selecting the names of users older than 30 from table users."),
 ])
@@ -101,7 +101,9 @@ def test_shipped_grammars_with_the_model(engine, chat_prompt, name, question):
     parser = Lark((GRAMMARS / f"{name}.lark").read_text(), parser="lalr")
     params = sgrun.SamplingParams(max_new_tokens=48, temperature=0.7, top_p=0.95, grammar=name, seed=11)
     outs = _generate(engine, chat_prompt(question), params)
-    greedy = engine.generate(chat_prompt(question), params.replace(temperature=0.0, max_new_tokens=64))[0]
+    # at least one of the outputs must finish (a question asking for a small object: asked for a
+    # list of colours, the model kept listing cats past any budget)
+    greedy = engine.generate(chat_prompt(question), params.replace(temperature=0.0, max_new_tokens=96))[0]
     outs.append(greedy)
     finished = [o for o in outs if o.finish_reason == "stop"]
     assert finished, [o.text for o in outs]
