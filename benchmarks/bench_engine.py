@@ -78,7 +78,7 @@ def llama_cpp_model(gguf: Path, threads: int):
         print("llama-cpp-python is not installed: its columns are skipped (pip install llama-cpp-python)")
         return None
     return llama_cpp.Llama(str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=4096,
-                           n_batch=2048, n_ubatch=512, verbose=False)
+                           n_batch=512, n_ubatch=512, verbose=False)
 
 
 def random_ids(rng: random.Random, n: int) -> list[int]:
@@ -158,8 +158,8 @@ def bench_decode(engines: dict, hf, llm, rng, rounds: int) -> None:
                 print(f"  {k} / llama.cpp: {med[k] / med['llama.cpp (GGUF Q4_1)']:.2f}x")
 
 
-def bench_ttft(engine, hf, llm, rng, rounds: int) -> None:
-    for length in (512, 2048):
+def bench_ttft(engine, hf, llm, rng, rounds: int, lengths: tuple[int, ...]) -> None:
+    for length in lengths:
         results: dict[str, list[float]] = {"sgrun": [], "transformers dense bf16": []}
         if llm is not None:
             results["llama.cpp (GGUF Q4_1)"] = []
@@ -214,6 +214,7 @@ def main() -> None:
     ap.add_argument("--parts", default="decode,ttft,throughput,overhead")
     ap.add_argument("--quantization", default="none,int8,int4", help="sgrun settings compared in the decode part")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--ttft-lengths", default="512,2048")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--sequential-sample", type=int, default=8)
     args = ap.parse_args()
@@ -234,7 +235,7 @@ def main() -> None:
     for e in engines.values():
         e.close()
     if "ttft" in parts:
-        bench_ttft(main_engine, hf, llm, rng, args.rounds)
+        bench_ttft(main_engine, hf, llm, rng, args.rounds, tuple(map(int, args.ttft_lengths.split(","))))
     if "overhead" in parts:
         bench_overhead(main_engine, rng)
     if "throughput" in parts:
