@@ -4,6 +4,7 @@ generator (so an abandoned stream aborts its engine request at once)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 from sgrun.server.errors import generation_failed
 from sgrun.server.metrics import ServerMetrics
 
+log = logging.getLogger("sgrun.server")
 DONE = b"data: [DONE]\n\n"
 _encode = msgspec.json.Encoder().encode
 
@@ -26,6 +28,7 @@ def stream_failure(metrics: ServerMetrics, error: str, request_id: str) -> bytes
     """The SSE tail for a stream whose request the engine aborted: the error event, then [DONE]
     (engine_bridge has logged the error under `request_id`)."""
     err = generation_failed(error, request_id)
+    log.error("%s: stream ended with a 500 error event: %s", request_id, err.message)
     metrics.observe_error(err)
     return err.to_sse() + DONE
 
