@@ -83,7 +83,7 @@ def test_fork_ideas(runtime):
 
 def check_batch(runtime, capsys, count: int) -> None:
     states = load("batch_100").main(runtime, count=count)
-    assert len(states) == count and all(s.error is None for s in states)
+    assert len(states) == count and all(s.error() is None for s in states)
     assert {s["sentiment"] for s in states} <= {"positive", "negative"}
     assert f"{count}/{count}" in capsys.readouterr().err   # the progress bar
 
