@@ -29,12 +29,14 @@ from sgrun.engine.model_runner import Logits, ModelRunner, SampledTokens, Scores
 from sgrun.engine.outputs import RequestOutput, StreamEvent
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.postprocess import Postprocessor
+from sgrun.engine.prompt_ids import prompt_token_ids
 from sgrun.engine.radix_cache import RadixCache
 from sgrun.engine.request_handle import RequestHandle
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scheduler import Scheduler
 from sgrun.engine.scoring import ScoringSequence, scored_token_ids
 from sgrun.engine.sequence import CompiledConstraint, Sequence
+from sgrun.engine.stats import engine_stats, request_pages
 from sgrun.errors import EngineFatalError, InvalidRequestError
 from sgrun.engine.attention_backend import default_backend
 from sgrun.engine.device import plan_pool, resolve_device, wants_cuda_graphs
@@ -44,8 +46,6 @@ from sgrun.models.loader import load_model, resolve_dtype
 log = logging.getLogger("sgrun.engine")
 
 DEFAULT_KV_MEMORY_GB = 2.0
-# Why a request was aborted (the keys of the aborted_* counters in stats()).
-ABORT_CAUSES = ("client_disconnect", "error", "engine")
 
 _T = TypeVar("_T")
 _LIVE_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
@@ -112,7 +112,7 @@ class Engine:
         self.num_steps = 0
         self.step_time_total = 0.0
         self.forward_time_total = 0.0
-        self.aborted: Counter[str] = Counter()   # requests aborted, by cause (ABORT_CAUSES)
+        self.aborted: Counter[str] = Counter()   # requests aborted, by cause (stats.ABORT_CAUSES)
         self._seq_ids = itertools.count()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -227,24 +227,7 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges for /metrics; the keys are listed in docs/interfaces.md."""
-        sched, pool, cache = self.scheduler, self.pool, self.cache
-        cached = cache.num_pages if cache else 0
-        evictable = cache.num_evictable_pages if cache else 0
-        prompt_total = sched.prompt_tokens_total
-        return {
-            "running": len(sched.running), "waiting": len(sched.waiting),
-            "pages_total": pool.num_pages, "pages_free": pool.num_free,
-            "pages_in_use": pool.num_pages - pool.num_free - evictable,
-            "pages_cached": cached, "pages_evictable": evictable,
-            "page_size": pool.page_size,
-            "prompt_tokens_total": prompt_total, "cached_tokens_total": sched.cached_tokens_total,
-            "cache_hit_rate": sched.cached_tokens_total / prompt_total if prompt_total else 0.0,
-            "forward_calls": self.runner.forward_calls,
-            "tokens_computed": self.runner.tokens_computed, "preemptions": sched.num_preemptions,
-            "steps": self.num_steps, "tp": self.tp,
-            **(self.model.comm_stats() if self.tp > 1 else {}),
-            **{f"aborted_{cause}": self.aborted[cause] for cause in ABORT_CAUSES},
-        }
+        return engine_stats(self)
 
     def startup_report(self) -> dict[str, Any]:
         """Where the engine runs and what start-up measured (device.py)."""
@@ -253,11 +236,7 @@ class Engine:
 
     def request_pages(self) -> int:
         """Pages held by requests (not only by the cache). Zero when nothing is running."""
-        tree_pages: set[int] = set()
-        if self.cache is not None:
-            for node in self.cache.nodes():
-                tree_pages.update(node.pages)
-        return sum(1 for p, r in enumerate(self.pool.ref) if r > (1 if p in tree_pages else 0))
+        return request_pages(self.pool, self.cache)
 
     def flush_cache(self) -> int:
         """Drop every unlocked cached prefix; returns the number of pages freed."""
@@ -296,22 +275,7 @@ class Engine:
         self.close()
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, (list, tuple)) and all(isinstance(t, int) for t in prompt):
-            ids = list(prompt)
-            bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
-            if bad:
-                raise InvalidRequestError(f"token id {bad[0]} is outside the vocabulary (0..{self.config.vocab_size - 1})",
-                                          field="prompt")
-        else:
-            raise InvalidRequestError("prompt must be a string or a list of token ids", field="prompt")
-        if not ids:
-            raise InvalidRequestError("prompt is empty", field="prompt")
-        if len(ids) >= self.max_context:
-            raise InvalidRequestError(f"prompt has {len(ids)} tokens; the context holds {self.max_context}: "
-                                      f"shorten the prompt", field="prompt")
-        return ids
+        return prompt_token_ids(self.tokenizer, prompt, self.config.vocab_size, self.max_context)
 
     def _post(self, message: tuple[str, Any]) -> None:
         self._inbox.put(message)

@@ -1,0 +1,45 @@
+"""What Engine.stats() reports (the keys are listed in docs/interfaces.md), and the count of
+pages held by requests that tests and the reliability suite check is zero when idle."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sgrun.engine.page_pool import PagePool
+from sgrun.engine.radix_cache import RadixCache
+
+if TYPE_CHECKING:
+    from sgrun.engine.engine import Engine
+
+# Why a request was aborted (the keys of the aborted_* counters).
+ABORT_CAUSES = ("client_disconnect", "error", "engine")
+
+
+def engine_stats(engine: "Engine") -> dict[str, Any]:
+    sched, pool, cache = engine.scheduler, engine.pool, engine.cache
+    cached = cache.num_pages if cache else 0
+    evictable = cache.num_evictable_pages if cache else 0
+    prompt_total = sched.prompt_tokens_total
+    return {
+        "running": len(sched.running), "waiting": len(sched.waiting),
+        "pages_total": pool.num_pages, "pages_free": pool.num_free,
+        "pages_in_use": pool.num_pages - pool.num_free - evictable,
+        "pages_cached": cached, "pages_evictable": evictable,
+        "page_size": pool.page_size,
+        "prompt_tokens_total": prompt_total, "cached_tokens_total": sched.cached_tokens_total,
+        "cache_hit_rate": sched.cached_tokens_total / prompt_total if prompt_total else 0.0,
+        "forward_calls": engine.runner.forward_calls,
+        "tokens_computed": engine.runner.tokens_computed, "preemptions": sched.num_preemptions,
+        "steps": engine.num_steps, "tp": engine.tp,
+        **(engine.model.comm_stats() if engine.tp > 1 else {}),
+        **{f"aborted_{cause}": engine.aborted[cause] for cause in ABORT_CAUSES},
+    }
+
+
+def request_pages(pool: PagePool, cache: RadixCache | None) -> int:
+    """Pages held by requests (not only by the cache). Zero when nothing is running."""
+    tree_pages: set[int] = set()
+    if cache is not None:
+        for node in cache.nodes():
+            tree_pages.update(node.pages)
+    return sum(1 for p, r in enumerate(pool.ref) if r > (1 if p in tree_pages else 0))
