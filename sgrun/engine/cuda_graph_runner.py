@@ -74,6 +74,10 @@ class CudaGraphRunner:
     def capture(self) -> CaptureReport:
         """Capture every size, largest first so the smaller graphs reuse its memory pool."""
         dev = self.attn.device
+        with torch.cuda.device(dev):
+            return self._capture(dev)
+
+    def _capture(self, dev: torch.device) -> CaptureReport:
         torch.cuda.synchronize(dev)
         free_before = torch.cuda.mem_get_info(dev)[0]
         t0 = time.perf_counter()

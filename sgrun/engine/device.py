@@ -103,6 +103,11 @@ def tensors_of(obj: object) -> list[torch.Tensor]:
 def measure_activation_peak(model, page_size: int, max_batch_tokens: int, backend: str | None) -> int:
     """Bytes one full-size prefill forward (max_batch_tokens tokens, the largest the scheduler
     builds) allocates beyond its inputs, measured on a throwaway pool just big enough."""
+    with torch.cuda.device(model.device):
+        return _measure_activation_peak(model, page_size, max_batch_tokens, backend)
+
+
+def _measure_activation_peak(model, page_size: int, max_batch_tokens: int, backend: str | None) -> int:
     from sgrun.engine.attention_backend import Segment, make_attention_backend
     from sgrun.engine.page_pool import PagePool
     cfg, dev = model.cfg, model.device

@@ -283,6 +283,8 @@ class Engine:
 
     # --- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
+        if self.device.type == "cuda":   # a new thread starts on cuda:0; Triton launches on the current one
+            torch.cuda.set_device(self.device)
         while True:
             self._drain_inbox()
             if self._stopping:

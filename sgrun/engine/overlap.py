@@ -59,7 +59,10 @@ class _Step:
 class OverlapScheduler:
     def __init__(self, engine: "Engine"):
         self.e = engine
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgrun-device")
+        dev = engine.device
+        # The worker launches kernels (Triton's on the thread's current device): put it on ours.
+        init = (lambda: torch.cuda.set_device(dev)) if dev.type == "cuda" else None
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sgrun-device", initializer=init)
         self.inflight: _Step | None = None
         self.dropped = 0   # step results discarded because the step before finished or changed the sequence
 
