@@ -95,3 +95,17 @@ def test_every_sampler_tensor_lives_on_the_logits_device():
     apply_penalties(logits, params, [[1, 2], [3], [4]], [[5], [], [6, 6]])
     tokens = sample_tokens(logits, params, [1, 2, 3], [0, 1, 2])
     assert tokens.device.type == "meta" and tokens.shape == (3,)
+
+
+def test_extreme_hashes_stay_inside_the_unit_interval_and_never_beat_a_mask():
+    # The top 24-bit value rounds to exactly 1.0 in float32 unless clamped; its Gumbel noise was
+    # +inf, -inf + inf is NaN, and argmax picked the masked column (a constrained request then
+    # sampled a token its constraint rejects).
+    from sgrun.engine.counter_rng import bits_to_unit
+    bits = torch.tensor([[0, 1 << 8, 0xFFFFFF00, 0xFFFFFFFF]], dtype=torch.int64)
+    u = bits_to_unit(bits)
+    assert bool(((u > 0) & (u < 1)).all())
+    noise = -torch.log(-torch.log(u))
+    assert bool(torch.isfinite(noise).all())
+    logits = torch.tensor([[0.0, -float("inf"), -float("inf"), -float("inf")]])
+    assert int((logits + noise).argmax(dim=-1)) == 0

@@ -108,7 +108,7 @@ def dfa_from_node(node: Node, max_states: int = DEFAULT_MAX_DFA_STATES) -> ByteD
         for nxt, mask in out.items():
             if nxt not in index:
                 if len(sets) >= max_states:
-                    raise ConstraintTooComplexError(f"automaton exceeds {max_states} DFA states")
+                    raise ConstraintTooComplexError(f"the constraint is too complex: its automaton exceeds {max_states} DFA states; simplify it (fewer alternatives under repeats, smaller bounds)")
                 index[nxt] = len(sets)
                 sets.append(nxt)
             row.append((mask, index[nxt]))

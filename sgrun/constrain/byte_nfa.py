@@ -48,7 +48,7 @@ class ByteNFA:
     def new_state(self) -> int:
         if len(self.edges) >= self.max_states:
             raise ConstraintTooComplexError(
-                f"constraint automaton exceeds {self.max_states} NFA states; reduce repeat counts, "
+                f"the constraint is too complex: its automaton exceeds {self.max_states} NFA states; reduce repeat counts, "
                 f"string length bounds or schema size")
         tick()
         self.edges.append([])

@@ -170,7 +170,7 @@ class GrammarAutomaton:
             return sid
         sid = len(self._states)
         if sid >= self.max_states:
-            raise ConstraintTooComplexError(f"grammar automaton exceeds {self.max_states} states")
+            raise ConstraintTooComplexError(f"the grammar is too complex: its automaton exceeds {self.max_states} states; simplify its terminals")
         self._states.append(st)
         self._index[st] = sid
         self.accepting.append(self._is_accepting(st))

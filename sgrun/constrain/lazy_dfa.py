@@ -104,7 +104,7 @@ class LazyDFA:
             return 0
         sid = len(self._sets)
         if sid >= self.max_states:
-            raise ConstraintTooComplexError(f"constraint automaton exceeds {self.max_states} states")
+            raise ConstraintTooComplexError(f"the constraint is too complex: its automaton exceeds {self.max_states} states; simplify it (fewer alternatives under repeats, smaller bounds)")
         self._sets.append(configs)
         self._index[configs] = sid
         self.accepting.append(any(s == self.root_end and stk is None for s, stk in configs))

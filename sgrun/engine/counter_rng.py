@@ -45,8 +45,19 @@ def row_keys(seeds: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
 def uniform(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
     """[B, vocab] float32 uniforms strictly inside (0, 1); row b depends only on (seeds[b], steps[b])."""
     bits = _mix32(row_keys(seeds, steps)[:, None] ^ _columns(vocab, seeds.device)[None, :])
-    # 24 bits fill a float32 mantissa exactly; the half-step offset keeps 0 and 1 out.
-    return ((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))
+    return bits_to_unit(bits)
+
+
+_BELOW_ONE = 1.0 - 2.0 ** -24   # the largest float32 under 1
+
+
+def bits_to_unit(bits: torch.Tensor) -> torch.Tensor:
+    """32-bit hashes -> float32 uniforms strictly inside (0, 1). The top 24 bits plus a half step
+    fill a float32 mantissa, except the very top value: (2**24 - 0.5) / 2**24 rounds to exactly
+    1.0 in float32, whose Gumbel noise is +inf, and +inf added to a masked logit (-inf) is NaN,
+    which argmax picks: a constrained request would sample a token its mask forbids (about one
+    column in 2**24 of every row, so a few times a second at batch 40). Clamp it below 1."""
+    return (((bits >> 8).to(torch.float32) + 0.5) * (1.0 / (1 << 24))).clamp_(max=_BELOW_ONE)
 
 
 def gumbel(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
