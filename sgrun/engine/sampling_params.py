@@ -188,42 +188,37 @@ def _logit_bias(value: Any, vocab_size: int | None) -> dict[int, float]:
     return out
 
 
-def _stop(value: Any) -> list[str]:
+def _strings(field: str, value: Any, noun: str, nouns: str) -> list[str]:
+    """A string or a bounded list of non-empty, bounded strings (stop strings, stop patterns)."""
     if value is None:
         return []
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, (list, tuple)):
-        raise _bad("stop", f"must be a string or a list of strings, got {_kind(value)}")
+        raise _bad(field, f"must be a {noun} or a list of {nouns}, got {_kind(value)}")
+    kind = "strings" if noun == "string" else "patterns"
     if len(value) > MAX_STOP_STRINGS:
-        raise _bad("stop", f"may hold at most {MAX_STOP_STRINGS} strings, got {len(value)}")
+        raise _bad(field, f"may hold at most {MAX_STOP_STRINGS} {kind}, got {len(value)}")
     for s in value:
         if not isinstance(s, str) or not s:
-            raise _bad("stop", f"must be a list of non-empty strings, got {_kind(s)}")
+            raise _bad(field, f"must be a list of non-empty {nouns}, got {_kind(s)}")
         if len(s) > MAX_STOP_CHARS:
-            raise _bad("stop", f"strings may be at most {MAX_STOP_CHARS} characters, got {len(s)}")
+            raise _bad(field, f"{kind} may be at most {MAX_STOP_CHARS} characters, got {len(s)}")
     return list(value)
 
 
+def _stop(value: Any) -> list[str]:
+    return _strings("stop", value, "string", "strings")
+
+
 def _stop_regex(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)):
-        raise _bad("stop_regex", f"must be a regular expression or a list of them, got {_kind(value)}")
-    if len(value) > MAX_STOP_STRINGS:
-        raise _bad("stop_regex", f"may hold at most {MAX_STOP_STRINGS} patterns, got {len(value)}")
-    for pattern in value:
-        if not isinstance(pattern, str) or not pattern:
-            raise _bad("stop_regex", f"must be a list of non-empty regular expressions, got {_kind(pattern)}")
-        if len(pattern) > MAX_STOP_CHARS:
-            raise _bad("stop_regex", f"patterns may be at most {MAX_STOP_CHARS} characters, got {len(pattern)}")
+    patterns = _strings("stop_regex", value, "regular expression", "regular expressions")
+    for pattern in patterns:
         try:
             re.compile(pattern)
         except re.error as exc:
             raise _bad("stop_regex", f"{pattern!r} is not a valid regular expression: {exc}") from None
-    return list(value)
+    return patterns
 
 
 def _check_constraints(p: SamplingParams) -> None:

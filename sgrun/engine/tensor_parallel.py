@@ -21,8 +21,6 @@ import dataclasses
 import datetime
 import multiprocessing as mp
 import os
-import socket
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from sgrun.child_process import die_with_parent, free_port
 from sgrun.errors import EngineFatalError, SgrunError
 from sgrun.models.llama import LlamaModel
 from sgrun.models.tensor_parallel import ShardPlan, plan_shard, shard_weights
@@ -110,25 +109,11 @@ class CollectiveTimer:
         return t
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-        with contextlib.suppress(Exception):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
-
-
 def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
     """Ranks 1..N-1: load and shard the model, join the group, take the pool's shape from rank 0,
     then run forwards until rank 0 says stop. `ready` (spawned workers only) tells rank 0 that
     loading worked, or why it did not."""
-    _die_with_parent()
+    die_with_parent()
     try:
         from sgrun.engine.attention_backend import make_attention_backend
         from sgrun.engine.page_pool import PagePool
@@ -224,7 +209,7 @@ class TensorParallelGroup:
                 raise SgrunError(f"tp={world} does not match torchrun's WORLD_SIZE={os.environ.get('WORLD_SIZE')}")
             dist.init_process_group(backend, init_method="env://", rank=0, world_size=world, timeout=timeout)
         else:
-            init_method = f"tcp://127.0.0.1:{_free_port()}"
+            init_method = f"tcp://127.0.0.1:{free_port()}"
             threads = num_threads or max(1, (os.cpu_count() or 1) // world)
             ctx = mp.get_context("spawn")
             ready = ctx.Queue()

@@ -3,18 +3,13 @@ DSL's in-process runtime): uvicorn on a loopback port, stopped cleanly on exit."
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
 
 import uvicorn
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+from sgrun.child_process import free_port  # noqa: F401 - tests and benchmarks import it from here
 
 
 class ServerThread:

@@ -5,15 +5,15 @@ each, through CUDA_VISIBLE_DEVICES, when the machine has that many)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 
 import httpx
+
+from sgrun.child_process import die_with_parent, free_port
 
 from sgrun.errors import SgrunError
 
@@ -38,12 +38,6 @@ class LocalReplicas:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def argv_from_namespace(parser: argparse.ArgumentParser, args: argparse.Namespace, skip: set[str]) -> list[str]:
@@ -71,17 +65,6 @@ def argv_from_namespace(parser: argparse.ArgumentParser, args: argparse.Namespac
     return argv
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: on Linux, ask the kernel to SIGTERM the replica when the
-    process that started it dies (uvicorn re-raises SIGTERM after its shutdown, so our own clean-up
-    code may never run; orphaned replicas would keep their port and memory)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-        with contextlib.suppress(Exception):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)   # 1 = PR_SET_PDEATHSIG
-
-
 def _cuda_count() -> int:
     try:
         import torch
@@ -107,7 +90,7 @@ def spawn_replicas(n: int, serve_argv: list[str], num_threads: int | None = None
                    "--port", str(port), "--num-threads", str(per_replica)]
             out = open(os.path.join(log_dir, f"replica-{i}.log"), "w") if log_dir else None   # None: the replica logs to our terminal
             replicas.processes.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                                     preexec_fn=_die_with_parent))
+                                                     preexec_fn=die_with_parent))
             replicas.urls.append(f"http://127.0.0.1:{port}")
         _wait_ready(replicas, startup_timeout)
     except BaseException:

@@ -134,11 +134,7 @@ class Router:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def pick(self, path: str, body: bytes) -> Replica:
-        parsed: Any = None
-        if path in ROUTED_PATHS and body:
-            with contextlib.suppress(Exception):   # a malformed body still goes to a replica, which answers 400
-                parsed = msgspec.json.decode(body)
+    def pick(self, path: str, parsed: Any) -> Replica:
         key = prompt_key(path, parsed) if path in ROUTED_PATHS else ""
         policy = self.policy if path in ROUTED_PATHS else RoutingPolicy("least_load")
         chosen = policy.choose(self.replicas, key)
@@ -152,9 +148,10 @@ class Router:
         headers = {k: v for k, v in request.headers.items() if k.lower() in _FORWARDED_HEADERS}
         if path in BROADCAST_PATHS:
             return await self._broadcast(request, path, body, headers)
-        streaming = b'"stream"' in body and _wants_stream(body)
+        parsed = _decode(body) if body else None   # once: for the routing key and for stream detection
+        streaming = isinstance(parsed, dict) and parsed.get("stream") is True
         for _ in range(len(self.replicas)):
-            replica = self.pick(path, body)
+            replica = self.pick(path, parsed)
             upstream = self.client.build_request(request.method, f"{replica.url}{path}", params=request.query_params,
                                                  content=body, headers=headers)
             replica.in_flight += 1
@@ -252,12 +249,11 @@ class RelayedStream(StreamingResponse):
             await self.upstream.aclose()
 
 
-def _wants_stream(body: bytes) -> bool:
+def _decode(body: bytes) -> Any:
     try:
-        parsed = msgspec.json.decode(body)
-    except Exception:  # noqa: BLE001 - malformed bodies are the replica's to refuse
-        return False
-    return isinstance(parsed, dict) and parsed.get("stream") is True
+        return msgspec.json.decode(body)
+    except Exception:  # noqa: BLE001 - a malformed body still goes to a replica, which answers 400
+        return None
 
 
 async def _until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
