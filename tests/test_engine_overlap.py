@@ -62,5 +62,9 @@ def test_overlap_drains_for_scoring_and_aborts(engine, overlapped, requests):
     scores = overlapped.score(prompts[1], [" Four", " Five"])
     handle.abort()
     assert handle.result().outputs[0].finish_reason == "abort"
-    assert scores == engine.score(prompts[1], [" Four", " Five"])
+    # The scoring prefill shared batches with a decoding request here and not in `engine`: the
+    # same model scores, up to float rounding of a different batch shape.
+    expected = engine.score(prompts[1], [" Four", " Five"])
+    assert [len(s) for s in scores] == [len(s) for s in expected]
+    assert all(a == pytest.approx(b, abs=1e-4) for a, b in zip(scores, expected))
     assert overlapped.run_on_loop(overlapped.request_pages) == 0
