@@ -164,29 +164,52 @@ class ByteNFA:
 
     def _build_members(self, node: Node, cur: int) -> int:
         """Object members in a fixed order, each required or optional, then any number of
-        `extra` members, separated by `sep`. Two lanes (nothing emitted yet / something
-        emitted) decide whether a separator comes first; linear in the member count."""
-        _, members, extra, sep = node
-        none_yet, some = cur, self.new_state()
+        `extra` members, separated by `sep`. Lanes count the members emitted so far (0 decides
+        that no separator comes first); linear in the member count times the lanes.
+
+        An optional fifth element (lo, hi) bounds the member count (minProperties /
+        maxProperties). Extra members may repeat a key (the automaton cannot compare keys), so
+        toward `lo` they count once at most (a parsed object keeps one of a repeated key);
+        toward `hi` every one counts."""
+        _, members, extra, sep = node[:4]
+        lo, hi = node[4] if len(node) > 4 else (0, None)
+        top = hi if hi is not None else max(lo, 1)  # without hi the count saturates at top
+
+        def bump(c: int) -> int | None:
+            if hi is None:
+                return min(c + 1, top)
+            return c + 1 if c < hi else None
+
+        lanes = [cur] + [self.new_state() for _ in range(top)]
         for member, required in members:
-            nxt_none, nxt_some = self.new_state(), self.new_state()
-            self.eps[self.build(member, none_yet)].append(nxt_some)
-            entry = self.new_state()
-            self.eps[some].append(entry)
-            self.eps[self.build(member, self.build(sep, entry))].append(nxt_some)
-            if not required:
-                self.eps[none_yet].append(nxt_none)
-                self.eps[some].append(nxt_some)
-            none_yet, some = nxt_none, nxt_some
+            new = [self.new_state() for _ in range(top + 1)]
+            for c in range(top + 1):
+                if not required:
+                    self.eps[lanes[c]].append(new[c])
+                n = bump(c)
+                if n is not None:
+                    start = lanes[c] if c == 0 else self.build(sep, lanes[c])
+                    self.eps[self.build(member, start)].append(new[n])
+            lanes = new
         end = self.new_state()
-        self.eps[none_yet].append(end)
-        self.eps[some].append(end)
+        for c in range(lo, top + 1):
+            self.eps[lanes[c]].append(end)
         if extra is not None:
-            loop = self.new_state()
-            self.eps[self.build(extra, none_yet)].append(loop)
-            self.eps[some].append(loop)
-            self.eps[self.build(extra, self.build(sep, loop))].append(loop)
-            self.eps[loop].append(end)
+            for c in range(top + 1):
+                # loop[e]: e >= 1 extras after c declared members (e up to hi - c; without hi 1 stands for "some")
+                e_top = (hi - c) if hi is not None else 1
+                if e_top < 1:
+                    continue
+                loop = [self.new_state() for _ in range(e_top + 1)]
+                start = lanes[c] if c == 0 else self.build(sep, lanes[c])
+                self.eps[self.build(extra, start)].append(loop[1])
+                for e in range(1, e_top + 1):
+                    if hi is None:
+                        self.eps[self.build(extra, self.build(sep, loop[e]))].append(loop[e])
+                    elif e < e_top:
+                        self.eps[self.build(extra, self.build(sep, loop[e]))].append(loop[e + 1])
+                    if min(c + 1, top if hi is None else hi) >= lo:
+                        self.eps[loop[e]].append(end)
         return end
 
     def _build_chars(self, ranges: tuple[tuple[int, int], ...], cur: int) -> int:

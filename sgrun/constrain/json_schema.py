@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import warnings
 from decimal import Decimal
+from math import comb
 from typing import Any
 
 from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
@@ -39,7 +40,10 @@ ANNOTATIONS = frozenset({
 })
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
 _ECMA_DOT_EXCLUDES = (0x0A, 0x0D, 0x2028, 0x2029)
-_MAX_PATTERN_PROPERTIES = 4
+_MAX_PATTERN_CELLS = 64  # patternProperties: key classes (which patterns a key matches)
+_MAX_UNIQUE_DOMAIN = 16  # uniqueItems: distinct item values tracked
+_MAX_UNIQUE_SETS = 4096  # uniqueItems: sets of used values (one NFA state each)
+_MAX_COUNTED_PROPERTIES = 64  # lanes of the member counter (states grow with members x lanes)
 _MAX_EXPAND = 64
 _KNOWN_DRAFTS = ("json-schema.org/draft-04/", "json-schema.org/draft-06/", "json-schema.org/draft-07/",
                  "json-schema.org/draft/2019-09/", "json-schema.org/draft/2020-12/", "json-schema.org/schema")
@@ -238,7 +242,7 @@ class SchemaCompiler:
                         got = [{"$sgrun_call": got[1], "$sgrun_branch": (b, bptr, base)}]
                     per_branch.append(got)
                 if key == "oneOf":
-                    self._check_disjoint(per_branch, ptr, depth)
+                    per_branch = self._exclusive_branches(per_branch, branches_raw, rest, schema, ptr, base, depth)
                 for g in per_branch:
                     out.extend(g)
                 return out
@@ -279,19 +283,53 @@ class SchemaCompiler:
             alternatives = nxt
         return alternatives
 
-    def _check_disjoint(self, per_branch: list[list[dict]], ptr: str, depth: int) -> None:
-        """oneOf is enforced as anyOf, which is exact only when no value matches two branches."""
+    def _exclusive_branches(self, per_branch: list[list[dict]], raw: list[Any], rest: dict, schema: dict, ptr: str,
+                            base: str, depth: int) -> list[list[dict]]:
+        """oneOf is enforced as anyOf, which is exact when no value matches two branches. Branches
+        that may overlap become `branch AND NOT other` for each overlapping other whose complement
+        is buildable (schema_rewrites.negate): then a value matching two of them matches neither
+        rewrite, as oneOf wants. Otherwise refused (lenient: enforced as anyOf)."""
         sigs = [[sig for s in br for sig in self._signatures(s, depth)] for br in per_branch]
+        overlaps: dict[int, list[int]] = {}
         for i in range(len(sigs)):
             for j in range(i + 1, len(sigs)):
-                for a in sigs[i]:
-                    for b in sigs[j]:
-                        if not _disjoint(a, b):
-                            self.refuse("oneOf", ptr, f"branches {i} and {j} may both match one value; only oneOf "
-                                                      f"with provably exclusive branches (different types, consts or "
-                                                      f"required/forbidden properties) is supported, use anyOf "
-                                                      f"(lenient: enforced as anyOf)")
-                            return
+                if any(not _disjoint(a, b) for a in sigs[i] for b in sigs[j]):
+                    overlaps.setdefault(i, []).append(j)
+                    overlaps.setdefault(j, []).append(i)
+        if not overlaps:
+            return per_branch
+        negated: dict[int, Any] = {}
+        for j in overlaps:
+            neg = negate(self._resolved(raw[j], base))
+            if neg is None:
+                i = overlaps[j][0]
+                self.refuse("oneOf", ptr, f"branches {min(i, j)} and {max(i, j)} may both match one value; only "
+                                          f"oneOf with provably exclusive branches (different types, consts or "
+                                          f"required/forbidden properties) or branches whose complement can be "
+                                          f"built is supported, use anyOf (lenient: enforced as anyOf)")
+                return per_branch
+            negated[j] = neg
+        out = list(per_branch)
+        for i, others in overlaps.items():
+            b = {} if raw[i] is True else raw[i]
+            parts = [b] + [negated[j] for j in others] + ([rest] if rest else [])
+            if rest and not _declared_before(schema, "oneOf", "properties"):
+                parts = [rest] + parts[:-1]
+            bptr = f"{ptr}/oneOf/{i}"
+            out[i] = self._all_of(parts, [bptr] * len(parts), [base] * len(parts), depth)
+        return out
+
+    def _resolved(self, schema: Any, base: str) -> Any:
+        """`schema` with bare $refs followed (for negate, which needs the referenced keywords)."""
+        for _ in range(_MAX_EXPAND):
+            if not (isinstance(schema, dict) and "$ref" in schema
+                    and not {k for k in schema if k not in ANNOTATIONS} - {"$ref"}):
+                return schema
+            try:
+                schema, _, base = self.index.resolve(schema["$ref"], self.index.base_for(schema, base), "#")
+            except ConstraintError:
+                return schema
+        return schema
 
     def _signatures(self, s: dict, depth: int) -> list[dict]:
         if "$sgrun_call" in s:  # a $ref branch kept as a call: look at what it expands to
@@ -375,7 +413,8 @@ class SchemaCompiler:
             if t == "null":
                 parts.append(lit("null"))
             elif t == "boolean":
-                parts.append(alt(lit("true"), lit("false")))
+                keep = s.get("$sgrun_bool")
+                parts.append(alt(lit("true"), lit("false")) if keep is None else lit("true" if keep else "false"))
             elif t in ("integer", "number"):
                 parts.append(self._number_node(s, t == "integer", ptr))
             elif t == "string":
@@ -416,9 +455,8 @@ class SchemaCompiler:
                 self.refuse(k, ptr, "property dependencies are not supported", s)
             s.pop(k, None)
         if "uniqueItems" in s:
-            if s["uniqueItems"] is True and "array" in types and s.get("maxItems", 2) > 1:
-                self.refuse("uniqueItems", ptr, "uniqueItems: true is not supported (add maxItems: 1 or drop it)", s)
-            s.pop("uniqueItems", None)
+            if s.pop("uniqueItems") is True and "array" in types and s.get("maxItems", 2) > 1:
+                s["$sgrun_unique"] = True  # _array_node builds it over a small item domain, or refuses
         for k in ("unevaluatedProperties", "unevaluatedItems"):
             if k in s:
                 if s[k] is True or s[k] == {}:
@@ -439,21 +477,25 @@ class SchemaCompiler:
                 s.pop("propertyNames")
             elif not (isinstance(pn, dict) or pn is False):
                 raise InvalidSchemaError(f"propertyNames at {ptr} must be a schema")
-        if "minProperties" in s and "object" in types:
-            if s["minProperties"] > len(set(s.get("required", []))):
-                self.refuse("minProperties", ptr, "minProperties above the number of required properties", s)
-        s.pop("minProperties", None)
-        if "maxProperties" in s and "object" in types:
+        lo, hi = s.pop("minProperties", 0), s.pop("maxProperties", None)
+        if "object" in types and (lo or hi is not None):
             declared = set(s.get("properties", {})) | set(s.get("required", []))
-            open_ = s.get("additionalProperties", True) is not False or s.get("patternProperties")
-            if open_ or len(declared) > s["maxProperties"]:
-                if s["maxProperties"] == 0 and not s.get("required"):
-                    s["properties"] = {}
-                    s["additionalProperties"] = False
-                    s.pop("patternProperties", None)
-                else:
-                    self.refuse("maxProperties", ptr, "maxProperties below the number of possible properties", s)
-        s.pop("maxProperties", None)
+            open_ = s.get("additionalProperties", True) is not False or bool(s.get("patternProperties"))
+            if lo <= len(set(s.get("required", []))):
+                lo = 0  # the required keys already make the count
+            if hi is not None and not open_ and len(declared) <= hi:
+                hi = None  # no object the rest allows has more
+            if lo and open_ and len(declared) + 1 < lo:
+                # Extra members may repeat a key (a parsed object keeps one), so they count once
+                # toward minProperties: more would need distinct keys the automaton cannot check.
+                self.refuse("minProperties", ptr, f"minProperties {lo} needs {lo - len(declared)} distinct "
+                                                  f"additional keys; only one can be told apart from a repeat")
+                lo = 0
+            if max(lo, hi or 0) > _MAX_COUNTED_PROPERTIES:
+                self.refuse("minProperties" if lo > _MAX_COUNTED_PROPERTIES else "maxProperties", ptr,
+                            f"property counts above {_MAX_COUNTED_PROPERTIES} are not supported")
+            elif lo or hi is not None:
+                s["$sgrun_count"] = (int(lo), None if hi is None else int(hi))
         for k in list(s):
             if k not in self._KNOWN and k not in ANNOTATIONS and not k.startswith("$sgrun"):
                 pass  # unknown keywords are annotations in JSON Schema (no validation meaning)
@@ -483,13 +525,33 @@ class SchemaCompiler:
                     self.refuse("not", ptr, "'not integer' for numbers is not supported", s)
                 s["type"] = keep
                 return s if keep else None
-            if set(inner) in ({"enum"}, {"const"}):
-                vals = inner.get("enum", [inner.get("const")])
-                if all(isinstance(v, str) for v in vals):  # (other types are unaffected by string exclusions)
-                    s["$sgrun_exclude"] = [v for v in vals]
-                    return s
-        self.refuse("not", ptr, "only 'not' of a type (or of string values on a string) is supported", s)
+            if set(inner) in ({"enum"}, {"const"}) and isinstance(inner.get("enum", []), list):
+                return self._exclude_values(s, inner.get("enum", [inner.get("const")]), ptr)
+        self.refuse("not", ptr, "only 'not' of a type or of scalar values (enum / const) is supported", s)
         return s
+
+    def _exclude_values(self, s: dict, vals: list[Any], ptr: str) -> dict | None:
+        """`not: {enum: vals}` on `s`: each excluded scalar leaves its type's node (strings and
+        numbers subtract the value's output forms, booleans keep the other one, null drops)."""
+        types = self._types(s, ptr)
+        if any(isinstance(v, (list, dict)) for v in vals) and ("array" in types or "object" in types):
+            self.refuse("not", ptr, "'not' of array or object values is not supported", s)
+            return s
+        if any(v is None for v in vals):
+            types = [t for t in types if t != "null"]
+        bools = {v for v in vals if isinstance(v, bool)}
+        if bools == {True, False}:
+            types = [t for t in types if t != "boolean"]
+        elif bools:
+            s["$sgrun_bool"] = not next(iter(bools))
+        nums = [v for v in vals if _json_type(v) in ("integer", "number")]
+        if nums:
+            s["$sgrun_exclude_num"] = list(s.get("$sgrun_exclude_num", [])) + nums
+        strs = [v for v in vals if isinstance(v, str)]
+        if strs:
+            s["$sgrun_exclude"] = list(s.get("$sgrun_exclude", [])) + strs
+        s["type"] = types
+        return s if types else None
 
     def _enum_node(self, s: dict, types: list[str], ptr: str, base: str) -> Node:
         values = [s["const"]] if "const" in s else s["enum"]
@@ -516,8 +578,12 @@ class SchemaCompiler:
         """Check an enum value against its sibling keywords (scalars exactly; containers by a
         standalone compile of the sibling schema)."""
         t = _json_type(v)
+        if t == "boolean":
+            return s.get("$sgrun_bool", v) == v
         if t in ("integer", "number"):
             x = Decimal(str(v))
+            if any(x == Decimal(str(e)) for e in s.get("$sgrun_exclude_num", [])):
+                return False
             if "minimum" in s and x < Decimal(str(s["minimum"])):
                 return False
             if "maximum" in s and x > Decimal(str(s["maximum"])):
@@ -596,8 +662,19 @@ class SchemaCompiler:
                     return ("dfa", d) if d.accepting else NOTHING
         if integer:
             ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
-            return integer_with_multiple(ilo, ihi, mult)
-        return number_node(lo, lo_x, hi, hi_x)
+            node = integer_with_multiple(ilo, ihi, mult)
+        else:
+            node = number_node(lo, lo_x, hi, hi_x)
+        excluded = s.get("$sgrun_exclude_num")
+        if excluded and node != NOTHING:
+            # A value's forms with an exponent (1e0, 10e-1, ...) are not a regular set: numbers
+            # that exclude values are written without exponent, and each excluded value's
+            # exponent-free forms (1, 1.0, 1.00, -0 for 0) are subtracted.
+            d = product(node[1] if node[0] == "dfa" else dfa_from_node(node),
+                        dfa_from_node(number_node(None, False, None, False, exponent=False)))
+            d = product(d, dfa_from_node(alt(*(_number_forms(Decimal(str(v))) for v in excluded))), "minus")
+            node = ("dfa", d) if d.accepting else NOTHING
+        return node
 
     # --- strings ------------------------------------------------------------------------
     def _string_node(self, s: dict, ptr: str) -> Node:
@@ -636,6 +713,10 @@ class SchemaCompiler:
         if hi is not None and lo > hi:
             return NOTHING
         sep = seq(self.ws, lit(","), self.ws)
+        if s.get("$sgrun_unique"):
+            unique = self._unique_array_node(prefix, rest_schema, lo, hi, sep, ptr, base)
+            if unique is not None:
+                return unique
         elems = [self.call(p, f"{prefix_ptr}/{i}", base) for i, p in enumerate(prefix)]
         rest = self.call(rest_schema, rest_ptr, base) if rest_schema is not False else NOTHING
 
@@ -655,6 +736,74 @@ class SchemaCompiler:
         required = [elem(0)] + [seq(sep, elem(i)) for i in range(1, lo)]
         body = seq(*required, tail) if (hi is None or hi >= 1) else NOTHING
         inner = alt(body, EMPTY) if lo == 0 else body
+        return seq(lit("["), self.ws, inner, self.ws, lit("]"))
+
+    def _item_domain(self, schema: Any, ptr: str, base: str) -> list[Any] | None:
+        """The values `schema` admits when they are few scalars (enum / const / boolean / null /
+        a short integer range), each with one output form; None otherwise."""
+        if not isinstance(schema, dict):
+            return None
+        try:
+            alternatives = self.expand(schema, ptr, base, 1)
+        except ConstraintError:
+            return None
+        out: dict[str, Any] = {}
+        for a in alternatives:
+            if not isinstance(a, dict) or "$sgrun_call" in a:
+                return None
+            a = self._normalize_numbers(dict(a), ptr)
+            types = self._types(a, ptr)
+            rest = {k: v for k, v in a.items() if k not in ("enum", "const", "type") and k not in ANNOTATIONS}
+            if "enum" in a or "const" in a:
+                candidates = [a["const"]] if "const" in a else list(a["enum"])
+            elif set(types) <= {"boolean", "null"} and not rest:
+                candidates = ([True, False] if "boolean" in types else []) + ([None] if "null" in types else [])
+            elif types == ["integer"] and isinstance(a.get("minimum"), int) and isinstance(a.get("maximum"), int) \
+                    and a["maximum"] - a["minimum"] < _MAX_UNIQUE_DOMAIN and set(rest) <= {"minimum", "maximum",
+                                                                                         "multipleOf"}:
+                candidates = list(range(a["minimum"], a["maximum"] + 1))
+            else:
+                return None
+            allowed = set(types) | ({"integer"} if "number" in types else set())
+            for v in candidates:
+                if _json_type(v) in ("array", "object"):
+                    return None  # containers have several output forms (key order): texts would not tell repeats
+                if _json_type(v) in allowed and (not rest or self._scalar_ok(v, rest)):
+                    out.setdefault(canonical_json(v), v)
+        return list(out.values()) if len(out) <= _MAX_UNIQUE_DOMAIN else None
+
+    def _unique_array_node(self, prefix: list[Any], rest_schema: Any, lo: int, hi: int | None, sep: Node,
+                           ptr: str, base: str) -> Node | None:
+        """uniqueItems over a small item domain: arrays of distinct values, one NFA state per set
+        of values used so far (shared fragments). None after a refusal that lenient loosened."""
+        domain = None if prefix else self._item_domain(rest_schema, f"{ptr}/items", base)
+        if domain is None:
+            self.refuse("uniqueItems", ptr, "uniqueItems: true is supported over items with a few scalar values "
+                                            f"(enum / const / boolean / null / an integer range, at most "
+                                            f"{_MAX_UNIQUE_DOMAIN}); these items are not")
+            return None
+        k = len(domain)
+        hi = k if hi is None else min(hi, k)
+        if sum(comb(k, i) for i in range(min(hi, k) + 1)) > _MAX_UNIQUE_SETS:
+            self.refuse("uniqueItems", ptr, f"uniqueItems over {k} item values up to {hi} items needs too many "
+                                            f"states; add a smaller maxItems")
+            return None
+        values = [json_literal_node(v) for v in domain]
+        memo: dict[int, Node] = {}
+
+        def after(used: int, n: int) -> Node:
+            got = memo.get(used)
+            if got is None:
+                options = [EMPTY] if n >= lo else []
+                if n < hi:
+                    options += [seq(sep, values[i], after(used | 1 << i, n + 1)) for i in range(k)
+                                if not used >> i & 1]
+                got = self.nfa.shared(alt(*options)) if options else NOTHING
+                memo[used] = got
+            return got
+
+        first = alt(*(seq(values[i], after(1 << i, 1)) for i in range(k))) if hi >= 1 else NOTHING
+        inner = alt(first, EMPTY) if lo == 0 else first
         return seq(lit("["), self.ws, inner, self.ws, lit("]"))
 
     # --- objects ------------------------------------------------------------------------
@@ -699,7 +848,9 @@ class SchemaCompiler:
             member_names.append(name)
         extra = self._additional_member(names, pattern_props, additional, key_filter, colon, ptr, base)
         sep = seq(self.ws, lit(","), self.ws)
-        body = ("members", tuple(members), extra, sep)
+        count = s.get("$sgrun_count")
+        bounds = (count,) if count else ()
+        body = ("members", tuple(members), extra, sep) + bounds
         # Required keys that `properties` does not place have no order to follow: up to three of
         # them may come in any order (instances disagree on it).
         loose = [i for i, name in enumerate(member_names) if name not in props]
@@ -710,7 +861,7 @@ class SchemaCompiler:
                 ms = list(members)
                 for slot, src in zip(loose, order):
                     ms[slot] = members[src]
-                bodies.append(("members", tuple(ms), extra, sep))
+                bodies.append(("members", tuple(ms), extra, sep) + bounds)
             body = alt(*bodies)
         return seq(lit("{"), self.ws, body, self.ws, lit("}"))
 
@@ -760,21 +911,28 @@ class SchemaCompiler:
             value = self.call(additional, f"{ptr}/additionalProperties", base)
             return seq(key, colon, value) if value != NOTHING and key != NOTHING else None
         pats = list(pattern_props)
-        if len(pats) > _MAX_PATTERN_PROPERTIES:
-            self.refuse("patternProperties", ptr, f"more than {_MAX_PATTERN_PROPERTIES} patterns")
+        # One member alternative per non-empty cell of the patterns' Venn diagram (keys matching
+        # exactly the chosen patterns): a depth-first walk that prunes empty intersections, so
+        # disjoint patterns cost n + 1 cells, not 2^n.
+        cells: list[tuple[list[str], ByteDFA]] = []
+        todo: list[tuple[int, list[str], ByteDFA]] = [(0, [], any_text_dfa() if key_filter is None else key_filter)]
+        while todo:
+            i, chosen, d = todo.pop()
+            if i == len(pats):
+                d = excluded_dfa(d, names)
+                if d.accepting:
+                    cells.append((chosen, d))
+                    if len(cells) > _MAX_PATTERN_CELLS:
+                        self.refuse("patternProperties", ptr, f"the patterns overlap in more than "
+                                                              f"{_MAX_PATTERN_CELLS} ways")
+                        break
+                continue
+            for op in ("minus", "and"):
+                nd = product(d, pattern_search_dfa(pats[i]), op)
+                if nd.accepting:
+                    todo.append((i + 1, chosen + [pats[i]] if op == "and" else chosen, nd))
         alts = []
-        for mask in range(1 << len(pats)):
-            chosen = [p for i, p in enumerate(pats) if mask >> i & 1]
-            d = any_text_dfa() if key_filter is None else key_filter
-            for i, p in enumerate(pats):
-                d = product(d, pattern_search_dfa(p), "and" if mask >> i & 1 else "minus")
-                if not d.accepting:
-                    break
-            if not d.accepting:
-                continue
-            d = excluded_dfa(d, names)
-            if not d.accepting:
-                continue
+        for chosen, d in cells:
             if chosen:
                 value = self._all_of_call([(pattern_props[p], f"{ptr}/patternProperties/{_esc(p)}") for p in chosen],
                                           base)
@@ -815,6 +973,18 @@ def json_literal_node(v: Any) -> Node:
     if isinstance(v, list):
         return seq(lit("["), *_join(lit(","), [json_literal_node(x) for x in v]), lit("]"))
     return lit(canonical_json(v))
+
+
+def _number_forms(x: Decimal) -> Node:
+    """Every exponent-free JSON spelling of the number x (trailing fraction zeros, -0)."""
+    if x == 0:
+        return seq(opt(lit("-")), lit("0"), opt(seq(lit("."), rep(lit("0"), 1, None))))
+    sign, digits, exp = x.normalize().as_tuple()
+    text = format(abs(x.normalize()), "f")
+    head = lit(("-" if sign else "") + text)
+    if "." in text:
+        return seq(head, rep(lit("0"), 0, None))
+    return seq(head, opt(seq(lit("."), rep(lit("0"), 1, None))))
 
 
 def _join(sep: Node, items: list[Node]) -> list[Node]:

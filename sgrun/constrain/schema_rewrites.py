@@ -3,8 +3,9 @@ schemas it does build (each rewrite has the same set of valid instances):
 
 - dependentRequired / dependentSchemas / draft-4 dependencies: per trigger property, one
   branch where it is present (and its dependency holds) and one where it is absent;
-- `not` of schemas whose complement is a positive schema (types, required / property-const
-  tests as used for discriminators, and anyOf / allOf / not of those), via De Morgan;
+- `not` of schemas whose complement is a positive schema (types, scalar const / enum,
+  required / property-const tests as used for discriminators, and anyOf / allOf / not of
+  those), via De Morgan;
 - if / then / else as (if AND then) OR (not-if AND else), where not-if is such a complement.
 
 What cannot be rewritten exactly is left in place (the compiler then refuses it, or loosens it
@@ -70,9 +71,45 @@ def negate(schema: Any) -> Any | None:
             return None  # the complement holds non-integral numbers: not a type list
         rest = [t for t in ALL_TYPES if t not in ts]
         return {"type": rest} if rest else False
+    if set(s) in ({"const"}, {"enum"}) and isinstance(s.get("enum", []), list) \
+            and not any(isinstance(v, (list, dict)) for v in s.get("enum", [s.get("const")])):
+        return {"not": s}  # the compiler subtracts scalar values from each type
+    for typ, bounds in _BOUNDS.items():
+        if s and set(s) - {"type"} and set(s) <= {"type"} | set(bounds) and s.get("type", typ) in (typ, [typ]) \
+                and all(isinstance(s[k], (int, float)) and not isinstance(s[k], bool) for k in s if k != "type"):
+            # not (T within bounds) = another type, or T beyond one of the bounds
+            branches = [{"type": [t for t in ALL_TYPES if t != typ]}] if "type" in s else []
+            for k in s:
+                if k != "type":
+                    opposite = _opposite(typ, k, s[k])
+                    if opposite is None:
+                        return None
+                    if opposite >= 0:
+                        branches.append({"type": typ, bounds[k]: opposite})
+            return {"anyOf": branches} if branches else False
     if set(s) <= {"required", "properties", "type"} and s.get("type", "object") in ("object", ["object"]):
         return _negate_object_test(s)
     return None
+
+
+# For each type, its bound keywords and the keyword that states the opposite bound (length and
+# count bounds are integers: the opposite of maxLength n is minLength n + 1, see _opposite).
+_BOUNDS = {
+    "number": {"minimum": "exclusiveMaximum", "maximum": "exclusiveMinimum", "exclusiveMinimum": "maximum",
+               "exclusiveMaximum": "minimum"},
+    "string": {"minLength": "maxLength", "maxLength": "minLength"},
+    "array": {"minItems": "maxItems", "maxItems": "minItems"},
+}
+
+
+def _opposite(typ: str, key: str, value: int | float) -> int | float | None:
+    """The bound that holds exactly where `key: value` fails (-1: nowhere; None: not an integer
+    length)."""
+    if typ == "number":
+        return value
+    if value != int(value):
+        return None
+    return int(value) - 1 if key.startswith("min") else int(value) + 1
 
 
 def _negate_object_test(s: dict) -> Any | None:
@@ -98,8 +135,8 @@ def _negate_object_test(s: dict) -> Any | None:
             values = c["enum"]
         else:
             return None
-        if not all(isinstance(v, str) for v in values):
-            return None  # the compiler excludes string values only
+        if any(isinstance(v, (list, dict)) for v in values):
+            return None  # the compiler excludes scalar values only
         branches.append({"type": "object", "required": [name], "properties": {name: {"not": {"enum": values}}}})
     return {"anyOf": branches} if branches else False
 
