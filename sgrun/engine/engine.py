@@ -26,6 +26,7 @@ import torch
 from sgrun.engine.detokenizer import IncrementalDetokenizer
 from sgrun.engine.isolation import isolate
 from sgrun.engine.model_runner import Logits, ModelRunner, SampledTokens, Scores
+from sgrun.engine.ngram_draft import NgramDrafter, SpeculativeConfig
 from sgrun.engine.outputs import RequestOutput, StreamEvent
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.postprocess import Postprocessor
@@ -36,7 +37,7 @@ from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scheduler import Scheduler
 from sgrun.engine.scoring import ScoringSequence, scored_token_ids
 from sgrun.engine.sequence import CompiledConstraint, Sequence
-from sgrun.engine.stats import engine_stats, request_pages
+from sgrun.engine.stats import SpeculationCounters, engine_stats, request_pages
 from sgrun.errors import EngineFatalError, InvalidRequestError
 from sgrun.engine.attention_backend import default_backend
 from sgrun.engine.device import plan_pool, resolve_device, wants_cuda_graphs
@@ -65,9 +66,13 @@ class Engine:
                  enable_prefix_cache: bool = True, cache_fraction: float | None = None,
                  max_context: int | None = None, debug_checks: bool = False, quantization: str = "auto",
                  device: str = "auto", attention_backend: str | None = None, mem_fraction: float | None = None,
-                 cuda_graph: bool | None = None, overlap: bool | None = None, tp: int = 1, tp_timeout: float = 60.0):
+                 cuda_graph: bool | None = None, overlap: bool | None = None, tp: int = 1, tp_timeout: float = 60.0,
+                 speculative_ngram: bool = False, speculative_num_draft: int = 4, speculative_ngram_max: int = 3,
+                 speculative_ngram_min: int = 1):
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
+        spec = SpeculativeConfig(speculative_ngram, speculative_num_draft, speculative_ngram_max,
+                                 speculative_ngram_min).validated()
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
             raise InvalidRequestError(f"tp must be a whole number >= 1, got {tp!r}", field="tp")
         self.device = resolve_device(device)
@@ -101,11 +106,18 @@ class Engine:
             self.model = TensorParallelModel(self.model, self.tp_group)
         cap = int(max_pages * cache_fraction) if cache_fraction is not None else None
         self.cache = RadixCache(self.pool, cap) if enable_prefix_cache else None
-        self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens)
-        self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids, attention_backend=backend)
         self.max_context = min(cfg.max_position, max_pages * page_size, max_context or cfg.max_position)
-        self.graph_report = self.runner.capture_cuda_graphs(max_running, self.max_context) if use_graphs else None
         use_overlap = self.device.type == "cuda" if overlap is None else overlap
+        # Speculation needs each step's tokens on the host before the next step is scheduled (the
+        # draft continues them, and the accepted count decides the next positions); the overlap
+        # pipeline schedules step N+1 before step N's tokens are read back, so the two exclude
+        # each other: with overlap on, requests decode one token per step (docs/interfaces.md).
+        self.speculative = spec
+        self.speculation = SpeculationCounters(enabled=not use_overlap)
+        drafter = NgramDrafter(spec, self.max_context).draft if not use_overlap else None
+        self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens, drafter)
+        self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids, attention_backend=backend)
+        self.graph_report = self.runner.capture_cuda_graphs(max_running, self.max_context) if use_graphs else None
         self._overlap = OverlapScheduler(self) if use_overlap else None
         self.post = Postprocessor(self.tokenizer, self.max_context, self._finish)
         self.debug_checks = debug_checks
@@ -351,6 +363,10 @@ class Engine:
         wanted: list[tuple[Sequence, Logits]] = [(seq, lg) for (seq, _), lg in ran if lg is not None]
         sampled = [(seq, out) for (seq, _), out in self._live(isolate(wanted, self.runner.sample,
                                                                         self._fail_in("sampling")))]
+        for seq, out in sampled:
+            if seq.draft and isinstance(out, SampledTokens) and out.accepted_draft is not None:
+                self.speculation.record(len(seq.draft), out.accepted_draft)
+                self.scheduler.settle_draft(seq, out.accepted_draft)
         isolate(sampled, self._postprocess, self._fail_in("postprocess"), one_at_a_time=True)
         self.num_steps += 1
         self.forward_time_total += t2 - t1

@@ -46,6 +46,9 @@ class SampledTokens:
     # log_softmax of the sampling row, for a constrained request with logprobs: jump-forward may
     # replace the sampled token by a longer one predicted by the same row.
     row_logprobs: torch.Tensor | None = None
+    # A verify step (speculative.py): how many of the sequence's draft tokens were accepted (the
+    # tokens are those plus one sampled token); None for a plain step.
+    accepted_draft: int | None = None
 
 
 @dataclass
@@ -145,7 +148,7 @@ class ModelRunner:
         t = 0
         for seq, n in items:
             start, end = seq.num_computed, seq.num_computed + n
-            known = seq.tokens[start:end]
+            known = seq.token_slice(start, end)
             ids.extend(known)
             if len(known) < n:   # the pending token: the previous step's sample, read on the device
                 assert future is not None and len(known) == n - 1, "a pending token without its step"
@@ -215,12 +218,18 @@ class ModelRunner:
     def sample(self, items: list[tuple[Sequence, Logits]]) -> list[SampledTokens | Scores]:
         """Per item: scores for a scoring sequence, else its sampled token."""
         out: list[SampledTokens | Scores | None] = [None] * len(items)
-        gen_idx = []
+        gen_idx, drafted = [], []
         for i, (seq, logits) in enumerate(items):
             if isinstance(seq, ScoringSequence):
                 out[i] = self._score(seq, logits)
+            elif seq.draft:
+                drafted.append(i)
             else:
                 gen_idx.append(i)
+        if drafted:   # speculative steps: every draft verified in one sampling pass (speculative.py)
+            from sgrun.engine.speculative import verify_drafts
+            for i, got in zip(drafted, verify_drafts(self, [items[i] for i in drafted])):
+                out[i] = got
         if gen_idx:
             seqs = [items[i][0] for i in gen_idx]
             rows = torch.cat([items[i][1].rows[-1:] for i in gen_idx])
@@ -266,12 +275,10 @@ class ModelRunner:
                               [i for i, s in enumerate(seqs) if (s.params.ignore_eos and s.matcher is None) or early[i]],
                               [(i, t) for i, s in enumerate(seqs) if early[i] for t in s.params.stop_token_ids])
 
-    def run_sampling(self, si: SamplingInputs, rows: torch.Tensor) -> SampleOutput:
-        """Device half: bias, penalties, mask (the Triton bitmask kernel when the Triton
-        backend runs), then tokens; their host copy is queued, not waited for."""
+    def process_rows(self, si: SamplingInputs, rows: torch.Tensor) -> None:
+        """In place: logit bias, penalties, constraint masks, EOS / stop-id bans (all but the
+        temperature and truncation filters, which the sampler applies)."""
         params, dev = si.params, rows.device
-        want_lp = any(p.logprobs is not None for p in params)
-        raw = rows.clone() if want_lp else None
         apply_logit_bias(rows, params)
         apply_penalties(rows, params, si.prompts, si.outputs)
         if si.bitmask is not None:
@@ -288,6 +295,15 @@ class ModelRunner:
             rows[r, c] = float("-inf")
         if si.banned:
             rows[_to_device([i for i, _ in si.banned], dev), _to_device([t for _, t in si.banned], dev)] = float("-inf")
+
+    def run_sampling(self, si: SamplingInputs, rows: torch.Tensor) -> SampleOutput:
+        """Device half: bias, penalties, mask (the Triton bitmask kernel when the Triton
+        backend runs), then tokens; their host copy is queued, not waited for."""
+        params = si.params
+        want_lp = any(p.logprobs is not None for p in params)
+        raw = rows.clone() if want_lp else None
+        self.process_rows(si, rows)
+        dev = rows.device
         tokens = sample_tokens(rows, params, si.seeds, si.steps)
         if dev.type == "cuda":
             host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)

@@ -63,6 +63,10 @@ class SamplingParams:
     # The output may open with a reasoning section (open tag, close tag); the constraint starts after it.
     reasoning: tuple[str, str] | list[str] | None = None
     jump_forward: bool = True
+    # N-gram speculative decoding (prompt lookup, engine/ngram_draft.py): None follows the engine's
+    # default (`Engine(speculative_ngram=...)`, `sgrun serve --speculative-ngram`). Outputs are the
+    # same in distribution (greedy: token for token); only the speed changes.
+    speculative_ngram: bool | None = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], vocab_size: int | None = None) -> "SamplingParams":
@@ -111,6 +115,9 @@ class SamplingParams:
         for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "jump_forward"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, f"must be true or false, got {_kind(getattr(self, name))}")
+        if self.speculative_ngram is not None and not isinstance(self.speculative_ngram, bool):
+            raise _bad("speculative_ngram", f"must be true, false or null (the server's default), "
+                                            f"got {_kind(self.speculative_ngram)}")
         if self.logprobs is not None:
             self.logprobs = _int("logprobs", self.logprobs, 0, MAX_LOGPROBS)
         self.n = _int("n", self.n, 1, MAX_N)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.radix_cache import RadixCache
@@ -39,8 +40,12 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, pool: PagePool, cache: RadixCache | None, max_running: int, max_batch_tokens: int):
+    def __init__(self, pool: PagePool, cache: RadixCache | None, max_running: int, max_batch_tokens: int,
+                 drafter: Callable[[Sequence, int], list[int]] | None = None):
         self.pool = pool
+        # Speculative decoding (ngram_draft.NgramDrafter.draft): (decoding sequence, token budget left
+        # minus its own token) -> draft tokens the verify forward computes after it this step.
+        self.drafter = drafter
         self.cache = cache
         self.ps = pool.page_size
         self.max_running = max_running
@@ -72,8 +77,9 @@ class Scheduler:
 
     def release(self, seq: Sequence, cache_tokens: bool = True) -> None:
         """Give back a sequence's pages; cache its computed tokens first when the cache is on."""
+        # Never past the sequence's tokens: K/V computed for rejected draft positions is garbage.
         if self.cache is not None and cache_tokens:
-            self.insert_into_cache(seq, seq.num_computed)
+            self.insert_into_cache(seq, min(seq.num_computed, len(seq.tokens)))
         if self.cache is not None and seq.locked_node is not None:
             self.cache.unlock(seq.locked_node)
         seq.locked_node = None
@@ -81,6 +87,18 @@ class Scheduler:
         seq.page_table = []
         seq.num_computed = 0
         seq.cache_inserted_len = 0
+        seq.draft = []
+
+    def settle_draft(self, seq: Sequence, accepted: int) -> None:
+        """After a verify step: only the first `accepted` draft positions hold K/V of tokens the
+        sequence keeps; forget the rest and give back the pages only they used (the next token's
+        page is kept). The radix cache never saw them: commit caches prompt tokens only."""
+        seq.num_computed -= len(seq.draft) - accepted
+        seq.draft = []
+        keep = -(-(seq.num_computed + 1) // self.ps)
+        if len(seq.page_table) > keep:
+            self.pool.decref(seq.page_table[keep:])
+            del seq.page_table[keep:]
 
     def commit(self, items: list[tuple[Sequence, int]]) -> None:
         """Record that the batch's tokens were computed (their K/V are in the pool). The prompt
@@ -121,6 +139,10 @@ class Scheduler:
         for seq in order:
             if seq.status is not Status.RUNNING or budget <= 0:
                 continue
+            if self.drafter is not None and not seq.draft:
+                seq.draft = self.drafter(seq, budget - 1)
+                if seq.draft and not self._reserve(self._pages_needed(seq, seq.num_tokens)):
+                    seq.draft = []   # a draft never preempts anyone: run the plain decode
             n = min(seq.num_tokens - seq.num_computed, budget)
             if n <= 0:
                 continue

@@ -51,6 +51,9 @@ class Sequence:
     matcher: TokenMatcher | None = None    # constraint matcher (sgrun.constrain), or None
     sample_seed: int = 0              # counter-based sampling: noise = hash(sample_seed, num_output)
     pending: int = 0                  # sampled tokens still on the device (overlap scheduling)
+    # Speculative draft tokens (ngram_draft.py) this step's verify forward computes after `tokens`;
+    # never part of `tokens`: the sampler accepts a prefix of them (speculative.py), the rest is dropped.
+    draft: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
     page_table: list[int] = field(default_factory=list)
     num_computed: int = 0             # tokens whose K/V are in the pool
@@ -84,8 +87,15 @@ class Sequence:
 
     @property
     def num_tokens(self) -> int:
-        """Tokens including those sampled but not yet read back (the scheduler plans with these)."""
-        return len(self.tokens) + self.pending
+        """Tokens including those sampled but not yet read back and this step's draft (the
+        scheduler plans with these)."""
+        return len(self.tokens) + self.pending + len(self.draft)
+
+    def token_slice(self, start: int, end: int) -> list[int]:
+        """The known input tokens at positions [start, end), draft tokens included."""
+        if self.draft and end > len(self.tokens):
+            return (self.tokens + self.draft)[start:end]
+        return self.tokens[start:end]
 
     @property
     def is_finished(self) -> bool:
@@ -102,6 +112,8 @@ class Sequence:
         None when this step produces nothing to post-process (a prefill chunk short of the end)."""
         if end != self.num_tokens:
             return None
+        if self.draft:   # the last token's row and each draft token's: the verify rows
+            return list(range(end - 1 - len(self.draft), end))
         if self.logprobs_pending_from is not None:  # the rows that predict the forced tokens, too
             return list(range(max(start, self.logprobs_pending_from - 1), end))
         return [end - 1]

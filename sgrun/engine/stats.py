@@ -3,6 +3,7 @@ pages held by requests that tests and the reliability suite check is zero when i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sgrun.engine.page_pool import PagePool
@@ -13,6 +14,26 @@ if TYPE_CHECKING:
 
 # Why a request was aborted (the keys of the aborted_* counters).
 ABORT_CAUSES = ("client_disconnect", "error", "engine")
+
+
+@dataclass
+class SpeculationCounters:
+    """N-gram speculation's acceptance (ngram_draft.py, speculative.py): per verify step, the
+    draft tokens proposed and how many of them the target model accepted."""
+    enabled: bool = True          # False under overlap scheduling (the two exclude each other)
+    steps: int = 0                # sequence-steps that verified a draft
+    drafted: int = 0
+    accepted: int = 0
+
+    def record(self, drafted: int, accepted: int) -> None:
+        self.steps += 1
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def stats(self) -> dict[str, int | float]:
+        return {"spec_enabled": int(self.enabled), "spec_verify_steps": self.steps,
+                "spec_draft_tokens": self.drafted, "spec_accepted_tokens": self.accepted,
+                "spec_acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0}
 
 
 def engine_stats(engine: "Engine") -> dict[str, Any]:
@@ -33,6 +54,7 @@ def engine_stats(engine: "Engine") -> dict[str, Any]:
         "steps": engine.num_steps, "tp": engine.tp,
         **(engine.model.comm_stats() if engine.tp > 1 else {}),
         **{f"aborted_{cause}": engine.aborted[cause] for cause in ABORT_CAUSES},
+        **engine.speculation.stats(),
     }
 
 
