@@ -44,7 +44,8 @@ class SampledTokens:
     # sequence's logprobs_pending_from on), computed by this step's forward: (logprob, top) each.
     forced: list[tuple[float, list[tuple[int, float]]]] | None = None
     # log_softmax of the sampling row, for a constrained request with logprobs: jump-forward may
-    # replace the sampled token by a longer one predicted by the same row.
+    # replace the sampled token by a longer one predicted by the same row ([tokens, vocab], one
+    # row per token, for a verify step).
     row_logprobs: torch.Tensor | None = None
     # A verify step (speculative.py): how many of the sequence's draft tokens were accepted (the
     # tokens are those plus one sampled token); None for a plain step.

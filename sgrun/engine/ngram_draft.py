@@ -13,6 +13,7 @@ the draft is what the verify forward computes after the sequence's last token.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,15 +105,37 @@ class NgramDrafter:
 
 def allowed_prefix(seq: Sequence, draft: list[int]) -> list[int]:
     """The longest prefix of `draft` the constraint accepts token by token from its current
-    state, stopping after a token that terminates it (nothing but EOS may follow)."""
+    state, stopping after a token that terminates it (nothing but EOS may follow) or after which
+    it forces text (jump-forward appends that text there, so later draft tokens would be dropped)."""
     matcher = seq.matcher
     assert matcher is not None
     kept = 0
+    jump = seq.params.jump_forward
     for token in draft:
         if not matcher.advance(token):
             break
         kept += 1
-        if matcher.is_terminated():
+        if matcher.is_terminated() or (jump and matcher.forced_text()):
             break
     matcher.rollback(kept)
     return draft[:kept]
+
+
+def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
+    """The speculation flags `sgrun serve` and `sgrun generate` share."""
+    d = SpeculativeConfig()
+    p.add_argument("--speculative-ngram", action="store_true",
+                   help="n-gram speculative decoding (prompt lookup) for requests that do not say "
+                        "(speculative_ngram in the request turns it on or off per request); off under --overlap")
+    p.add_argument("--speculative-num-draft", type=int, default=d.num_draft,
+                   help=f"draft tokens proposed per step (default {d.num_draft})")
+    p.add_argument("--speculative-ngram-max", type=int, default=d.ngram_max,
+                   help=f"longest suffix n-gram looked up in the context (default {d.ngram_max})")
+    p.add_argument("--speculative-ngram-min", type=int, default=d.ngram_min,
+                   help=f"shortest suffix n-gram looked up (default {d.ngram_min})")
+
+
+def speculative_kwargs(args: argparse.Namespace) -> dict:
+    """Engine keyword arguments from add_speculative_arguments' flags."""
+    return dict(speculative_ngram=args.speculative_ngram, speculative_num_draft=args.speculative_num_draft,
+                speculative_ngram_max=args.speculative_ngram_max, speculative_ngram_min=args.speculative_ngram_min)

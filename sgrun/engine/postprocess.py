@@ -13,6 +13,8 @@ import re
 import time
 from typing import Callable
 
+import torch
+
 from sgrun.constrain.jump_forward import jump_forward
 from sgrun.engine.model_runner import SampledTokens, Scores
 from sgrun.engine.outputs import StreamEvent, TokenLogprob
@@ -63,8 +65,10 @@ class Postprocessor:
                 new_logprobs.append(self._token_logprob(token, out.logprobs[i], out.top[i] if out.top else []))
             finish = self._stop_token(seq, token)
             rebuilt = False
-            if finish is None and i == len(out.tokens) - 1 and seq.matcher is not None and p.jump_forward:
-                rebuilt = self._jump_forward(seq, out, new_tokens, new_logprobs)
+            if finish is None and seq.matcher is not None and p.jump_forward:
+                # After every accepted token, as a one-token step would: a jump drops the rest of
+                # a verified draft (the plain path would have appended the forced text there).
+                rebuilt = self._jump_forward(seq, _sampling_row(out, i), new_tokens, new_logprobs)
                 if rebuilt and seq.matcher.is_terminated():
                     finish = "stop"
             if not rebuilt:
@@ -77,7 +81,7 @@ class Postprocessor:
                 finish, seq.matched_stop = "stop", pattern
             if finish is None and (seq.num_output >= p.max_new_tokens or len(seq.tokens) >= self.max_context):
                 finish = "length"
-            if finish is not None:
+            if finish is not None or rebuilt:
                 break
         if finish is not None and seq.logprobs_pending_from is not None:
             # Forced tokens still lack their log-probabilities: one more forward computes them.
@@ -127,7 +131,7 @@ class Postprocessor:
                 return pattern
         return None
 
-    def _jump_forward(self, seq: Sequence, out: SampledTokens, new_tokens: list[int],
+    def _jump_forward(self, seq: Sequence, row_logprobs: torch.Tensor | None, new_tokens: list[int],
                       new_logprobs: list[TokenLogprob]) -> bool:
         """Append the text the constraint forces (retokenised, constrain/jump_forward.py) to this
         step's `new_tokens` / `new_logprobs`. Only the token sampled this step may be retokenised
@@ -149,8 +153,8 @@ class Postprocessor:
         new_tokens += jump.tokens
         pending = first_new
         if want is not None:
-            if jump.rollback and out.row_logprobs is not None:
-                t, row = jump.tokens[0], out.row_logprobs
+            if jump.rollback and row_logprobs is not None:
+                t, row = jump.tokens[0], row_logprobs
                 vals, ids = row.topk(want) if want > 0 else (row[:0], row[:0].long())
                 new_logprobs.append(self._token_logprob(t, float(row[t]), list(zip(ids.tolist(), vals.tolist()))))
                 pending += 1
@@ -162,3 +166,9 @@ class Postprocessor:
     def _token_logprob(self, token: int, lp: float, top: list[tuple[int, float]]) -> TokenLogprob:
         dec = self.tokenizer.decode
         return TokenLogprob(token, dec([token]), lp, [(t, dec([t]), v) for t, v in top])
+
+
+def _sampling_row(out: SampledTokens, i: int) -> torch.Tensor | None:
+    """The log-softmax row that predicted token i (a verify step carries one row per token)."""
+    rows = out.row_logprobs
+    return rows[i] if rows is not None and rows.dim() == 2 else rows

@@ -168,4 +168,4 @@ def _add_logprobs(got: SampledTokens, seq: Sequence, raw: torch.Tensor) -> None:
     else:
         got.top = [[] for _ in got.tokens]
     if seq.matcher is not None and seq.params.jump_forward:
-        got.row_logprobs = lp[-1]
+        got.row_logprobs = lp   # one row per token: jump-forward may replace any of them

@@ -10,6 +10,7 @@ import sys
 import time
 
 from sgrun.engine.device import add_device_arguments, device_kwargs
+from sgrun.engine.ngram_draft import add_speculative_arguments, speculative_kwargs
 from sgrun.errors import SgrunError
 from sgrun.server.router_cli import add_router_options, run_data_parallel
 
@@ -31,6 +32,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--max-body-bytes", type=int, default=8 << 20, help="larger request bodies get 413")
     p.add_argument("--dtype", default="auto", help="auto, float32, bfloat16 or float16")
     add_device_arguments(p)
+    add_speculative_arguments(p)
     p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "int4"],
                    help="weights in memory: auto follows the file (Q4 GGUF -> int4, Q8 -> int8, f16/f32 -> none)")
@@ -80,7 +82,7 @@ def run_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     print(f"sgrun serve: loading {args.model or 'the default model'} ...", file=sys.stderr, flush=True)
     engine = Engine(args.model, dtype=args.dtype, num_threads=args.num_threads, max_running=args.max_running,
-                    quantization=args.quantization, **device_kwargs(args),
+                    quantization=args.quantization, **device_kwargs(args), **speculative_kwargs(args),
                     max_batch_tokens=args.max_batch_tokens, memory_gb=args.memory_gb,
                     enable_prefix_cache=not args.disable_prefix_cache, max_context=args.max_context, tp=args.tp)
     app = build_app(engine, served_model_names=args.served_model_name, api_key=args.api_key,

@@ -65,6 +65,7 @@ def openai_sampling_params(req: Any, max_tokens: int, logprobs: int | None, name
         skip_special_tokens=_default(req.skip_special_tokens, True),
         logprobs=logprobs,
         n=_default(req.n, 1),
+        speculative_ngram=req.speculative_ngram,
     )
     return _validated(fields, names, vocab_size)
 

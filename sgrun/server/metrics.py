@@ -60,6 +60,13 @@ class ServerMetrics:
                                    registry=r)
         self.engine_prompt_tokens = Gauge("sgrun_engine_prompt_tokens_total", "Prompt tokens the engine has admitted",
                                           registry=r)
+        self.spec_tokens = Gauge("sgrun_spec_tokens_total", "N-gram speculative decoding: draft tokens proposed "
+                                 "(kind=drafted) and accepted by the target model (kind=accepted)", ["kind"],
+                                 registry=r)
+        self.spec_steps = Gauge("sgrun_spec_verify_steps_total", "Sequence-steps that verified a speculative draft",
+                                registry=r)
+        self.spec_rate = Gauge("sgrun_spec_acceptance_rate", "Accepted / drafted speculative tokens (0 before any)",
+                               registry=r)
         self.constraint_cache_hits = Gauge("sgrun_constraint_cache_hits_total", "Compiled-constraint cache hits",
                                            registry=r)
         self.constraint_cache_misses = Gauge("sgrun_constraint_cache_misses_total", "Compiled-constraint cache misses",
@@ -118,6 +125,10 @@ class ServerMetrics:
         self.cache_hit_rate.set(s.get("cache_hit_rate", 0.0) or 0.0)
         self.cached_tokens.set(s.get("cached_tokens_total", 0))
         self.engine_prompt_tokens.set(s.get("prompt_tokens_total", 0))
+        self.spec_tokens.labels("drafted").set(s.get("spec_draft_tokens", 0))
+        self.spec_tokens.labels("accepted").set(s.get("spec_accepted_tokens", 0))
+        self.spec_steps.set(s.get("spec_verify_steps", 0))
+        self.spec_rate.set(s.get("spec_acceptance_rate", 0.0))
         # The compiled-constraint cache is process-wide, owned by the constraint compiler.
         self.constraint_cache_hits.set(GLOBAL_CACHE.hits)
         self.constraint_cache_misses.set(GLOBAL_CACHE.misses)

@@ -118,6 +118,7 @@ class ChatCompletionRequest(msgspec.Struct):
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
+    speculative_ngram: bool | None = None   # n-gram speculative decoding (None: the server's default)
 
 
 # --------------------------------------------------------------------------- chat responses
@@ -231,6 +232,7 @@ class CompletionRequest(msgspec.Struct):
     ignore_eos: bool | None = None
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
+    speculative_ngram: bool | None = None   # n-gram speculative decoding (None: the server's default)
 
 
 class CompletionLogprobs(msgspec.Struct):
