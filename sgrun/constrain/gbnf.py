@@ -1,9 +1,14 @@
-"""GBNF (llama.cpp's grammar format) -> a Lark grammar our LALR machinery runs.
+"""GBNF (llama.cpp's grammar format) -> a Lark grammar for the Earley path.
 
-GBNF is character-level. Rules that are not (transitively) recursive are regular: each becomes
-one terminal whose byte DFA we build from its regex AST directly (so nullable rules and
-character classes need no Lark regex). Recursive rules become Lark rules over those terminals.
+GBNF is character-level, so the grammar runs on the Earley path with every split of the text
+into terminals (earley_automaton.py): its language is exactly llama.cpp's. Rules that are not
+(transitively) recursive are regular: each becomes one terminal whose byte DFA we build from its
+regex AST directly (so nullable rules and character classes need no Lark regex). Recursive
+rules become Lark rules over those terminals.
 Returned: the Lark text (terminals get placeholder patterns) and the real terminal automata.
+Supported: llama.cpp's syntax (strings and character classes with \\x \\u \\U escapes, ranges,
+negation, `.`, groups, * + ? {m} {m,} {m,n}, # comments, multi-line rules). Refused with the line:
+token matches (<[id]>, <token>, !<...>), which constrain token ids rather than text.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from dataclasses import dataclass
 
 from sgrun.constrain.errors import GrammarError
 from sgrun.constrain.regex_ast import EMPTY, Node, alt, chars, lit, negate_ranges, rep, seq
+
+MAX_REPEAT = 1000
 
 # GBNF AST: ("alt", [seq...]); seq = list of (atom, lo, hi); atom = ("ref", name) | ("lit", str)
 #           | ("class", ranges) | ("group", alt)
@@ -114,15 +121,31 @@ class _Parser:
                 lo, hi = 0, 1
                 self.i += 1
             elif c == "{":
-                j = self.s.index("}", self.i)
-                parts = self.s[self.i + 1:j].split(",")
-                lo = int(parts[0])
-                hi = lo if len(parts) == 1 else (int(parts[1]) if parts[1].strip() else None)
-                self.i = j + 1
+                lo, hi = self.repetition()
             items.append((atom, lo, hi))
+
+    def repetition(self) -> tuple[int, int | None]:
+        """{m}, {m,}, {m,n} (llama.cpp's bounded repetition)."""
+        j = self.s.find("}", self.i)
+        body = self.s[self.i + 1:j] if j >= 0 else ""
+        parts = [p.strip() for p in body.split(",")]
+        if j < 0 or len(parts) > 2 or not parts[0].isdigit() or (len(parts) == 2 and parts[1]
+                                                                  and not parts[1].isdigit()):
+            raise self.error("a repetition must be {m}, {m,} or {m,n} with whole numbers")
+        lo = int(parts[0])
+        hi = lo if len(parts) == 1 else (int(parts[1]) if parts[1] else None)
+        if hi is not None and hi < lo:
+            raise self.error(f"repetition {{{body}}}: the maximum is below the minimum")
+        if max(lo, hi or 0) > MAX_REPEAT:
+            raise self.error(f"repetition {{{body}}}: at most {MAX_REPEAT} repeats are supported")
+        self.i = j + 1
+        return lo, hi
 
     def atom(self) -> tuple:
         c = self.s[self.i]
+        if c == "<" or self.s.startswith("!<", self.i):
+            raise self.error("token matches (<[id]>, <token>, !<...>) are not supported: sgrun constrains text, "
+                             "not token ids; write the token's text as a string literal instead")
         if c == '"':
             self.i += 1
             out = []
@@ -165,10 +188,14 @@ class _Parser:
         return ("ref", self.name())
 
     def char(self) -> str:
+        if self.i >= len(self.s):
+            raise self.error("unterminated string or character class")
         c = self.s[self.i]
         if c != "\\":
             self.i += 1
             return c
+        if self.i + 1 >= len(self.s):
+            raise self.error("a backslash ends the grammar")
         e = self.s[self.i + 1]
         self.i += 2
         simple = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-", "^": "^"}
@@ -177,7 +204,11 @@ class _Parser:
         width = {"x": 2, "u": 4, "U": 8}.get(e)
         if width:
             h = self.s[self.i:self.i + width]
+            if len(h) != width or any(ch not in "0123456789abcdefABCDEF" for ch in h):
+                raise self.error(f"\\{e} needs {width} hex digits")
             self.i += width
+            if int(h, 16) > 0x10FFFF:
+                raise self.error(f"\\{e}{h} is beyond the last Unicode code point")
             return chr(int(h, 16))
         raise self.error(f"unknown escape \\{e}")
 

@@ -20,10 +20,8 @@ import torch
 import threading
 
 from sgrun.constrain.automaton_constraint import AutomatonConstraint
-from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node
-from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, GrammarError, RegexError
-from sgrun.constrain.lark_build import build_lark, productive_rules
-from sgrun.constrain.regex_parser import parse_regex
+from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, GrammarError
+from sgrun.constrain.lark_build import LalrConflict, build_lark, productive_rules, terminal_dfas
 from sgrun.constrain.token_table import TokenTable
 
 _END = "$END"
@@ -44,24 +42,7 @@ class LalrGrammar:
         self.start_state: int = table.start_states[start]
         self.end_state: int = table.end_states[start]
         self.ignore = set(self.lark.lexer_conf.ignore)
-        self.terminals: list[str] = []
-        self.dfas: list[ByteDFA] = []
-        self.rank: list[tuple] = []
-        for t in self.lark.terminals:
-            pattern = t.pattern
-            if terminal_nodes and t.name in terminal_nodes:
-                node = terminal_nodes[t.name]
-            else:
-                if pattern.flags:
-                    raise GrammarError(f"terminal {t.name}: regex flags {pattern.flags} are not supported")
-                try:
-                    node = parse_regex(pattern.to_regexp()).fullmatch_node()
-                except RegexError as e:
-                    raise GrammarError(f"terminal {t.name}: {e}") from None
-            self.terminals.append(t.name)
-            self.dfas.append(dfa_from_node(node))
-            is_string = type(pattern).__name__ == "PatternStr"
-            self.rank.append((-t.priority, 0 if is_string else 1, t.name))
+        self.terminals, self.dfas, self.rank = terminal_dfas(self.lark, terminal_nodes)
         self.term_index = {n: i for i, n in enumerate(self.terminals)}
         self._cands: dict[tuple, tuple] = {}
 
@@ -127,7 +108,7 @@ class GrammarAutomaton:
     interface as LazyDFA, so grammar masks use the same vectorised trie walk. States are the
     interned (stack, partial token, started) tuples; state 0 is dead."""
 
-    def __init__(self, g: LalrGrammar, max_states: int = 2_000_000):
+    def __init__(self, g, max_states: int = 2_000_000):
         from sgrun.constrain.lazy_dfa import byte_classes
         self.g = g
         self.max_states = max_states
@@ -152,8 +133,11 @@ class GrammarAutomaton:
         self._states.append(None)
         self.accepting.append(False)
         self.table[0, :] = 0
-        stack = (g.start_state,)
-        self.initial = self._intern((stack, g.start_candidates(stack), False))
+        self.initial = self._intern(self._initial_state())
+
+    def _initial_state(self) -> State:
+        stack = (self.g.start_state,)
+        return (stack, self.g.start_candidates(stack), False)
 
     @property
     def num_states(self) -> int:
@@ -299,9 +283,12 @@ class GrammarAutomaton:
 
 
 class GrammarConstraint(AutomatonConstraint):
-    def __init__(self, grammar: LalrGrammar, spec: str, table: TokenTable):
-        super().__init__("grammar", spec, GrammarAutomaton(grammar), table)
-        self.g = grammar
+    """`automaton`: a GrammarAutomaton (LALR) or an EarleyAutomaton; `path` says which."""
+
+    def __init__(self, automaton: GrammarAutomaton, spec: str, table: TokenTable):
+        super().__init__("grammar", spec, automaton, table)
+        self.g = automaton.g
+        self.path = "earley" if type(automaton).__name__ == "EarleyAutomaton" else "lalr"
 
     def allowed_tokens(self, state: int) -> torch.Tensor:
         if len(self._masks) > 100_000:  # parser stacks can be unbounded: keep the cache bounded
@@ -329,6 +316,19 @@ def shipped_grammar(name: str) -> str | None:
     return None
 
 
+def grammar_automaton(text: str, terminal_nodes: dict | None = None, lalr: bool = True) -> GrammarAutomaton:
+    """The fast LALR(1) path when the grammar is LALR(1) (lark's contextual longest-match lexer),
+    else the Earley path (every split of the text into terminals; earley_automaton.py).
+    lalr=False: straight to Earley (GBNF: its character-level semantics need every split)."""
+    from sgrun.constrain.earley_automaton import EarleyAutomaton, EarleyGrammar
+    if lalr:
+        try:
+            return GrammarAutomaton(LalrGrammar(text, terminal_nodes=terminal_nodes))
+        except LalrConflict:
+            pass  # ambiguous or needs more lookahead: the general path below
+    return EarleyAutomaton(EarleyGrammar(text, terminal_nodes=terminal_nodes))
+
+
 def compile_grammar(grammar: str, table: TokenTable) -> GrammarConstraint:
     text = grammar
     if "\n" not in grammar and ":" not in grammar:
@@ -339,9 +339,10 @@ def compile_grammar(grammar: str, table: TokenTable) -> GrammarConstraint:
     if "::=" in text:
         from sgrun.constrain.gbnf import gbnf_to_lark
         translated = gbnf_to_lark(text)
-        c = GrammarConstraint(LalrGrammar(translated.lark_text, terminal_nodes=translated.terminals), grammar, table)
+        automaton = grammar_automaton(translated.lark_text, translated.terminals, lalr=False)
     else:
-        c = GrammarConstraint(LalrGrammar(text), grammar, table)
+        automaton = grammar_automaton(text)
+    c = GrammarConstraint(automaton, grammar, table)
     s0 = c.initial_state
     if not c.can_continue(s0):
         if c.is_accepting(s0):

@@ -17,8 +17,10 @@ import subprocess
 import sys
 import time
 
+from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node
 from sgrun.constrain.compile_budget import CompileBudgetExceeded, current_budget
-from sgrun.constrain.errors import GrammarError
+from sgrun.constrain.errors import GrammarError, RegexError
+from sgrun.constrain.regex_parser import parse_regex
 
 IN_PROCESS_RULES = 120
 _RULE_LINE = re.compile(r"^\s*[?!]?[a-z_][a-z_0-9]*(\.-?\d+)?\s*:", re.MULTILINE)
@@ -28,7 +30,7 @@ from lark import Lark
 text = sys.stdin.buffer.read().decode("utf-8")
 start = sys.argv[1]
 try:
-    parser = Lark(text, parser="lalr", lexer="contextual", start=start)
+    parser = Lark(text, parser="lalr", lexer="contextual", start=start, strict=True)
 except Exception as e:
     sys.stdout.buffer.write(b"E" + f"{type(e).__name__}: {e}".encode("utf-8", "replace"))
     sys.exit(0)
@@ -38,12 +40,22 @@ sys.stdout.buffer.write(b"O" + out.getvalue())
 """
 
 
+class LalrConflict(GrammarError):
+    """The grammar is valid Lark but not LALR(1) (a shift/reduce or reduce/reduce conflict);
+    the caller falls back to the Earley path. The message names the rules in conflict."""
+
+
+_CONFLICT = re.compile(r"Shift/Reduce conflict|Reduce/Reduce collision", re.IGNORECASE)
+
+
 def count_rules(text: str) -> int:
     return len(_RULE_LINE.findall(text))
 
 
 def build_lark(text: str, start: str = "start"):
-    """lark.Lark(text, parser="lalr", lexer="contextual"), or GrammarError / CompileBudgetExceeded."""
+    """lark.Lark(text, parser="lalr", lexer="contextual", strict=True), or LalrConflict (not LALR(1):
+    strict, because lark otherwise resolves shift/reduce conflicts as shift, which silently drops
+    sentences), GrammarError, CompileBudgetExceeded."""
     from lark import Lark
     if count_rules(text) <= IN_PROCESS_RULES:
         return _in_process(text, start)
@@ -61,7 +73,10 @@ def build_lark(text: str, start: str = "start"):
     if done.returncode != 0 or not out:
         raise GrammarError(f"grammar does not compile: the parser build failed ({done.stderr.decode()[-200:]})")
     if out[:1] == b"E":
-        raise GrammarError(f"grammar does not compile as LALR(1): {out[1:].decode('utf-8', 'replace')}")
+        message = out[1:].decode("utf-8", "replace")
+        if _CONFLICT.search(message):
+            raise LalrConflict(message)
+        raise GrammarError(f"grammar does not compile: {message}")
     return Lark.load(io.BytesIO(out[1:]))
 
 
@@ -70,11 +85,51 @@ def _in_process(text: str, start: str):
     from lark.exceptions import GrammarError as LarkGrammarError
     from lark.exceptions import LarkError
     try:
-        return Lark(text, parser="lalr", lexer="contextual", start=start)
+        return Lark(text, parser="lalr", lexer="contextual", start=start, strict=True)
     except (LarkGrammarError, LarkError) as e:
-        raise GrammarError(f"grammar does not compile as LALR(1): {e}") from None
+        if _CONFLICT.search(str(e)):
+            raise LalrConflict(str(e)) from None
+        raise GrammarError(f"grammar does not compile: {e}") from None
     except Exception as e:  # lark raises plain exceptions for some syntax errors
         raise GrammarError(f"grammar does not compile: {e}") from None
+
+
+def build_lark_earley(text: str, start: str = "start"):
+    """The grammar compiled by lark for its Earley parser: we only read its rules and terminals
+    (lark's own EBNF expansion, templates, %import, %ignore). No table is built, so this is
+    cheap even for grammars with thousands of rules."""
+    from lark import Lark
+    from lark.exceptions import LarkError
+    try:
+        return Lark(text, parser="earley", lexer="dynamic", start=start)
+    except LarkError as e:
+        raise GrammarError(f"grammar does not compile: {e}") from None
+    except Exception as e:  # lark raises plain exceptions for some syntax errors
+        raise GrammarError(f"grammar does not compile: {e}") from None
+
+
+def terminal_dfas(parser, terminal_nodes: dict | None = None) -> tuple[list[str], list[ByteDFA], list[tuple]]:
+    """Each lark terminal as a byte DFA (`terminal_nodes` overrides by name: GBNF builds its own),
+    with lark's tie-break rank (priority, then string before pattern, then name)."""
+    names: list[str] = []
+    dfas: list[ByteDFA] = []
+    rank: list[tuple] = []
+    for t in parser.terminals:
+        pattern = t.pattern
+        if terminal_nodes and t.name in terminal_nodes:
+            node = terminal_nodes[t.name]
+        else:
+            if pattern.flags:
+                raise GrammarError(f"terminal {t.name}: regex flags {pattern.flags} are not supported")
+            try:
+                node = parse_regex(pattern.to_regexp()).fullmatch_node()
+            except RegexError as e:
+                raise GrammarError(f"terminal {t.name}: {e}") from None
+        names.append(t.name)
+        dfas.append(dfa_from_node(node))
+        is_string = type(pattern).__name__ == "PatternStr"
+        rank.append((-t.priority, 0 if is_string else 1, t.name))
+    return names, dfas, rank
 
 
 def productive_rules(parser) -> set[str]:
