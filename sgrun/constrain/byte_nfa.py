@@ -18,6 +18,7 @@ from sgrun.constrain.utf8_ranges import utf8_sequences
 
 ALL_BYTES = (1 << 256) - 1
 _SHARE_REPEATS_OVER = 4  # bounded repeats longer than this call one shared copy of their body
+_SHARE_DFAS_OVER = 8  # embedded DFAs bigger than this are one shared fragment per NFA
 
 
 def byte_mask(lo: int, hi: int) -> int:
@@ -43,6 +44,8 @@ class ByteNFA:
         self._shared: dict[Node, int] = {}
         self.children: dict[int, set[int]] = {}  # fragment -> fragments it calls
         self._defining: list[set[int]] = []
+        self.frag_node: dict[int, Node] = {}  # fragment -> the node it was defined from (liveness check)
+        self.masks: set[int] = set()  # every edge mask ever added (the lazy DFA's byte classes)
 
     # --- construction -----------------------------------------------------------------
     def new_state(self) -> int:
@@ -55,6 +58,17 @@ class ByteNFA:
         self.eps.append([])
         self.calls.append([])
         return len(self.edges) - 1
+
+    def new_states(self, n: int) -> int:
+        """n fresh states in a row; returns the first."""
+        first = len(self.edges)
+        if first + n > self.max_states:
+            self.new_state()  # raises the size error
+        tick(n)
+        self.edges.extend([] for _ in range(n))
+        self.eps.extend([] for _ in range(n))
+        self.calls.extend([] for _ in range(n))
+        return first
 
     def new_fragment(self) -> int:
         fid = len(self.frag_start)
@@ -72,6 +86,7 @@ class ByteNFA:
         finally:
             self._defining.pop()
         self.children[fid] = called
+        self.frag_node[fid] = node
         self.eps[end].append(self.frag_end[fid])
 
     def longest_call_chain(self, root: int) -> int:
@@ -99,15 +114,21 @@ class ByteNFA:
         """Add `node` starting at state `cur`; return its end state."""
         kind = node[0]
         if kind == "bytes":
-            for b in node[1]:
-                nxt = self.new_state()
-                self.edges[cur].append((1 << b, nxt))
-                cur = nxt
-            return cur
+            data = node[1]
+            if not data:
+                return cur
+            first = self.new_states(len(data))
+            edges = self.edges
+            edges[cur].append((1 << data[0], first))
+            for k in range(1, len(data)):
+                edges[first + k - 1].append((1 << data[k], first + k))
+            self.masks.update(1 << b for b in data)
+            return first + len(data) - 1
         if kind == "byteset":
             nxt = self.new_state()
             if node[1]:
                 self.edges[cur].append((node[1], nxt))
+                self.masks.add(node[1])
             return nxt
         if kind == "chars":
             return self._build_chars(node[1], cur)
@@ -148,6 +169,8 @@ class ByteNFA:
             self.calls[cur].append((node[1], nxt))
             return nxt
         if kind == "dfa":
+            if self.share and node[1].num_states > _SHARE_DFAS_OVER:
+                return self.build(self.shared(node), cur)
             return self._embed_dfa(node[1], cur)
         if kind == "members":
             return self._build_members(node, cur)
@@ -159,7 +182,12 @@ class ByteNFA:
         if fid is None:
             fid = self.new_fragment()
             self._shared[node] = fid
-            self.define_fragment(fid, node)
+            if node[0] == "dfa":  # (define_fragment would build this node as a shared call again)
+                self.children[fid] = set()
+                self.frag_node[fid] = node
+                self.eps[self._embed_dfa(node[1], self.frag_start[fid])].append(self.frag_end[fid])
+            else:
+                self.define_fragment(fid, node)
         return ("call", fid)
 
     def _build_members(self, node: Node, cur: int) -> int:
@@ -212,11 +240,16 @@ class ByteNFA:
                         self.eps[loop[e]].append(end)
         return end
 
-    def _build_chars(self, ranges: tuple[tuple[int, int], ...], cur: int) -> int:
+    def _char_seqs(self, ranges: tuple[tuple[int, int], ...]) -> list[list[tuple[int, int]]]:
         seqs = self._chars_cache.get(ranges)
         if seqs is None:
             seqs = [s for lo, hi in ranges for s in utf8_sequences(lo, hi)]
             self._chars_cache[ranges] = seqs
+            self.masks.update(byte_mask(lo, hi) for sq in seqs for lo, hi in sq)
+        return seqs
+
+    def _build_chars(self, ranges: tuple[tuple[int, int], ...], cur: int) -> int:
+        seqs = self._char_seqs(ranges)
         end = self.new_state()
         # Group by sequence length, single-byte sequences share one edge.
         single = 0
@@ -234,20 +267,45 @@ class ByteNFA:
         return end
 
     def _embed_dfa(self, dfa: Any, cur: int) -> int:
-        ids = [self.new_state() for _ in range(dfa.num_states)]
-        end = self.new_state()
-        for s in range(dfa.num_states):
-            for mask, t in dfa.edges[s]:
-                self.edges[ids[s]].append((mask, ids[t]))
-            if s in dfa.accepting:
-                self.eps[ids[s]].append(end)
-        self.eps[cur].append(ids[dfa.start])
+        n = dfa.num_states
+        base = self.new_states(n + 1)
+        end = base + n
+        edges, eps = self.edges, self.eps
+        for s, row in enumerate(dfa.edges):
+            if row:
+                edges[base + s] = [(mask, base + t) for mask, t in row]
+        for s in dfa.accepting:
+            eps[base + s].append(end)
+        eps[cur].append(base + dfa.start)
+        self.masks.update(_dfa_masks(dfa))
         return end
 
     # --- analysis -----------------------------------------------------------------------
     def nonempty_fragments(self) -> set[int]:
         """Fragments whose language is non-empty."""
-        return {f for f, start in enumerate(self.frag_start) if self._alive()[start]}
+        alive = self._alive()
+        return {f for f, start in enumerate(self.frag_start) if alive[start]}
+
+    def fully_live(self) -> bool:
+        """Whether every state can reach its fragment's end, decided on the fragments' nodes
+        (far smaller than the NFA): true when every sub-node of every fragment has a non-empty
+        language, calls included, because each construction in `build` then only makes states
+        on a path from its entry to its exit. Fragment emptiness is a least fixpoint (recursion
+        without a base case is empty): rounds until no fragment changes, usually one. When this
+        says false, trim does the full pass."""
+        if len(self.frag_node) != len(self.frag_start):
+            return False  # a fragment allocated but never defined is empty
+        known: dict[int, bool] = {}  # fragment -> non-empty, from the previous round
+        try:
+            while True:
+                walk = _LivenessWalk(self, known)
+                for f in self.frag_node:
+                    walk.fragment(f)
+                if not walk.stale or walk.done == known:
+                    return not walk.dirty
+                known = walk.done
+        except RecursionError:
+            return False
 
     def _alive(self) -> list[bool]:
         """alive[s]: from s the end of s's fragment can be reached, entering only fragments that
@@ -290,7 +348,10 @@ class ByteNFA:
 
     def trim(self) -> set[int]:
         """Drop calls into empty fragments and edges into states that cannot reach their
-        fragment's end, so every live runtime configuration can still complete."""
+        fragment's end, so every live runtime configuration can still complete. Returns the
+        non-empty fragments."""
+        if self.fully_live():
+            return set(range(len(self.frag_start)))
         alive = self._alive()
         nonempty = {f for f, start in enumerate(self.frag_start) if alive[start]}
         for s in range(len(self.edges)):
@@ -303,4 +364,94 @@ class ByteNFA:
         return nonempty
 
     def all_masks(self) -> set[int]:
-        return {m for es in self.edges for m, _ in es}
+        """Every edge mask (a superset after trim removed edges: classes only get finer)."""
+        return self.masks
+
+
+class _LivenessWalk:
+    """One round of ByteNFA.fully_live: non-emptiness of every node (memoised by identity: the
+    compilers share node objects), fragments evaluated on first call; a call into a fragment
+    still being evaluated (recursion) reads the previous round's value and marks the round
+    stale, so another round follows unless nothing changed."""
+
+    def __init__(self, nfa: ByteNFA, previous: dict[int, bool]):
+        self.nfa = nfa
+        self.previous = previous
+        self.done: dict[int, bool] = {}
+        self.active: set[int] = set()
+        self.memo: dict[int, bool] = {}
+        self.stale = False
+        self.dirty = False  # some sub-node has an empty language
+
+    def fragment(self, f: int) -> bool:
+        got = self.done.get(f)
+        if got is not None:
+            return got
+        if f in self.active:
+            self.stale = True
+            return self.previous.get(f, False)
+        self.active.add(f)
+        got = self.done[f] = self.node(self.nfa.frag_node[f])
+        self.active.discard(f)
+        return got
+
+    def node(self, node: Node) -> bool:
+        key = id(node)
+        got = self.memo.get(key)
+        if got is not None:
+            return got
+        kind = node[0]
+        if kind == "bytes":
+            got = True
+        elif kind == "byteset":
+            got = node[1] != 0
+        elif kind == "chars":
+            got = bool(self.nfa._char_seqs(node[1]))
+        elif kind == "seq":
+            got = all([self.node(c) for c in node[1]])
+        elif kind == "alt":
+            got = any([self.node(c) for c in node[1]])
+        elif kind == "rep":
+            got = (self.node(node[1]) or node[2] == 0) and (node[3] is None or node[3] >= node[2])
+        elif kind == "call":
+            got = self.fragment(node[1])
+        elif kind == "dfa":
+            got = _dfa_fully_live(node[1])
+        elif kind == "members":
+            _, members, extra, sep = node
+            ne = [self.node(m) for m, _ in members]
+            got = self.node(sep) and all(v for v, (_, required) in zip(ne, members) if required)
+            if extra is not None:
+                self.node(extra)
+        else:
+            got = False
+        if not got:
+            self.dirty = True
+        self.memo[key] = got
+        return got
+
+
+def _dfa_masks(dfa: Any) -> set[int]:
+    got = dfa.__dict__.get("_masks")
+    if got is None:
+        got = dfa.__dict__["_masks"] = {m for row in dfa.edges for m, _ in row}
+    return got
+
+
+def _dfa_fully_live(dfa: Any) -> bool:
+    """Every state of an embedded DFA reaches acceptance (cached on the DFA object)."""
+    got = dfa.__dict__.get("_fully_live")
+    if got is None:
+        rev: list[list[int]] = [[] for _ in range(dfa.num_states)]
+        for s, row in enumerate(dfa.edges):
+            for _, t in row:
+                rev[t].append(s)
+        live = set(dfa.accepting)
+        todo = list(live)
+        while todo:
+            for p in rev[todo.pop()]:
+                if p not in live:
+                    live.add(p)
+                    todo.append(p)
+        got = dfa.__dict__["_fully_live"] = len(live) == dfa.num_states
+    return got

@@ -53,52 +53,75 @@ def excluded_dfa(base: ByteDFA, values: list[str]) -> ByteDFA:
 
 _SHORT = {0x22: 0x22, 0x5C: 0x5C, 0x2F: 0x2F, 0x62: 0x08, 0x66: 0x0C, 0x6E: 0x0A, 0x72: 0x0D, 0x74: 0x09}
 _RAW_OK = byte_mask(0x20, 0xFF) & ~(1 << 0x22) & ~(1 << 0x5C)
+_ASCII = (1 << 0x80) - 1
 _HEX_DIGITS = "0123456789abcdef"
+_HEX_BYTE = [1 << ord(c) | 1 << ord(c.upper()) for c in _HEX_DIGITS]  # escape digit(s) of each nibble value
+
+
+@lru_cache(maxsize=1 << 16)
+def _hex_mask(nibbles: int) -> int:
+    """Byte mask of the hex digits (either case) of the low nibble values set in `nibbles`."""
+    out = 0
+    for v in range(16):
+        if nibbles >> v & 1:
+            out |= _HEX_BYTE[v]
+    return out
 
 
 def escape_lift(decoded: ByteDFA) -> ByteDFA:
-    """DFA over the escaped JSON string body whose decoding is accepted by `decoded`."""
-    edges: list[list[tuple[int, int]]] = [[] for _ in range(decoded.num_states)]
+    """DFA over the escaped JSON string body whose decoding is accepted by `decoded`.
+
+    Raw bytes keep their edges; an escape (`\\n`, `\\u00XX`...) of an ASCII byte goes where that
+    byte goes. Worked on edge masks (never byte by byte), and the escape sub-automaton of a
+    state is shared by every state with the same ASCII targets (in a trie of excluded names or
+    a pattern's DFA most states send all of ASCII to the same few states), as is each
+    `\\u00X` row with the same targets, so the lift adds a few states, not ~12 per state."""
+    n = decoded.num_states
+    edges: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    esc_of: dict[tuple, int] = {}
+    row_of: dict[tuple, int] = {}
 
     def new() -> int:
         edges.append([])
         return len(edges) - 1
 
-    def add(s: int, byte: int, t: int) -> None:
-        edges[s].append((1 << byte, t))
-
-    for s in range(decoded.num_states):
-        row = []
+    for s in range(n):
+        row = edges[s]
+        ascii_targets = []
         for m, t in decoded.edges[s]:
             if m & _RAW_OK:
                 row.append((m & _RAW_OK, t))
-        edges[s] = row
-        targets = {b: decoded.step(s, b) for b in range(0x80)}
-        if not any(t is not None for t in targets.values()):
+            if m & _ASCII:
+                ascii_targets.append((m & _ASCII, t))
+        if not ascii_targets:
             continue
-        esc = new()
-        add(s, 0x5C, esc)
-        for letter, b in _SHORT.items():
-            if targets[b] is not None:
-                add(esc, letter, targets[b])
-        u = new()
-        add(esc, ord("u"), u)
-        u0 = new()
-        add(u, ord("0"), u0)
-        u00 = new()
-        add(u0, ord("0"), u00)
-        for h1 in range(8):
-            if not any(targets[h1 * 16 + h2] is not None for h2 in range(16)):
-                continue
-            h = new()
-            add(u00, ord(str(h1)), h)
-            for h2 in range(16):
-                t = targets[h1 * 16 + h2]
-                if t is not None:
-                    ch = _HEX_DIGITS[h2]
-                    add(h, ord(ch), t)
-                    if ch.isalpha():
-                        add(h, ord(ch.upper()), t)
+        key = tuple(ascii_targets)
+        esc = esc_of.get(key)
+        if esc is None:
+            esc = esc_of[key] = new()
+            for a, t in ascii_targets:
+                letters = 0
+                for letter, b in _SHORT.items():
+                    if a >> b & 1:
+                        letters |= 1 << letter
+                if letters:
+                    edges[esc].append((letters, t))
+            u, u0, u00 = new(), new(), new()
+            edges[esc].append((1 << ord("u"), u))
+            edges[u].append((1 << ord("0"), u0))
+            edges[u0].append((1 << ord("0"), u00))
+            digit_rows: dict[int, int] = {}  # row state -> mask of its first digits
+            for h1 in range(8):
+                hex_row = tuple((a >> (16 * h1) & 0xFFFF, t) for a, t in ascii_targets if a >> (16 * h1) & 0xFFFF)
+                if not hex_row:
+                    continue
+                h = row_of.get(hex_row)
+                if h is None:
+                    h = row_of[hex_row] = new()
+                    edges[h] = [(_hex_mask(nib), t) for nib, t in hex_row]
+                digit_rows[h] = digit_rows.get(h, 0) | 1 << ord(str(h1))
+            edges[u00].extend((m, h) for h, m in digit_rows.items())
+        row.append((1 << 0x5C, esc))
     return trim(ByteDFA(edges, set(decoded.accepting), decoded.start))
 
 

@@ -25,9 +25,17 @@ _MAX_CLOSURE = 50_000
 
 
 def byte_classes(masks: set[int]) -> list[int]:
-    """Coarsest partition of 0..255 such that every mask is a union of classes."""
+    """Coarsest partition of 0..255 such that every mask is a union of classes. Single-byte
+    masks (literals: most of them) just make their byte a class of its own, so only the others
+    are refined one by one."""
+    singles = 0
     classes = [ALL_BYTES]
     for m in masks:
+        if m & (m - 1) == 0:
+            singles |= m
+            continue
+        if m == ALL_BYTES:
+            continue
         nxt = []
         for c in classes:
             a, b = c & m, c & ~m
@@ -36,6 +44,18 @@ def byte_classes(masks: set[int]) -> list[int]:
             if b:
                 nxt.append(b)
         classes = nxt
+    if singles:
+        out = []
+        for c in classes:
+            rest = c & ~singles
+            if rest:
+                out.append(rest)
+            one = c & singles
+            while one:
+                low = one & -one
+                out.append(low)
+                one ^= low
+        classes = out
     classes.sort(key=lambda c: (c & -c).bit_length())
     return classes
 
@@ -53,14 +73,16 @@ class LazyDFA:
         self.class_masks = classes
         self.class_of = np.zeros(256, dtype=np.uint8 if len(classes) <= 256 else np.uint16)
         self.class_rep: list[int] = []
+        of = [0] * 256
         for cid, m in enumerate(classes):
-            low = (m & -m).bit_length() - 1
-            self.class_rep.append(low)
-            for b in range(256):
-                if (m >> b) & 1:
-                    self.class_of[b] = cid
+            self.class_rep.append((m & -m).bit_length() - 1)
+            while m:
+                low = m & -m
+                of[low.bit_length() - 1] = cid
+                m ^= low
+        self.class_of[:] = of
         self.num_classes = len(classes)
-        self.class_size = [bin(m).count("1") for m in classes]
+        self.class_size = [m.bit_count() for m in classes]
         self._mask_classes: dict[int, tuple[int, ...]] = {}  # NFA edge mask -> classes inside it
         self._uniform: dict[tuple[int, bytes], int | None] = {}
         self._class_union: dict[bytes, int] = {}

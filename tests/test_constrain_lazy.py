@@ -1,0 +1,151 @@
+"""The compile shortcuts of the lazy automaton construction give the same automata as the
+plain constructions they replace: the mask-level escape lift, the node-level liveness check
+that lets trim skip its graph pass, and shared embedded DFAs."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from sgrun.constrain.byte_dfa import product
+from sgrun.constrain.byte_nfa import ByteNFA
+from sgrun.constrain.json_schema import schema_to_nfa
+from sgrun.constrain.json_string import any_text_dfa, escape_lift, excluded_dfa, length_dfa
+from sgrun.constrain.lazy_dfa import LazyDFA
+from sgrun.constrain.regex_ast import NOTHING, alt, lit, rep, seq
+from sgrun.constrain.string_formats import FORMAT_REGEXES
+from sgrun.constrain.string_leaf import format_dfa, pattern_search_dfa
+
+PATTERNS = ["^ORD-[0-9]{6}$", "abc", "^[a-z]+$", r"\\n", "[\"\\\\]", "^.{2,5}$", "\t", "^[^a-z]*$", "é", "^$"]
+
+
+def _decoded_dfas():
+    yield from (pattern_search_dfa(p) for p in PATTERNS)
+    yield from (format_dfa(f) for f in sorted(FORMAT_REGEXES))
+    yield excluded_dfa(any_text_dfa(), ["name", "age", "naming", 'x"y', "a\\b", "\n", "/"])
+    yield length_dfa(2, 7)
+
+
+def _escapings(text: str, rng: random.Random) -> list[str]:
+    """Several JSON escapings of `text` (raw, \\uXXXX of ASCII in either hex case, short escapes)."""
+    short = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    outs = [json.dumps(text, ensure_ascii=False)[1:-1]]
+    for _ in range(3):
+        parts = []
+        for ch in text:
+            k = rng.random()
+            if ord(ch) < 0x80 and k < 0.3:
+                code = f"{ord(ch):04x}"
+                parts.append("\\u" + (code.upper() if k < 0.15 else code))
+            elif ch in short and (k < 0.7 or ch in '"\\' or ord(ch) < 0x20):
+                parts.append(short[ch])
+            elif ord(ch) < 0x20:
+                parts.append(f"\\u{ord(ch):04x}")
+            else:
+                parts.append(ch)
+        outs.append("".join(parts))
+    return outs
+
+
+@pytest.mark.parametrize("k", range(len(PATTERNS) + len(FORMAT_REGEXES) + 2))
+def test_escape_lift_accepts_exactly_the_escapings_of_accepted_text(k):
+    decoded = list(_decoded_dfas())[k]
+    lifted = escape_lift(decoded)
+    rng = random.Random(k)
+    alphabet = 'abcxyzORD-0123456789 "\\/\n\t\x01é€@.:'
+    texts = ["", "name", "naming", "ab", "ORD-123456", 'x"y', "a\\b", "\n", "abc", "2024-02-29", "a@b.co"]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(8))) for _ in range(150)]
+    for text in texts:
+        want = decoded.fullmatch(text.encode("utf-8"))
+        for escaped in _escapings(text, rng):
+            assert lifted.fullmatch(escaped.encode("utf-8")) == want, (text, escaped)
+
+
+def test_escape_lift_rejects_bad_escapes():
+    lifted = escape_lift(any_text_dfa())
+    for bad in ['"', "\\", "\\x41", "\\u00", "\\u004", "\\u0g41", "\x01", "\\a"]:
+        assert not lifted.fullmatch(bad.encode()), bad
+    assert lifted.fullmatch(b"\\u0041\\u000A\\n") and not lifted.fullmatch(b"\\u00e9")  # only ASCII escapes
+
+
+def _alive_everywhere(nfa: ByteNFA) -> bool:
+    return all(nfa._alive())
+
+
+SCHEMAS = [
+    {"type": "object", "properties": {"a": {"type": "string", "format": "date"}, "b": {"type": "integer"}}},
+    {"type": "object", "properties": {"a": {"$ref": "#"}, "b": {"type": "string", "maxLength": 3000}}},
+    {"$defs": {"n": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}},
+     "$ref": "#/$defs/n"},
+    {"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]},  # empty: no base case
+    {"type": "object", "properties": {"a": False, "b": {"type": "string"}}},
+    {"type": "array", "items": {"type": "string", "pattern": "^[a-f0-9]{8}$"}, "maxItems": 40},
+    {"anyOf": [{"type": "string", "minLength": 3, "maxLength": 2}, {"type": "null"}]},
+]
+
+
+@pytest.mark.parametrize("k", range(len(SCHEMAS)))
+def test_fully_live_agrees_with_the_graph_pass(k):
+    try:
+        nfa, root, _ = schema_to_nfa(SCHEMAS[k])
+    except Exception:  # noqa: BLE001 - a refusal is fine; there is nothing to compare
+        return
+    if nfa.fully_live():
+        assert _alive_everywhere(nfa)
+
+
+def test_fully_live_spots_dead_parts_and_recursion_without_a_base():
+    nfa = ByteNFA(share=True)
+    f = nfa.new_fragment()
+    nfa.define_fragment(f, seq(lit("a"), ("call", f)))  # a+ forever: empty
+    assert not nfa.fully_live() and not _alive_everywhere(nfa)
+    nfa = ByteNFA(share=True)
+    f = nfa.new_fragment()
+    nfa.define_fragment(f, alt(lit("x"), seq(lit("["), ("call", f), lit("]"))))  # nested brackets: live
+    assert nfa.fully_live() and _alive_everywhere(nfa)
+    nfa = ByteNFA(share=True)
+    f = nfa.new_fragment()
+    nfa.define_fragment(f, rep(("byteset", 0), 0, None))  # optional dead loop body
+    assert not nfa.fully_live()
+    assert NOTHING == seq(lit("a"), NOTHING)
+
+
+def test_trim_result_and_shared_dfas_give_the_same_language():
+    """An NFA that embeds one big DFA twice (shared as one fragment) accepts what the DFA does."""
+    d = escape_lift(pattern_search_dfa("^[a-z]{2,6}-[0-9]+$"))
+    nfa = ByteNFA(share=True)
+    root = nfa.new_fragment()
+    nfa.define_fragment(root, seq(("dfa", d), lit(","), ("dfa", d)))
+    assert root in nfa.trim()
+    assert len(nfa.frag_start) == 2  # the DFA became one shared fragment
+    lazy = LazyDFA(nfa, root)
+    for text, ok in [(b"ab-1,cd-22", True), (b"ab-1,", False), (b"a-1,ab-1", False), (b"abcdef-9,zz-0", True)]:
+        s = lazy.initial
+        for b in text:
+            s = lazy.step(s, b)
+        assert bool(s and lazy.accepting[s]) == ok, text
+    assert not product(d, d, "minus").accepting
+
+
+def test_byte_classes_equal_the_partition_by_mask_membership():
+    from sgrun.constrain.lazy_dfa import byte_classes
+    rng = random.Random(0)
+    for _ in range(200):
+        masks: set[int] = set()
+        for _ in range(rng.randrange(30)):
+            r = rng.random()
+            if r < 0.4:
+                masks.add(1 << rng.randrange(256))
+            elif r < 0.5:
+                masks.add((1 << 256) - 1)
+            else:
+                lo = rng.randrange(256)
+                hi = rng.randrange(lo, 256)
+                masks.add(((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1))
+        by_signature: dict[tuple, int] = {}
+        for b in range(256):
+            key = tuple(sorted(m for m in masks if m >> b & 1))
+            by_signature[key] = by_signature.get(key, 0) | 1 << b
+        assert byte_classes(masks) == sorted(by_signature.values(), key=lambda c: (c & -c).bit_length())
