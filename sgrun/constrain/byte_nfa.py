@@ -418,11 +418,13 @@ class _LivenessWalk:
         elif kind == "dfa":
             got = _dfa_fully_live(node[1])
         elif kind == "members":
-            _, members, extra, sep = node
+            _, members, extra, sep = node[:4]
             ne = [self.node(m) for m, _ in members]
             got = self.node(sep) and all(v for v, (_, required) in zip(ne, members) if required)
             if extra is not None:
                 self.node(extra)
+            if len(node) > 4 and tuple(node[4]) != (0, None):
+                self.dirty = True  # counted members: lanes below the minimum may be dead; the graph pass decides
         else:
             got = False
         if not got:
