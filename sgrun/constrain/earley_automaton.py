@@ -2,17 +2,19 @@
 byte-level lexer made of the terminals' byte DFAs, seen as a lazily explored DFA over byte
 classes with GrammarAutomaton's interface, so masks come from the same MaskBuilder walk.
 
-Lexing policy ("all splits"): a token may end at any byte where one of its terminals matches,
-not only where the next byte cannot extend it. This is lark's Earley `lexer="dynamic_complete"`
-and llama.cpp's character-level GBNF semantics: the language is exactly the grammar's, with no
-lexing caveat, so there is no terminal-boundary choice to get wrong:
-- several terminals matching the same text are all scanned (one Earley step over the set);
-- a token that could end here or go on is followed both ways (the state keeps alternatives);
-- terminals that can never be told apart by a longest-match lexer (start: A A, A: /a+/) are
-  fine: every split is tried, so no state is alive without a way to finish.
-Every alive state is therefore a prefix of a sentence (Earley sets are viable prefixes, rules
-are productive, terminal DFAs are trimmed) and every sentence is accepted: masks are exact.
-(The LALR fast path keeps lark's contextual longest-match lexer; see grammar.py.)
+Two lexing policies:
+- "greedy" (Lark grammars, as on the LALR path and in lark's lexers): a token ends only where
+  the next byte cannot extend it; among the terminals that match the same text, every one the
+  parser can take is scanned (one Earley step over the set), and an %ignore match is kept as a
+  second alternative. lexer_boundaries.py refuses grammars where this lexer could strand a
+  request (a terminal that can never be ended before the one that must follow it).
+- "all-splits" (GBNF): a token may end at any byte where one of its terminals matches: lark's
+  Earley `lexer="dynamic_complete"`, and llama.cpp's character-level semantics. The language
+  is exactly the grammar's, with no lexing caveat: a token that could end here or go on is
+  followed both ways (the state keeps alternatives).
+Either way every alive state is a prefix of a sentence (Earley sets are viable prefixes, rules
+are productive, terminal DFAs are trimmed) and every sentence (lexed by the policy) is
+accepted: masks are exact.
 
 State = a sorted tuple of alternatives (earley set id, partial token), where the partial token
 is a sorted tuple of (terminal, DFA state) candidates, () at a token boundary; alternatives with
@@ -24,7 +26,7 @@ from __future__ import annotations
 from sgrun.constrain.earley import EarleyRecognizer
 from sgrun.constrain.errors import ConstraintTooComplexError
 from sgrun.constrain.grammar import GrammarAutomaton
-from sgrun.constrain.lark_build import build_lark_earley, terminal_dfas
+from sgrun.constrain.lark_build import build_lark_earley, lark_rules, terminal_dfas
 
 MAX_ALTERNATIVES = 64
 
@@ -40,9 +42,9 @@ class EarleyGrammar:
         self.term_index = {n: i for i, n in enumerate(self.terminals)}
         self.ignore = set(self.lark.lexer_conf.ignore)
         self.ignore_ids = frozenset(self.term_index[n] for n in self.ignore if n in self.term_index)
-        rules = [(str(r.origin.name), [("T", self.term_index[s.name]) if s.is_term else ("N", str(s.name))
-                                       for s in r.expansion]) for r in self.lark.rules]
-        self.parser = EarleyRecognizer(rules, len(self.terminals), start)
+        self.rules = lark_rules(self.lark, self.term_index)
+        self.start = start
+        self.parser = EarleyRecognizer(self.rules, len(self.terminals), start)
         self._cands: dict[int, tuple] = {}
 
     def start_candidates(self, sid: int) -> tuple[tuple[int, int], ...]:
@@ -67,7 +69,10 @@ class EarleyGrammar:
 
 
 class EarleyAutomaton(GrammarAutomaton):
-    def __init__(self, g: EarleyGrammar, max_states: int = 2_000_000):
+    def __init__(self, g: EarleyGrammar, lexing: str = "greedy", max_states: int = 2_000_000):
+        if lexing not in ("greedy", "all-splits"):
+            raise ValueError(f"lexing must be 'greedy' or 'all-splits', not {lexing!r}")
+        self.lexing = lexing
         self._start_rows: dict[int, list] = {}
         super().__init__(g, max_states)
 
@@ -99,28 +104,33 @@ class EarleyAutomaton(GrammarAutomaton):
             self._start_rows[sid] = got
         return got
 
-    def _parts(self, st: State) -> list[tuple[int, list]]:
-        """(Earley set, [(terminal, its per-class row)]) for every way the next byte can be read:
-        extending each alternative's token, or ending it (each way the token can end) and
-        starting the next one."""
-        parts: list[tuple[int, list]] = []
+    def _parts(self, st: State) -> list[tuple[tuple[int, list], list[tuple[int, list]]]]:
+        """Per alternative: (its token's own (Earley set, [(terminal, per-class row)]), the ways to
+        end that token and start the next one: [(Earley set after it, start rows)])."""
+        parts = []
         for sid, cands in st:
             if not cands:
-                parts.append((sid, self._starts(sid)))
+                parts.append(((sid, self._starts(sid)), []))
                 continue
-            parts.append((sid, [(i, self._term_row(i, s)) for i, s in cands]))
+            own = (sid, [(i, self._term_row(i, s)) for i, s in cands])
             acc = self._accepted(cands)
-            if acc:
-                for nxt in self.g.finish(sid, acc):
-                    parts.append((nxt, self._starts(nxt)))
+            after = [(nxt, self._starts(nxt)) for nxt in self.g.finish(sid, acc)] if acc else []
+            parts.append((own, after))
         return parts
 
-    def _target(self, parts: list[tuple[int, list]], c: int) -> State | None:
+    def _target(self, parts: list, c: int) -> State | None:
         merged: dict[int, set] = {}
-        for sid, rows in parts:
+        greedy = self.lexing == "greedy"
+        for (sid, rows), after in parts:
             ext = [(i, r[c]) for i, r in rows if r[c] is not None]
             if ext:
                 merged.setdefault(sid, set()).update(ext)
+                if greedy:
+                    continue  # longest match: a token that can go on does not end here
+            for sid2, rows2 in after:
+                ext = [(i, r[c]) for i, r in rows2 if r[c] is not None]
+                if ext:
+                    merged.setdefault(sid2, set()).update(ext)
         if not merged:
             return None
         if len(merged) > MAX_ALTERNATIVES:

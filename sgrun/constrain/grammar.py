@@ -316,17 +316,29 @@ def shipped_grammar(name: str) -> str | None:
     return None
 
 
-def grammar_automaton(text: str, terminal_nodes: dict | None = None, lalr: bool = True) -> GrammarAutomaton:
-    """The fast LALR(1) path when the grammar is LALR(1) (lark's contextual longest-match lexer),
-    else the Earley path (every split of the text into terminals; earley_automaton.py).
-    lalr=False: straight to Earley (GBNF: its character-level semantics need every split)."""
+def grammar_automaton(text: str, terminal_nodes: dict | None = None, lexing: str = "greedy") -> GrammarAutomaton:
+    """The fast LALR(1) path when the grammar is LALR(1), else the Earley path (earley_automaton.py).
+
+    lexing="greedy" (Lark grammars): lark's longest-match lexer on both paths, so the path a
+    grammar takes never changes its language; grammars where it could strand a request are
+    refused (lexer_boundaries.py). lexing="all-splits" (GBNF, character-level): a token may end
+    wherever it matches; only the Earley path runs that."""
     from sgrun.constrain.earley_automaton import EarleyAutomaton, EarleyGrammar
-    if lalr:
+    from sgrun.constrain.lexer_boundaries import check_separable
+    from sgrun.constrain.lark_build import lark_rules
+    if lexing == "greedy":
         try:
-            return GrammarAutomaton(LalrGrammar(text, terminal_nodes=terminal_nodes))
+            g = LalrGrammar(text, terminal_nodes=terminal_nodes)
         except LalrConflict:
             pass  # ambiguous or needs more lookahead: the general path below
-    return EarleyAutomaton(EarleyGrammar(text, terminal_nodes=terminal_nodes))
+        else:
+            ignore = {g.term_index[n] for n in g.ignore if n in g.term_index}
+            check_separable(lark_rules(g.lark, g.term_index), "start", g.terminals, g.dfas, ignore)
+            return GrammarAutomaton(g)
+    eg = EarleyGrammar(text, terminal_nodes=terminal_nodes)
+    if lexing == "greedy":
+        check_separable(eg.rules, eg.start, eg.terminals, eg.dfas, set(eg.ignore_ids))
+    return EarleyAutomaton(eg, lexing=lexing)
 
 
 def compile_grammar(grammar: str, table: TokenTable) -> GrammarConstraint:
@@ -339,7 +351,7 @@ def compile_grammar(grammar: str, table: TokenTable) -> GrammarConstraint:
     if "::=" in text:
         from sgrun.constrain.gbnf import gbnf_to_lark
         translated = gbnf_to_lark(text)
-        automaton = grammar_automaton(translated.lark_text, translated.terminals, lalr=False)
+        automaton = grammar_automaton(translated.lark_text, translated.terminals, lexing="all-splits")
     else:
         automaton = grammar_automaton(text)
     c = GrammarConstraint(automaton, grammar, table)

@@ -132,6 +132,12 @@ def terminal_dfas(parser, terminal_nodes: dict | None = None) -> tuple[list[str]
     return names, dfas, rank
 
 
+def lark_rules(parser, term_index: dict[str, int]) -> list[tuple[str, list[tuple[str, object]]]]:
+    """lark's BNF rules as (lhs, [("T", terminal id) | ("N", nonterminal name)])."""
+    return [(str(r.origin.name), [("T", term_index[s.name]) if s.is_term else ("N", str(s.name))
+                                  for s in r.expansion]) for r in parser.rules]
+
+
 def productive_rules(parser) -> set[str]:
     """Nonterminals that derive at least one terminal string (fixpoint over lark's rules)."""
     rules = [(r.origin.name, [(s.name, s.is_term) for s in r.expansion]) for r in parser.rules]
