@@ -29,8 +29,9 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     json_schema: dict, JSON text, or True (any JSON value; `{}` means the same, as in JSON Schema).
     regex: the whole output must fullmatch it. grammar: Lark text, a shipped grammar name
     (e.g. "json"), or GBNF text (detected by `::=`). choices: list of exact strings.
-    whitespace: "compact" (no insignificant whitespace in JSON), "flexible" (optional
-    whitespace where JSON allows it), or a regex string used at each such place.
+    whitespace: "compact" (no insignificant whitespace in JSON), "spaced" (compact, or one space
+    wherever JSON allows whitespace: Python json.dumps' default ", " / ": "), "flexible" (any
+    JSON whitespace, llguidance's default), or a regex string used at each such place.
     lenient: loosen JSON Schema keywords sgrun cannot enforce exactly (drop them, or enforce a
     weaker form such as oneOf as anyOf) instead of refusing; each one is named in the result's
     `warnings` (and a Python warning). Unknown `format`s are annotations either way (a warning).

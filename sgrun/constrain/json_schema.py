@@ -3,8 +3,11 @@ fragment, compiled once and entered by a call edge wherever it is used, so $ref 
 to any depth the runtime stack allows (lazy_dfa.DEFAULT_MAX_DEPTH nested calls) and big schemas
 stay linear in size. Leaves (strings with pattern/format, bounded numbers) are small eager DFAs.
 
-Output form: properties in schema order (then any additional properties), compact whitespace by
-default, integers without fraction/exponent, bounded numbers without exponent.
+Output form: properties in schema order (then any additional properties), integers without
+fraction/exponent, bounded numbers without exponent. Whitespace: "compact" by default (what the
+MaskBench reference harness feeds, serde_json's compact form, and what lets jump-forward force
+whole `,"key":` runs); "spaced" also accepts one space wherever JSON allows whitespace (Python
+json.dumps' default `", "` / `": "`) and "flexible" any JSON whitespace (llguidance's default).
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ class SchemaCompiler:
         self._any_key_fid: int | None = None
         if whitespace == "compact":
             self.ws: Node = EMPTY
+        elif whitespace == "spaced":  # compact, or one space (json.dumps' default ", " and ": ")
+            self.ws = opt(chars((0x20, 0x20)))
         elif whitespace == "flexible":
             self.ws = rep(chars((0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)), 0, None)
         else:
