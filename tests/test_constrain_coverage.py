@@ -173,3 +173,26 @@ def test_oneof_made_exclusive_and_negated_bounds(tok, schema, instances):
 def test_overlapping_oneof_without_a_complement_is_refused(tok):
     with pytest.raises(ConstraintError, match="oneOf"):
         _compile(tok, {"oneOf": [{"type": "string"}, {"type": "string", "pattern": "^a"}]})
+
+
+NUMBER_TEXTS = ["0", "-0.0", "1e-05", "-1e-05", "1.5e-07", "1e+20", "-1e+20", "0.5", "1", "1.0", "2.5", "100", "-3",
+                "1e+16", "9.99e-05", "1e-5", "1e20", "1E5", "0e5", "-0e0", "0.0e-3", "5e-1", "1e0", "10e-1", "0.5e1",
+                "9e-00", "2e-1", "12e-1", "0.001e3"]
+
+
+@pytest.mark.parametrize("bounds", [{"minimum": 0}, {"exclusiveMinimum": 0}, {"minimum": 0, "maximum": 1},
+                                    {"minimum": 0, "exclusiveMaximum": 1}, {"maximum": 0}, {"exclusiveMaximum": 0},
+                                    {"minimum": -1, "maximum": 1}, {"minimum": 1}, {"maximum": 100},
+                                    {"minimum": 0.5, "maximum": 2}, {"minimum": -5, "maximum": -1}])
+def test_bounded_numbers_take_serializers_exponent_forms(tok, bounds):
+    """Python prints 1e-05 and 1e+16, serde 1e-5 and 1e16: a bounded number accepts those
+    spellings where its interval holds every value they can stand for, and nothing else."""
+    s = {"type": "number", **bounds}
+    c = _compile(tok, s)
+    v = jsonschema.Draft202012Validator(s)
+    for t in NUMBER_TEXTS:
+        if c.matches_bytes(t.encode()):
+            assert v.is_valid(json.loads(t)), f"{s} accepted {t}"
+    for x in (0, 1e-05, -1e-05, 1.5e-07, 1e+20, -1e+20, 0.5, 2.5, 100, 1e16):
+        if v.is_valid(x):
+            assert c.matches_bytes(json.dumps(x).encode()), f"{s} rejected {json.dumps(x)}"

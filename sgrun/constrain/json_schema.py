@@ -670,6 +670,8 @@ class SchemaCompiler:
             node = integer_with_multiple(ilo, ihi, mult)
         else:
             node = number_node(lo, lo_x, hi, hi_x)
+            if lo is not None or hi is not None:
+                node = alt(node, *_exponent_forms(lo, lo_x, hi, hi_x))
         excluded = s.get("$sgrun_exclude_num")
         if excluded and node != NOTHING:
             # A value's forms with an exponent (1e0, 10e-1, ...) are not a regular set: numbers
@@ -978,6 +980,35 @@ def json_literal_node(v: Any) -> Node:
     if isinstance(v, list):
         return seq(lit("["), *_join(lit(","), [json_literal_node(x) for x in v]), lit("]"))
     return lit(canonical_json(v))
+
+
+_HUGE = Decimal(10) ** 16
+_MANTISSA_NONZERO = "([1-9][0-9]*(\\.[0-9]+)?|0\\.[0-9]*[1-9][0-9]*)"
+
+
+def _exponent_forms(lo: Decimal | None, lo_x: bool, hi: Decimal | None, hi_x: bool) -> list[Node]:
+    """Exponent spellings a bounded number may also take, each a whole class of values the
+    interval contains: every positive (negative) number when the interval reaches +inf (-inf)
+    from 0, the magnitudes below 1 written d.ddde-k (how Python and serde print 1e-05) when it
+    spans [0, 1] ([-1, 0]), and zero. (An exact bound on exponent forms is not needed: these are
+    the forms serializers emit for values near 0 or huge.)"""
+    exp, tiny = "[eE][+-]?[0-9]+", "[1-9](\\.[0-9]+)?[eE]-0*[1-9][0-9]*"
+    forms = []
+    pos_all = (lo is None or lo <= 0) and hi is None
+    neg_all = (hi is None or hi >= 0) and lo is None
+    if pos_all:
+        forms.append(_MANTISSA_NONZERO + exp)
+    elif (lo is None or lo <= 0) and hi is not None and hi >= 1:
+        forms.append(tiny)
+    elif hi is None and lo <= _HUGE:  # d.ddde+16 and up: at least 1e16 (how Python prints big floats)
+        forms.append("[1-9](\\.[0-9]+)?[eE]\\+?0*(1[6-9]|[2-9][0-9]|[1-9][0-9][0-9]+)")
+    if neg_all:
+        forms.append("-" + _MANTISSA_NONZERO + exp)
+    elif (hi is None or hi >= 0) and lo is not None and lo <= -1:
+        forms.append("-" + tiny)
+    if (lo is None or lo < 0 or (lo == 0 and not lo_x)) and (hi is None or hi > 0 or (hi == 0 and not hi_x)):
+        forms.append("-?0(\\.0+)?" + exp)
+    return [parse_regex(f).fullmatch_node() for f in forms]
 
 
 def _number_forms(x: Decimal) -> Node:
