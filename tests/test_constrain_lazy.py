@@ -162,3 +162,39 @@ def test_byte_classes_equal_the_partition_by_mask_membership():
             key = tuple(sorted(m for m in masks if m >> b & 1))
             by_signature[key] = by_signature.get(key, 0) | 1 << b
         assert byte_classes(masks) == sorted(by_signature.values(), key=lambda c: (c & -c).bit_length())
+
+
+@pytest.mark.parametrize("regex, good, bad", [
+    ("(ab){10,12}", ["ab" * 10, "ab" * 12], ["ab" * 9, "ab" * 13, "ab" * 10 + "a"]),
+    ("(ab){7,}", ["ab" * 7, "ab" * 40], ["ab" * 6, ""]),
+    ("((ab){6}c){6,8}", [("ab" * 6 + "c") * 6, ("ab" * 6 + "c") * 8], [("ab" * 6 + "c") * 5, ("ab" * 6 + "c") * 9]),
+    ("x(a?){0,9}y", ["xy", "x" + "a" * 9 + "y"], ["x" + "a" * 10 + "y"]),
+])
+def test_counted_repeats(regex, good, bad):
+    from sgrun.constrain.compile import nfa_from_node
+    from sgrun.constrain.regex_parser import parse_regex
+    nfa, root = nfa_from_node(parse_regex(regex).fullmatch_node())
+    assert root in nfa.trim()
+    lazy = LazyDFA(nfa, root)
+
+    def accepts(text: str) -> bool:
+        s = lazy.initial
+        for b in text.encode():
+            s = lazy.step(s, b)
+        return bool(s) and lazy.accepting[s]
+    assert all(accepts(t) for t in good) and not any(accepts(t) for t in bad)
+
+
+def test_length_bounds_are_counters_not_states():
+    nfa, root, _ = schema_to_nfa({"type": "object", "properties": {
+        f"p{i}": {"type": "string", "minLength": 2, "maxLength": 4096 + i} for i in range(10)}})
+    assert len(nfa.edges) < 2000  # unrolled, each bound was ~8k states
+    lazy = LazyDFA(nfa, root)
+
+    def accepts(value: str) -> bool:
+        s = lazy.initial
+        for b in json.dumps({"p3": value}, separators=(",", ":")).encode():
+            s = lazy.step(s, b)
+        return bool(s) and lazy.accepting[s]
+    assert accepts("ab") and accepts("é" * 4099) and not accepts("a") and not accepts("x" * 4100)
+    assert accepts("\n" * 4099) and not accepts("\n" * 4100)  # an escape is one character

@@ -29,7 +29,8 @@ class ByteNFA:
     def __init__(self, max_states: int = 400_000, share: bool = False):
         self.edges: list[list[tuple[int, int]]] = []
         self.eps: list[list[int]] = []
-        self.calls: list[list[tuple[int, int]]] = []
+        # (fragment, return state), or (fragment, return state, lo, hi): a counted repeat
+        self.calls: list[list[tuple]] = []
         self.frag_start: list[int] = []
         self.frag_end: list[int] = []
         self.end_of: dict[int, int] = {}  # end state -> fragment id
@@ -145,8 +146,15 @@ class ByteNFA:
             return end
         if kind == "rep":
             _, child, lo, hi = node
-            if self.share and (hi if hi is not None else lo) > _SHARE_REPEATS_OVER and child[0] not in ("call", "bytes"):
-                child = self.shared(child)
+            if self.share and (hi if hi is not None else lo) > _SHARE_REPEATS_OVER:
+                # A counted call: one shared copy of the body, entered again and again with the
+                # count on the runtime stack (lazy_dfa), so the NFA does not grow with the bound.
+                fid = child[1] if child[0] == "call" else self.shared(child)[1]
+                if self._defining:
+                    self._defining[-1].add(fid)
+                nxt = self.new_state()
+                self.calls[cur].append((fid, nxt, lo, hi))
+                return nxt
             for _ in range(lo):
                 cur = self.build(child, cur)
             if hi is None:
@@ -320,8 +328,11 @@ class ByteNFA:
                 rev[t].append(src)
             for t in self.eps[src]:
                 rev[t].append(src)
-            for f, r in self.calls[src]:
-                rev_call[r].append((src, f))
+            for call in self.calls[src]:
+                if len(call) == 4 and call[2] == 0:
+                    rev[call[1]].append(src)  # a counted repeat that may run zero times
+                else:
+                    rev_call[call[1]].append((src, call[0]))
         tick(n)
         start_of = {st: f for f, st in enumerate(self.frag_start)}
         alive = [False] * n
@@ -360,7 +371,15 @@ class ByteNFA:
                 continue
             self.edges[s] = [(m, t) for m, t in self.edges[s] if alive[t]]
             self.eps[s] = [t for t in self.eps[s] if alive[t]]
-            self.calls[s] = [(f, r) for f, r in self.calls[s] if f in nonempty and alive[r]]
+            calls = []
+            for call in self.calls[s]:
+                if not alive[call[1]]:
+                    continue
+                if call[0] in nonempty:
+                    calls.append(call)
+                elif len(call) == 4 and call[2] == 0:
+                    self.eps[s].append(call[1])  # a repeat of an empty body: zero times only
+            self.calls[s] = calls
         return nonempty
 
     def all_masks(self) -> set[int]:

@@ -18,7 +18,10 @@ from sgrun.constrain.byte_nfa import ALL_BYTES, ByteNFA
 from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import ConstraintTooComplexError
 
-Stack = tuple | None  # (return_state, depth, parent) linked list
+# (return, depth, parent) linked list; return is the state a call returns to, or for a counted
+# repeat (fid, return_state, lo, hi, bodies started so far): the repeat's counter lives on the
+# stack, so `maxLength: 4096` is one call edge, not 4096 unrolled copies.
+Stack = tuple | None
 DEFAULT_MAX_DEPTH = 160  # nested calls (sub-schemas, $ref, shared leaves) kept on the stack
 DEFAULT_MAX_DFA_STATES = 200_000
 _MAX_CLOSURE = 50_000
@@ -103,11 +106,27 @@ class LazyDFA:
             s, stk = todo.pop()
             nxt: list[tuple[int, Stack]] = [(t, stk) for t in nfa.eps[s]]
             depth = stk[1] if stk is not None else 0
-            for fid, ret in nfa.calls[s]:
-                if depth < self.max_depth:
-                    nxt.append((nfa.frag_start[fid], (ret, depth + 1, stk)))
+            for call in nfa.calls[s]:
+                if len(call) == 2:
+                    if depth < self.max_depth:
+                        nxt.append((nfa.frag_start[call[0]], (call[1], depth + 1, stk)))
+                    continue
+                fid, ret, lo, hi = call  # a counted repeat of fragment fid (byte_nfa.ByteNFA.build)
+                if lo == 0:
+                    nxt.append((ret, stk))
+                if (hi is None or hi > 0) and depth < self.max_depth:
+                    nxt.append((nfa.frag_start[fid], ((fid, ret, lo, hi, 1), depth + 1, stk)))
             if stk is not None and s in nfa.end_of:
-                nxt.append((stk[0], stk[2]))
+                top = stk[0]
+                if type(top) is int:
+                    nxt.append((top, stk[2]))
+                else:  # the k-th body of a counted repeat ended: leave it, or start body k + 1
+                    fid, ret, lo, hi, k = top
+                    if k >= lo:
+                        nxt.append((ret, stk[2]))
+                    if hi is None or k < hi:
+                        more = k + 1 if hi is not None or k < lo else k  # unbounded: the count saturates at lo
+                        nxt.append((nfa.frag_start[fid], ((fid, ret, lo, hi, more), stk[1], stk[2])))
             for c in nxt:
                 if c not in seen:
                     seen.add(c)
