@@ -1,5 +1,6 @@
 """The attention-backend seam: the batch-metadata type, the protocol every backend implements,
-and the start-up choice between them (pure torch on CPU, the Triton kernels on CUDA).
+and the start-up choice between them (the C++ in-place kernel, else pure torch, on the CPU;
+the Triton kernels on CUDA).
 
 A backend is prepared once per batch with the batch's metadata (where the new tokens' K/V go,
 and one Segment per scheduled request), then called once per layer to write the new K/V into
@@ -38,23 +39,37 @@ class AttentionBackend(Protocol):
         """q: [T, H, D], k/v: [T, KV, D] for the new tokens of layer `layer`. Returns [T, H, D]."""
 
 
-BACKENDS = ("torch", "triton")
+BACKENDS = ("cpp", "torch", "triton")
 
 
 def default_backend(device: torch.device) -> str:
-    return "triton" if device.type == "cuda" else "torch"
+    return "triton" if device.type == "cuda" else "cpp"
 
 
 def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int,
-                           backend: str | None = None) -> AttentionBackend:
-    """`backend`: "torch" or "triton" (default: Triton on CUDA, torch elsewhere). Triton on a CPU
-    pool runs the kernels through Triton's interpreter (TRITON_INTERPRET=1): slow, and how the
-    tests prove the Triton path without a GPU. Backends are imported only here, so torch-only
-    runs never import triton."""
-    backend = backend or default_backend(pool.k[0].device)
+                           backend: str | None = None, cascade: bool = True) -> AttentionBackend:
+    """`backend`: "cpp", "torch" or "triton" (default: Triton on CUDA, cpp elsewhere).
+    "cpp" decodes with the C++ kernel that reads the pages in place (built on first use) and,
+    with `cascade`, attends prefixes shared by several decoding requests once; where the kernel
+    cannot be built it falls back to "torch" (logged once), whose decodes gather the pages.
+    Triton on a CPU pool runs the kernels through Triton's interpreter (TRITON_INTERPRET=1):
+    slow, and how the tests prove the Triton path without a GPU. Backends are imported only
+    here, so torch-only runs never import triton."""
+    device = pool.k[0].device
+    backend = backend or default_backend(device)
     if backend == "triton":
         from sgrun.engine.attention_triton import TritonPagedAttention
         return TritonPagedAttention(pool, num_heads, num_kv_heads, head_dim)
+    if backend == "cpp":
+        if device.type != "cpu":
+            raise InvalidRequestError(f"attention_backend 'cpp' runs on the CPU; the pool is on {device} "
+                                      "(use 'triton' or 'torch' there)", field="attention_backend")
+        from sgrun.engine.paged_decode_cpp import load_kernel
+        op = load_kernel()
+        if op is not None:
+            from sgrun.engine.attention_cpp import CppPagedAttention
+            return CppPagedAttention(pool, num_heads, num_kv_heads, head_dim, op, cascade=cascade)
+        backend = "torch"
     if backend == "torch":
         from sgrun.engine.attention_torch import TorchPagedAttention
         return TorchPagedAttention(pool, num_heads, num_kv_heads, head_dim)

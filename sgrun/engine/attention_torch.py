@@ -33,10 +33,7 @@ class TorchPagedAttention:
         self.write_pages, self.write_offsets = write_pages.to(dev), write_offsets.to(dev)
         self.prefills = [s for s in segments if s.q_len > 1]
         self.prefill_pages = [s.pages.to(dev) for s in self.prefills]
-        decodes = [s for s in segments if s.q_len == 1]
-        # Decodes are batched in groups of similar context length: each group is padded to its
-        # longest member, so a short context does not copy a long one's worth of padding.
-        self.decode_groups = [self._decode_group(g) for g in _length_groups(decodes)]
+        self._prepare_decodes([s for s in segments if s.q_len == 1])
         self.prefill_masks = []
         for s in self.prefills:
             if s.ctx_len == s.q_len:
@@ -44,6 +41,16 @@ class TorchPagedAttention:
             else:
                 q_pos = torch.arange(s.ctx_len - s.q_len, s.ctx_len)[:, None]
                 self.prefill_masks.append((torch.arange(s.ctx_len)[None, :] <= q_pos).to(dev))
+
+    def _prepare_decodes(self, decodes: list[Segment]) -> None:
+        # Decodes are batched in groups of similar context length: each group is padded to its
+        # longest member, so a short context does not copy a long one's worth of padding.
+        self.decode_groups = [self._decode_group(g) for g in _length_groups(decodes)]
+
+    def _attend_decodes(self, layer: int, q: torch.Tensor, out: torch.Tensor) -> None:
+        """Write the single-token segments' attention into `out` (rows of the flat batch)."""
+        for rows, pages, mask in self.decode_groups:
+            out[rows] = self._decode(layer, q[rows], pages, mask)
 
     def _gather(self, cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
         """[KV, N, ps, D] pool tensor -> [KV, len(pages) * ps, D], contiguous."""
@@ -83,8 +90,7 @@ class TorchPagedAttention:
         k_cache[:, self.write_pages, self.write_offsets] = k.transpose(0, 1)
         v_cache[:, self.write_pages, self.write_offsets] = v.transpose(0, 1)
         out = torch.empty_like(q)
-        for rows, pages, mask in self.decode_groups:
-            out[rows] = self._decode(layer, q[rows], pages, mask)
+        self._attend_decodes(layer, q, out)
         for s, pages, mask in zip(self.prefills, self.prefill_pages, self.prefill_masks):
             rows = slice(s.q_start, s.q_start + s.q_len)
             qs = q[rows].transpose(0, 1).unsqueeze(0)                   # [1, H, q, D]

@@ -147,8 +147,11 @@ def plan_pool(model, device: torch.device, page_size: int, bytes_per_page: int, 
 def add_device_arguments(p: argparse.ArgumentParser) -> None:
     """The device flags `sgrun serve` and `sgrun generate` share (argparse parser)."""
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
-    p.add_argument("--attention-backend", default=None, choices=["torch", "triton"],
-                   help="default: triton on CUDA, torch on the CPU")
+    p.add_argument("--attention-backend", default=None, choices=["cpp", "torch", "triton"],
+                   help="default: triton on CUDA; on the CPU cpp (decode reads the KV pages in place), "
+                        "torch gathers them (the old path)")
+    p.add_argument("--cascade-attention", action=argparse.BooleanOptionalAction, default=True,
+                   help="cpp backend: attend a prefix shared by several running requests once per step")
     p.add_argument("--mem-fraction", type=float, default=None,
                    help=f"CUDA: share of device memory for weights + KV pool (default {DEFAULT_MEM_FRACTION})")
     p.add_argument("--disable-cuda-graph", action="store_true", help="CUDA: run decode steps eagerly")
@@ -159,7 +162,8 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
 def device_kwargs(args: argparse.Namespace) -> dict:
     """Engine keyword arguments from add_device_arguments' flags."""
     return dict(device=args.device, attention_backend=args.attention_backend, mem_fraction=args.mem_fraction,
-                cuda_graph=False if args.disable_cuda_graph else None, overlap=args.overlap)
+                cuda_graph=False if args.disable_cuda_graph else None, overlap=args.overlap,
+                cascade_attention=args.cascade_attention)
 
 
 def startup_report(engine) -> dict:

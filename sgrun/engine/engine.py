@@ -68,7 +68,7 @@ class Engine:
                  device: str = "auto", attention_backend: str | None = None, mem_fraction: float | None = None,
                  cuda_graph: bool | None = None, overlap: bool | None = None, tp: int = 1, tp_timeout: float = 60.0,
                  speculative_ngram: bool = False, speculative_num_draft: int = 4, speculative_ngram_max: int = 3,
-                 speculative_ngram_min: int = 1):
+                 speculative_ngram_min: int = 1, cascade_attention: bool = True):
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         spec = SpeculativeConfig(speculative_ngram, speculative_num_draft, speculative_ngram_max,
@@ -116,7 +116,8 @@ class Engine:
         self.speculation = SpeculationCounters(enabled=not use_overlap)
         drafter = NgramDrafter(spec, self.max_context).draft if not use_overlap else None
         self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens, drafter)
-        self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids, attention_backend=backend)
+        self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids, attention_backend=backend,
+                                  cascade_attention=cascade_attention)
         self.graph_report = self.runner.capture_cuda_graphs(max_running, self.max_context) if use_graphs else None
         self._overlap = OverlapScheduler(self) if use_overlap else None
         self.post = Postprocessor(self.tokenizer, self.max_context, self._finish)

@@ -108,14 +108,14 @@ def _to_device(values: list[int], device: torch.device) -> torch.Tensor:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, pool: PagePool, eos_token_ids: frozenset[int] | set[int],
-                 attention_backend: str | None = None):
+                 attention_backend: str | None = None, cascade_attention: bool = True):
         self.model = model
         self.pool = pool
         self.device = pool.k[0].device
         self.eos_token_ids = sorted(eos_token_ids)
         cfg = model.cfg
         self.attn: AttentionBackend = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                                                             backend=attention_backend)
+                                                             backend=attention_backend, cascade=cascade_attention)
         wrap = getattr(model, "wrap_attention", None)   # tensor parallelism records the batch to broadcast it
         if wrap is not None:
             self.attn = wrap(self.attn)

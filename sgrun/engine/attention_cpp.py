@@ -1,0 +1,80 @@
+"""The CPU attention backend whose decodes read the KV pages in place (paged_decode_cpp.py),
+with cascade attention over prefixes that several decoding requests share (cascade.py).
+
+Prefill chunks, the KV writes and everything else are TorchPagedAttention's (attention_torch.py);
+only the single-token segments change: one kernel call per layer covers every decode of the
+batch through its page table, with no gather, no padding and no mask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from sgrun.engine.attention_backend import Segment
+from sgrun.engine.attention_torch import TorchPagedAttention
+from sgrun.engine.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes, merge_partials
+from sgrun.engine.page_pool import PagePool
+
+
+class CppPagedAttention(TorchPagedAttention):
+    def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: Callable,
+                 cascade: bool = True):
+        super().__init__(pool, num_heads, num_kv_heads, head_dim)
+        self.op = op
+        self.cascade = cascade   # read each step, so it can be switched on a live engine
+        self.min_saved_pages = MIN_SAVED_PAGES
+        self.cascade_steps = 0   # prepared batches that attended at least one shared prefix once
+        self.decode_rows: torch.Tensor | None = None
+        self.prefixes: list[SharedPrefix] = []
+
+    def _prepare_decodes(self, decodes: list[Segment]) -> None:
+        self.prefixes = []
+        if not decodes:
+            self.decode_rows = None
+            return
+        ps = self.pool.page_size
+        self.decode_rows = torch.tensor([s.q_start for s in decodes], dtype=torch.long)
+        n = len(decodes)
+        # All-decode batches are rows 0..B-1 in order: slice, don't index.
+        self.rows_are_prefix = bool(self.decode_rows[-1].item() == n - 1)
+        table = pad_sequence([s.pages.long() for s in decodes], batch_first=True)
+        lens = [s.ctx_len for s in decodes]
+        if self.cascade:
+            self.prefixes = find_shared_prefixes(table, lens, ps, self.min_saved_pages)
+        if self.prefixes:
+            self.cascade_steps += 1
+            table = table.clone()
+            for p in self.prefixes:   # members keep only their own suffix in the main call
+                k = p.pages.shape[1]
+                for i in p.members.tolist():
+                    table[i, : table.shape[1] - k] = table[i, k:].clone()
+                    lens[i] -= k * ps
+        self.table = table.contiguous()
+        self.lens = torch.tensor(lens, dtype=torch.long)
+
+    def _attend_decodes(self, layer: int, q: torch.Tensor, out: torch.Tensor) -> None:
+        if self.decode_rows is None:
+            return
+        KV, D = self.KV, self.D
+        G = self.H // KV
+        n = self.decode_rows.shape[0]
+        qd = q[:n] if self.rows_are_prefix else q[self.decode_rows]
+        qf = qd.float().reshape(n, KV, G, D).contiguous()
+        k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
+        o, lse = self.op(qf, k_cache, v_cache, self.table, self.lens, self.scale)
+        for p in self.prefixes:
+            m = p.members.shape[0]
+            # The members' queries stacked per kv head: [1, KV, M * G, D] against one page table.
+            qp = qf[p.members].transpose(0, 1).reshape(1, KV, m * G, D).contiguous()
+            po, plse = self.op(qp, k_cache, v_cache, p.pages, p.lens, self.scale)
+            po = po.view(KV, m, G, D).transpose(0, 1)
+            plse = plse.view(KV, m, G).transpose(0, 1)
+            o[p.members], lse[p.members] = merge_partials(o[p.members], lse[p.members], po, plse)
+        res = o.view(n, self.H, D).to(out.dtype)
+        if self.rows_are_prefix:
+            out[:n] = res
+        else:
+            out[self.decode_rows] = res

@@ -1,0 +1,75 @@
+"""Cascade attention: a context prefix that several decoding requests share (a radix-cache hit
+puts the same physical pages at the start of their page tables) is attended once per step for
+all of them, with their queries stacked, and each request's own suffix separately; the two
+partial results are merged by their log-sum-exp (softmax over a union of key sets).
+
+`find_shared_prefixes` detects sharing from the page tables each step; `merge_partials` is the
+exact merge. The backend that uses both is attention_cpp.py.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+
+# A shared prefix is attended on its own only when that saves at least this many page reads per
+# kv head and layer ((members - 1) x shared pages). Below it the extra kernel call and the merge
+# cost more than they save (measured in docs/benchmarks.md, "Decode attention in place").
+MIN_SAVED_PAGES = 16
+
+
+@dataclass
+class SharedPrefix:
+    """The first `len(pages)` pages of the decode rows `members` are the same physical pages."""
+    members: torch.Tensor   # [M] rows of the decode batch (int64)
+    pages: torch.Tensor     # [1, n] the shared page ids (int64), a one-row page table
+    lens: torch.Tensor      # [1] n * page_size: the prefix is whole pages
+
+
+def find_shared_prefixes(table: torch.Tensor, lens: list[int], page_size: int,
+                         min_saved_pages: int = MIN_SAVED_PAGES) -> list[SharedPrefix]:
+    """Shared prefixes worth a cascade among decode rows with page table `table` ([B, P], rows
+    padded past their pages) and context lengths `lens`.
+
+    Rows are grouped by their first page; within a group each row's shared length with the
+    group's first row is the run of equal leading pages, capped at the whole pages of its own
+    context (so padding never counts, and the prefix is context for every member). The member
+    set is the one that saves the most reads: the k rows sharing most, at the k-th length."""
+    out: list[SharedPrefix] = []
+    if table.shape[0] < 2:
+        return out
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, first in enumerate(table[:, 0].tolist()):
+        groups[first].append(i)
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        rows = table[idx]
+        same = (rows == rows[0]).long().cumprod(dim=1).sum(dim=1)
+        cap = torch.tensor([lens[i] // page_size for i in idx])
+        shared = torch.minimum(same, torch.minimum(cap, cap[0])).tolist()
+        order = sorted(range(len(idx)), key=lambda j: -shared[j])
+        best_k, best_saved = 0, 0
+        for k in range(2, len(order) + 1):
+            saved = (k - 1) * shared[order[k - 1]]
+            if saved > best_saved:
+                best_k, best_saved = k, saved
+        if best_k < 2 or best_saved < min_saved_pages:
+            continue
+        n = shared[order[best_k - 1]]
+        members = torch.tensor(sorted(idx[j] for j in order[:best_k]), dtype=torch.long)
+        out.append(SharedPrefix(members, rows[0:1, :n].contiguous(), torch.tensor([n * page_size])))
+    return out
+
+
+def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
+                   lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over keys A ∪ B from attention over A and over B (float32, out [..., D], lse
+    [...]). A side with no keys has lse -inf and weight 0; at least one side must have keys."""
+    m = torch.maximum(lse_a, lse_b)
+    wa, wb = torch.exp(lse_a - m), torch.exp(lse_b - m)
+    total = wa + wb
+    out = (out_a * wa.unsqueeze(-1) + out_b * wb.unsqueeze(-1)) / total.unsqueeze(-1)
+    return out, m + torch.log(total)

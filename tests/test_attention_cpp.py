@@ -1,0 +1,212 @@
+"""The C++ in-place decode attention (paged_decode_cpp.py) against a float64 torch reference,
+its backend against the gather backend on mixed batches, cascade attention against the plain
+path, and the clean fallback to the gather path where the kernel cannot be built.
+
+The kernel is built once per machine (cached under the sgrun cache folder); the first test to
+need it pays the build (about 30 s idle)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import sgrun
+from sgrun.engine import paged_decode_cpp
+from sgrun.engine.attention_backend import Segment, make_attention_backend
+from sgrun.engine.attention_cpp import CppPagedAttention
+from sgrun.engine.attention_torch import TorchPagedAttention
+from sgrun.engine.cascade import find_shared_prefixes, merge_partials
+from sgrun.engine.page_pool import PagePool
+
+
+@pytest.fixture(scope="module")
+def op():
+    kernel = paged_decode_cpp.load_kernel()
+    assert kernel is not None, "the C++ kernel must build on the test machines (g++ is in .ci/run)"
+    return kernel
+
+
+def reference(q, k_cache, v_cache, table, lens, scale):
+    """float64 softmax attention of each row's queries over its first lens[r] paged tokens."""
+    R, KV, G, D = q.shape
+    ps = k_cache.shape[2]
+    out, lse = torch.zeros(R, KV, G, D), torch.full((R, KV, G), float("-inf"))
+    for r in range(R):
+        n = int(lens[r])
+        if n == 0:
+            continue
+        pages = table[r, : -(-n // ps)]
+        k = k_cache[:, pages].reshape(KV, -1, D)[:, :n].double()
+        v = v_cache[:, pages].reshape(KV, -1, D)[:, :n].double()
+        s = torch.einsum("hgd,htd->hgt", q[r].double(), k) * scale
+        lse[r] = torch.logsumexp(s, -1).float()
+        out[r] = torch.einsum("hgt,htd->hgd", torch.softmax(s, -1), v).float()
+    return out, lse
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("head_dim,page_size", [(64, 16), (16, 5), (24, 3)])
+def test_kernel_matches_reference(op, dtype, head_dim, page_size):
+    """Random (shuffled) pages, GQA (3 query heads per kv head), ragged lengths including an
+    empty context and one past a page boundary; head dims on the vector path and not."""
+    gen = torch.Generator().manual_seed(head_dim * 100 + page_size)
+    kv, g, num_pages = 2, 3, 80
+    k_cache = (3 * torch.randn(kv, num_pages, page_size, head_dim, generator=gen)).to(dtype)
+    v_cache = torch.randn(kv, num_pages, page_size, head_dim, generator=gen).to(dtype)
+    lens = torch.tensor([1, page_size + 1, 37, 0, 2 * page_size, 70 * page_size // 2])
+    width = -(-int(lens.max()) // page_size)
+    table = torch.stack([torch.randperm(num_pages, generator=gen)[:width] for _ in lens])
+    q = torch.randn(len(lens), kv, g, head_dim, generator=gen)
+    out, lse = op(q, k_cache, v_cache, table, lens, head_dim ** -0.5)
+    want_out, want_lse = reference(q, k_cache, v_cache, table, lens, head_dim ** -0.5)
+    torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, want_lse, atol=2e-5, rtol=1e-5)
+    assert torch.all(lse[3] == float("-inf")) and torch.all(out[3] == 0)
+
+
+def _pools_and_batch(dtype, page_size=4, shared_pages=6):
+    """Two identical pools and a mixed batch: 3 decodes sharing `shared_pages` leading pages
+    (a radix-cache hit), 1 unrelated decode, 1 prefill chunk over a cached prefix, 1 fresh prefill."""
+    gen = torch.Generator().manual_seed(7)
+    layers, heads, kv_heads, head_dim = 2, 6, 2, 16
+    num_pages = 64
+    pools = [PagePool(layers, num_pages, page_size, kv_heads, head_dim, dtype) for _ in range(3)]
+    for layer in range(layers):
+        for cache in ("k", "v"):
+            init = torch.randn(kv_heads, num_pages + 1, page_size, head_dim, generator=gen).to(dtype)
+            for pool in pools:
+                getattr(pool, cache)[layer].copy_(init)
+    shared = list(range(1, 1 + shared_pages))
+    free = iter(range(1 + shared_pages, num_pages))
+    specs = [(1, shared_pages * page_size + 3), (1, shared_pages * page_size + 1), (1, shared_pages * page_size + 7),
+             (1, 9), (5, 14), (6, 6)]
+    segments, write_pages, write_offsets, t = [], [], [], 0
+    for i, (q_len, ctx) in enumerate(specs):
+        n = -(-ctx // page_size)
+        table = (shared + [next(free) for _ in range(n - shared_pages)]) if i < 3 else [next(free) for _ in range(n)]
+        pages = torch.tensor(table, dtype=torch.long)
+        segments.append(Segment(q_start=t, q_len=q_len, ctx_len=ctx, pages=pages))
+        pos = torch.arange(ctx - q_len, ctx)
+        write_pages.append(pages[pos // page_size])
+        write_offsets.append(pos % page_size)
+        t += q_len
+    qkv = [(torch.randn(t, heads, head_dim, generator=gen).to(dtype),
+            torch.randn(t, kv_heads, head_dim, generator=gen).to(dtype),
+            torch.randn(t, kv_heads, head_dim, generator=gen).to(dtype)) for _ in range(layers)]
+    return pools, (heads, kv_heads, head_dim), segments, torch.cat(write_pages), torch.cat(write_offsets), qkv
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backend_and_cascade_match_the_gather_path(op, dtype):
+    pools, shape, segments, wp, wo, qkv = _pools_and_batch(dtype)
+    gather = TorchPagedAttention(pools[0], *shape)
+    plain = CppPagedAttention(pools[1], *shape, op, cascade=False)
+    cascade = CppPagedAttention(pools[2], *shape, op, cascade=True)
+    cascade.min_saved_pages = 4   # this batch's 3 x 6 shared pages are below the production threshold
+    for b in (gather, plain, cascade):
+        b.prepare(wp, wo, segments)
+    assert cascade.prefixes and cascade.prefixes[0].members.tolist() == [0, 1, 2]
+    assert not plain.prefixes and cascade.cascade_steps == 1
+    for layer, (q, k, v) in enumerate(qkv):
+        want, got_plain, got_cascade = (b.forward(layer, q, k, v) for b in (gather, plain, cascade))
+        # The gather path rounds probabilities to bf16 before P.V; the kernel stays in float32.
+        tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(got_plain.float(), want.float(), **tol)
+        # Cascade against the plain kernel path: the same math split in two, float rounding only.
+        torch.testing.assert_close(got_cascade.float(), got_plain.float(),
+                                   **(dict(atol=2e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=8e-3, rtol=8e-3)))
+        assert torch.equal(pools[0].k[layer], pools[2].k[layer])
+
+
+def test_shared_prefix_detection():
+    ps = 4
+    a, b, c, d = [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 9], [1, 2, 3, 7, 8], [20, 21]
+    table = torch.nn.utils.rnn.pad_sequence([torch.tensor(x) for x in (a, b, c, d)], batch_first=True)
+    lens = [24, 22, 18, 5]
+    # a, b share 5 pages, c 3 more: {a, b, c} at 3 pages saves 6 reads, {a, b} at 5 saves 5.
+    (p,) = find_shared_prefixes(table, lens, ps, min_saved_pages=1)
+    assert p.members.tolist() == [0, 1, 2] and p.pages.tolist() == [[1, 2, 3]] and p.lens.tolist() == [12]
+    # A context that ends inside a shared page caps the prefix at its whole pages.
+    (p,) = find_shared_prefixes(table[:2], [24, 9], ps, min_saved_pages=1)
+    assert p.pages.tolist() == [[1, 2]]
+    assert find_shared_prefixes(table, lens, ps, min_saved_pages=7) == []   # not worth it
+    assert find_shared_prefixes(table[3:], lens[3:], ps, min_saved_pages=1) == []
+
+
+def test_merge_partials_is_softmax_over_the_union():
+    gen = torch.Generator().manual_seed(3)
+    s, v = torch.randn(5, 12, generator=gen), torch.randn(12, 8, generator=gen)
+    part = [(torch.softmax(s[:, sl], -1) @ v[sl], torch.logsumexp(s[:, sl], -1)) for sl in (slice(0, 7), slice(7, 12))]
+    out, lse = merge_partials(*part[0], *part[1])
+    torch.testing.assert_close(out, torch.softmax(s, -1) @ v)
+    torch.testing.assert_close(lse, torch.logsumexp(s, -1))
+    empty = (torch.zeros(5, 8), torch.full((5,), float("-inf")))   # a suffix with no tokens
+    out, _ = merge_partials(*part[0], *empty)
+    torch.testing.assert_close(out, part[0][0])
+
+
+_FALLBACK_CHECK = """
+import logging, torch
+logging.basicConfig(level=logging.WARNING, format="LOG %(name)s %(message)s")
+from sgrun.engine.attention_backend import make_attention_backend
+from sgrun.engine.page_pool import PagePool
+pool = PagePool(1, 4, 4, 1, 16, torch.float32)
+print("BACKENDS", type(make_attention_backend(pool, 2, 1, 16)).__name__,
+      type(make_attention_backend(pool, 2, 1, 16, backend="cpp")).__name__)
+"""
+
+
+def test_missing_compiler_falls_back_to_the_gather_path(tmp_path):
+    """A machine without a working C++ compiler, in a fresh process with an empty cache: the
+    build really runs and fails, the backend is the gather path, and the log says so once.
+    (A subprocess, because torch renames a JIT extension whose build arguments change within
+    one process, which would make the next test process rebuild the real kernel.)"""
+    env = {**os.environ, "SGRUN_CACHE": str(tmp_path), "CXX": str(tmp_path / "no-such-compiler")}
+    run = subprocess.run([sys.executable, "-c", _FALLBACK_CHECK], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "BACKENDS TorchPagedAttention TorchPagedAttention" in run.stdout
+    logs = [line for line in run.stderr.splitlines() if line.startswith("LOG sgrun.engine")]
+    assert len(logs) == 1 and "C++ paged decode attention is unavailable" in logs[0], run.stderr[-2000:]
+
+
+def test_forced_build_failure_falls_back(monkeypatch):
+    """The same fallback through the switch that skips the build (SGRUN_CPP_ATTENTION_FAIL)."""
+    monkeypatch.setenv(paged_decode_cpp.FORCE_BUILD_FAILURE_ENV, "1")
+    paged_decode_cpp.reset_for_tests()
+    try:
+        pool = PagePool(1, 4, 4, 1, 16, torch.float32)
+        assert type(make_attention_backend(pool, 2, 1, 16)) is TorchPagedAttention
+    finally:
+        paged_decode_cpp.reset_for_tests()   # later tests load the real build again
+
+
+def test_engine_greedy_cascade_on_off_and_gather_agree(engine, op):
+    """Real SmolLM2 weights, float32, greedy: requests sharing a long system prompt decode the
+    same tokens with cascade attention on and off, and as the gather backend would."""
+    assert engine.runner.backend == "CppPagedAttention"
+    attn = engine.runner.attn
+    system = list(range(1000, 1400))   # 25 pages of 16: a radix-cache hit for requests 2..4
+    prompts = [system + [2000 + 7 * i, 2100 + i] for i in range(4)]
+    params = sgrun.SamplingParams(max_new_tokens=6, temperature=0)
+    engine.generate([system + [5]], params.replace(max_new_tokens=1))   # the system prompt into the radix cache
+    before = attn.cascade_steps
+    on = [o.outputs[0].token_ids for o in engine.generate(prompts, params)]
+    assert attn.cascade_steps > before, "no step attended the shared prefix once"
+    attn.cascade = False
+    try:
+        off = [o.outputs[0].token_ids for o in engine.generate(prompts, params)]
+    finally:
+        attn.cascade = True
+    assert on == off
+    gather = TorchPagedAttention(engine.pool, attn.H, attn.KV, attn.D)
+    engine.runner.attn = gather
+    try:
+        old = [o.outputs[0].token_ids for o in engine.generate(prompts, params)]
+    finally:
+        engine.runner.attn = attn
+    assert on == old
