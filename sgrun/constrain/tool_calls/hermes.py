@@ -6,18 +6,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sgrun.constrain.regex_ast import Node, alt, lit, opt, rep, seq
-from sgrun.constrain.tool_calls.call_format import CallFormat, json_object_call, skip_ws
+from sgrun.constrain.regex_ast import Node, lit, opt, rep, seq
+from sgrun.constrain.tool_calls.call_format import CallFormat
+from sgrun.constrain.tool_calls.call_sequence import read_json_calls
+from sgrun.constrain.tool_calls.json_call import json_call_node, json_call_text
 from sgrun.constrain.tool_calls.tool_arguments import ToolArguments
-from sgrun.constrain.tool_calls.tool_spec import PartialCall, ToolSpec, arguments_object, compact_json
+from sgrun.constrain.tool_calls.tool_spec import PartialCall, ToolSpec
 
 OPEN, CLOSE, SEPARATOR = "<tool_call>", "</tool_call>", "\n"
-
-
-def json_call_node(tools: list[ToolArguments], args_key: str) -> Node:
-    """`{"name":"<tool>","<args_key>":<that tool's arguments>}`, one branch per tool."""
-    return alt(*(seq(lit('{"name":' + json.dumps(t.tool.name, ensure_ascii=False) + f',"{args_key}":'),
-                     t.json_node(), lit("}")) for t in tools))
 
 
 def tools_listing(tools: list[ToolSpec]) -> str:
@@ -45,30 +41,7 @@ class HermesFormat(CallFormat):
         return seq(one, rep(seq(lit(SEPARATOR + OPEN), one), 0, None))
 
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
-        calls: list[PartialCall] = []
-        rest = section
-        while True:
-            call, end = json_object_call(rest, 0, ("name",), ("arguments", "parameters"))
-            if call is None:
-                return calls
-            calls.append(call)
-            if end is None:
-                return calls
-            after = skip_ws(rest, end)
-            if not rest.startswith(CLOSE, after):
-                call.complete = False  # the arguments closed but the block did not (yet)
-                return calls
-            rest = rest[after + len(CLOSE):]
-            k = skip_ws(rest, 0)
-            if not rest.startswith(OPEN, k):
-                return calls
-            rest = rest[k + len(OPEN):]
+        return read_json_calls(section, ("arguments", "parameters"), OPEN, closer=CLOSE)
 
     def render(self, calls: list[tuple[str, Any]]) -> str:
-        return SEPARATOR.join(f'{OPEN}{{"name":{json.dumps(name, ensure_ascii=False)},"arguments":'
-                              f'{_args_text(args)}}}{CLOSE}' for name, args in calls)
-
-
-def _args_text(args: Any) -> str:
-    value = arguments_object(args) if isinstance(args, str) else args
-    return value if isinstance(value, str) else compact_json(value)
+        return SEPARATOR.join(f"{OPEN}{json_call_text(name, args, 'arguments')}{CLOSE}" for name, args in calls)

@@ -8,8 +8,9 @@ import json
 from typing import Any
 
 from sgrun.constrain.regex_ast import Node, alt, lit, opt, rep, seq
-from sgrun.constrain.tool_calls.call_format import CallFormat, json_object_call, skip_ws
-from sgrun.constrain.tool_calls.hermes import _args_text
+from sgrun.constrain.tool_calls.call_format import CallFormat
+from sgrun.constrain.tool_calls.call_sequence import read_json_calls
+from sgrun.constrain.tool_calls.json_call import json_call_text
 from sgrun.constrain.tool_calls.tool_arguments import ToolArguments
 from sgrun.constrain.tool_calls.tool_spec import PartialCall, ToolSpec
 
@@ -50,21 +51,8 @@ class Llama3JsonFormat(CallFormat):
         return got
 
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
-        calls: list[PartialCall] = []
-        rest = OPENER + section
-        while True:
-            call, end = json_object_call(rest, 0, ("name",), ("parameters", "arguments"))
-            if call is None:
-                return calls
-            calls.append(call)
-            if end is None:
-                call.complete = False
-                return calls
-            k = skip_ws(rest, end)
-            if not rest.startswith(";", k):
-                return calls
-            rest = rest[skip_ws(rest, k + 1):]
+        # The opener is the call's own first characters: read the call from them.
+        return read_json_calls(OPENER + section, ("parameters", "arguments"), SEPARATOR.strip())
 
     def render(self, calls: list[tuple[str, Any]]) -> str:
-        return SEPARATOR.join(f'{{"name":{json.dumps(name, ensure_ascii=False)},"parameters":{_args_text(args)}}}'
-                              for name, args in calls)
+        return SEPARATOR.join(json_call_text(name, args, "parameters") for name, args in calls)

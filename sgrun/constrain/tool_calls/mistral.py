@@ -7,8 +7,9 @@ import json
 from typing import Any
 
 from sgrun.constrain.regex_ast import Node, lit, rep, seq
-from sgrun.constrain.tool_calls.call_format import CallFormat, json_object_call, json_value_end, skip_ws
-from sgrun.constrain.tool_calls.hermes import _args_text, json_call_node
+from sgrun.constrain.tool_calls.call_format import CallFormat, json_value_end, skip_ws
+from sgrun.constrain.tool_calls.call_sequence import read_json_calls
+from sgrun.constrain.tool_calls.json_call import json_call_node, json_call_text
 from sgrun.constrain.tool_calls.tool_arguments import ToolArguments
 from sgrun.constrain.tool_calls.tool_spec import PartialCall, ToolSpec
 
@@ -32,32 +33,14 @@ class MistralFormat(CallFormat):
         return seq(lit("["), body, lit("]"))
 
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
-        calls: list[PartialCall] = []
         i = skip_ws(section, 0)
         if not section.startswith("[", i):
             # Mistral's newer tokenizers write `[TOOL_CALLS]name[ARGS]{...}`; read that too.
             return _name_args_calls(section)
-        rest = section[i + 1:]
-        while True:
-            call, end = json_object_call(rest, 0, ("name",), ("arguments", "parameters"))
-            if call is None:
-                return calls
-            calls.append(call)
-            if end is None:
-                call.complete = False
-                return calls
-            k = skip_ws(rest, end)
-            if rest.startswith("]", k):
-                return calls
-            if not rest.startswith(",", k):
-                call.complete = False
-                return calls
-            rest = rest[k + 1:]
+        return read_json_calls(section, ("arguments", "parameters"), ",", start=i + 1, terminator="]")
 
     def render(self, calls: list[tuple[str, Any]]) -> str:
-        body = ",".join(f'{{"name":{json.dumps(name, ensure_ascii=False)},"arguments":{_args_text(args)}}}'
-                        for name, args in calls)
-        return f"{OPENER}[{body}]"
+        return f"{OPENER}[{','.join(json_call_text(name, args, 'arguments') for name, args in calls)}]"
 
 
 def _name_args_calls(section: str) -> list[PartialCall]:

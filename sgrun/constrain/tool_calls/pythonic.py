@@ -14,7 +14,8 @@ from typing import Any
 
 from sgrun.constrain.errors import UnsupportedSchemaError
 from sgrun.constrain.regex_ast import Node, alt, lit, rep, seq
-from sgrun.constrain.tool_calls.call_format import CallFormat, skip_ws
+from sgrun.constrain.tool_calls.call_format import CallFormat
+from sgrun.constrain.tool_calls.call_sequence import read_call_sequence
 from sgrun.constrain.tool_calls.tool_arguments import ToolArguments
 from sgrun.constrain.tool_calls.tool_spec import PartialCall, ToolSchemaError, ToolSpec, arguments_object, compact_json
 
@@ -55,30 +56,7 @@ class PythonicFormat(CallFormat):
         return seq(calls, lit("]"))
 
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
-        calls: list[PartialCall] = []
-        i = 0
-        while True:
-            m = _NAME.match(section, i)
-            if m is None:
-                return calls
-            call = PartialCall(m.group(1))
-            calls.append(call)
-            pieces, close = _split_arguments(section, m.end())
-            done = [p for p in pieces[:-1]] if close is None else pieces
-            values = []
-            for piece in done:
-                kv = _keyword(piece)
-                if kv is None:
-                    break
-                values.append(f"{json.dumps(kv[0], ensure_ascii=False)}: {json.dumps(kv[1], ensure_ascii=False)}")
-            call.arguments = "{" + ", ".join(values) + ("}" if close is not None else "")
-            if close is None:
-                return calls
-            call.complete = True
-            j = skip_ws(section, close + 1)
-            if not section.startswith(",", j):
-                return calls
-            i = j + 1
+        return read_call_sequence(section, _read_call, ",")
 
     def render(self, calls: list[tuple[str, Any]]) -> str:
         parts = []
@@ -87,6 +65,23 @@ class PythonicFormat(CallFormat):
             kwargs = ", ".join(f"{k}={compact_json(v)}" for k, v in value.items()) if isinstance(value, dict) else ""
             parts.append(f"{name}({kwargs})")
         return "[" + ", ".join(parts) + "]"
+
+
+def _read_call(text: str, start: int) -> tuple[PartialCall | None, int | None]:
+    """`name(k=v, ...)` at `start`: the call with the arguments read so far as JSON object text (a
+    piece still being written is left out), and the index past `)` once it closed."""
+    m = _NAME.match(text, start)
+    if m is None:
+        return None, None
+    pieces, close = _split_arguments(text, m.end())
+    values = []
+    for piece in (pieces[:-1] if close is None else pieces):
+        kv = _keyword(piece)
+        if kv is None:
+            break
+        values.append(f"{json.dumps(kv[0], ensure_ascii=False)}: {json.dumps(kv[1], ensure_ascii=False)}")
+    arguments = "{" + ", ".join(values) + ("}" if close is not None else "")
+    return PartialCall(m.group(1), arguments, complete=close is not None), None if close is None else close + 1
 
 
 def _split_arguments(text: str, start: int) -> tuple[list[str], int | None]:
