@@ -96,7 +96,7 @@ def test_warm_up_covers_a_tool_call(tok):
         "days": {"type": "integer", "minimum": 1, "maximum": 14}},
         "required": ["tool", "city"], "additionalProperties": False}
     c = compile_constraint(tok, json_schema=schema, use_cache=False, warm_up=False)
-    assert c.warm_up(budget_s=30.0, max_states=5000) > 20
+    assert c.warm_up(budget_s=30.0, max_states=5000, dense=True) > 20
     computed = sum(c.builder.stats.values())
     m = c.matcher()
     row = np.zeros(c.table.words, dtype=np.int32)

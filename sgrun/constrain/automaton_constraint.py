@@ -18,8 +18,10 @@ from sgrun.constrain.token_table import TokenTable
 
 # Compile-time mask precompute budget per constraint. Small on purpose: compile latency is on
 # every new schema's request path (target p50 <= 10 ms), while a mask computed later on the
-# engine loop costs the same once and is then cached for every request of that schema.
-WARM_UP_S = 0.004
+# engine loop costs the same once and is then cached for every request of that schema. The
+# compile-time pass only takes sparse states (keys, punctuation, literals: ~50-100 us each); a
+# dense state (a string body, 1-20 ms) would take the whole budget alone.
+WARM_UP_S = 0.002
 WARM_UP_STATES = 64  # and at most this many masks (6 KB each)
 
 
@@ -58,19 +60,24 @@ class AutomatonConstraint(Constraint):
     def allowed_tokens(self, state: int) -> torch.Tensor:
         m = self._masks.get(state)
         if m is None:
-            words = self.builder.packed(state)
-            if self.dfa.accepting[state] and len(self.table.eos_ids):
-                pack(self.table.eos_ids, self.table.words, words)
-            m = torch.from_numpy(words)
-            self._masks[state] = m
+            m = self._store(state, self.builder.packed(state))
         return m
 
-    def warm_up(self, budget_s: float = WARM_UP_S, max_states: int = WARM_UP_STATES) -> int:
+    def _store(self, state: int, words: np.ndarray) -> torch.Tensor:
+        if self.dfa.accepting[state] and len(self.table.eos_ids):
+            pack(self.table.eos_ids, self.table.words, words)
+        m = torch.from_numpy(words)
+        self._masks[state] = m
+        return m
+
+    def warm_up(self, budget_s: float = WARM_UP_S, max_states: int = WARM_UP_STATES, dense: bool = False) -> int:
         """At compile time (off the engine loop), compute the masks of the states a request meets
         first: breadth-first over the states that allowed tokens lead to, from the initial state,
         within a time and state budget. Structural states (keys, punctuation, literals) and whole
         string bodies (one chain batch) are cheap to expand; states that need the full numpy
-        walk are masked but not expanded. Returns the number of masks computed."""
+        walk are masked but not expanded. dense=False (the compile-time default) skips states
+        with many allowed bytes (string bodies, free keys) and what lies behind them. Returns
+        the number of masks computed."""
         b = self.builder
         b.record_successors = True
         deadline = time.perf_counter() + budget_s
@@ -81,7 +88,11 @@ class AutomatonConstraint(Constraint):
             while queue and done < max_states and time.perf_counter() < deadline:
                 s = queue.popleft()
                 try:
-                    self.allowed_tokens(s)
+                    if s not in self._masks:
+                        words = b.packed(s) if dense else b.sparse_packed(s)
+                        if words is None:
+                            continue
+                        self._store(s, words)
                 except ConstraintTooComplexError:
                     break  # over the automaton's size cap: a request that goes there fails then, not the compile
                 done += 1

@@ -87,6 +87,20 @@ class MaskBuilder:
             self.successors[state] = ends
         return pack(self.table.token_ids[flags], self.table.words)
 
+    def sparse_packed(self, state: int) -> np.ndarray | None:
+        """packed(state) if the sparse walk (the cheap case) makes it, else None."""
+        ready = self._ready.pop(state, None)
+        if ready is not None:
+            self.stats["chain"] += 1
+            return ready
+        if int(self.class_size[self.dfa.row(state) != 0].sum()) > SPARSE_MAX_LIVE_BYTES:
+            return None
+        got = self._sparse(state)
+        if got is None:
+            return None
+        self.stats["sparse"] += 1
+        return pack(_ids(got), self.table.words)
+
     # --- 1. sparse -------------------------------------------------------------------------
     def _row(self, q: int) -> list[int]:
         r = self._rows.get(q)
