@@ -137,6 +137,18 @@ def test_stops_and_length_inside_an_accepted_run(engine, chat_prompt):
     assert on.token_ids == off.token_ids and on.finish_reason == off.finish_reason
 
 
+def test_penalties_bias_and_min_tokens_see_the_draft_prefix(engine, chat_prompt):
+    """Row j of a verify step is penalised over the output plus the draft's first j tokens, and
+    EOS stays banned below min_new_tokens at every row: greedy is still token for token the same."""
+    prompt = chat_prompt(f"Repeat this JSON tool result exactly: {TOOL_RESULT}")
+    comma = engine.tokenizer.encode(",", add_bos=False)[0]
+    off, on = _both(engine, prompt, max_new_tokens=24, temperature=0, repetition_penalty=1.3, frequency_penalty=0.4,
+                    presence_penalty=0.2, logit_bias={comma: 1.5})
+    assert on.token_ids == off.token_ids
+    off, on = _both(engine, chat_prompt("Say OK."), max_new_tokens=12, min_new_tokens=8, temperature=0)
+    assert on.token_ids == off.token_ids and len(on.token_ids) >= 8
+
+
 def test_json_constraint_with_jump_forward(engine, chat_prompt):
     prompt = chat_prompt(f"From this tool result, give the name and city as JSON: {TOOL_RESULT}")
     off, on = _both(engine, prompt, max_new_tokens=60, temperature=0, json_schema=SCHEMA, jump_forward=True)
@@ -158,7 +170,7 @@ def test_rejected_positions_leave_no_pages_or_cache_entries(engine, chat_prompt)
     engine.flush_cache()
     free_before = engine.stats()["pages_free"]
     prompt = "one two three one two four one two five one two"   # drafts that are often wrong
-    outs = engine.generate([prompt] * 3, sgrun.SamplingParams(max_new_tokens=30, temperature=0.9, seed=11,
+    outs = engine.generate([prompt] * 3, sgrun.SamplingParams(max_new_tokens=20, temperature=0.9, seed=11,
                                                                speculative_ngram=True))
     stats = engine.stats()
     assert stats["spec_draft_tokens"] > stats["spec_accepted_tokens"]   # some drafts were rejected
@@ -173,7 +185,7 @@ def test_rejected_positions_leave_no_pages_or_cache_entries(engine, chat_prompt)
 # --- sampled requests ------------------------------------------------------------------------
 def test_seeded_sampling_is_reproducible(engine, chat_prompt):
     prompt = chat_prompt(f"Repeat this JSON tool result exactly: {TOOL_RESULT}")
-    params = sgrun.SamplingParams(max_new_tokens=30, temperature=0.8, top_p=0.95, seed=1234,
+    params = sgrun.SamplingParams(max_new_tokens=20, temperature=0.8, top_p=0.95, seed=1234,
                                   speculative_ngram=True, repetition_penalty=1.05)
     a, b = (engine.generate(prompt, params)[0].outputs[0] for _ in range(2))
     assert a.token_ids == b.token_ids
@@ -203,3 +215,21 @@ def test_seeded_sampling_keeps_its_distribution(engine):
     df = len(big)
     assert df >= 2 and chi2 < _chi2_critical(df), (chi2, df, a, b)
     assert engine.stats()["spec_accepted_tokens"] > 0
+
+
+# --- the GPU path's kernels (Triton, through its interpreter on the CPU) ----------------------
+def test_triton_backend_verifies_drafts_greedy_equal():
+    """The verify forward on the Triton backend (the CUDA default; here its interpreter on CPU
+    tensors, a tiny random model): greedy outputs with the engine default on equal those off."""
+    pattern = [11, 12, 13, 14, 15, 16]
+    prompts = [pattern * 4, [3, 4, 5] * 6 + [3, 4]]
+    params = sgrun.SamplingParams(max_new_tokens=12, temperature=0.0, ignore_eos=True)
+    got = []
+    for spec in (False, True):
+        with sgrun.Engine("random:tiny", dtype="float32", device="cpu", attention_backend="triton",
+                          memory_gb=0.05, max_batch_tokens=64, debug_checks=True, speculative_ngram=spec) as eng:
+            got.append([o.token_ids for o in eng.generate(prompts, params)])
+            stats = eng.stats()
+            assert eng.run_on_loop(eng.request_pages) == 0
+    assert got[0] == got[1]
+    assert stats["spec_draft_tokens"] > 0

@@ -36,6 +36,7 @@ from sgrun.engine.request_handle import RequestHandle
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scheduler import Scheduler
 from sgrun.engine.scoring import ScoringSequence, scored_token_ids
+from sgrun.engine.speculative import settle_drafts
 from sgrun.engine.sequence import CompiledConstraint, Sequence
 from sgrun.engine.stats import SpeculationCounters, engine_stats, request_pages
 from sgrun.errors import EngineFatalError, InvalidRequestError
@@ -108,11 +109,8 @@ class Engine:
         self.cache = RadixCache(self.pool, cap) if enable_prefix_cache else None
         self.max_context = min(cfg.max_position, max_pages * page_size, max_context or cfg.max_position)
         use_overlap = self.device.type == "cuda" if overlap is None else overlap
-        # Speculation needs each step's tokens on the host before the next step is scheduled (the
-        # draft continues them, and the accepted count decides the next positions); the overlap
-        # pipeline schedules step N+1 before step N's tokens are read back, so the two exclude
-        # each other: with overlap on, requests decode one token per step (docs/interfaces.md).
-        self.speculative = spec
+        # Speculation drafts from each step's tokens on the host; overlap schedules step N+1 before
+        # step N's tokens are read back, so with overlap on requests decode one token per step.
         self.speculation = SpeculationCounters(enabled=not use_overlap)
         drafter = NgramDrafter(spec, self.max_context).draft if not use_overlap else None
         self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens, drafter)
@@ -364,10 +362,7 @@ class Engine:
         wanted: list[tuple[Sequence, Logits]] = [(seq, lg) for (seq, _), lg in ran if lg is not None]
         sampled = [(seq, out) for (seq, _), out in self._live(isolate(wanted, self.runner.sample,
                                                                         self._fail_in("sampling")))]
-        for seq, out in sampled:
-            if seq.draft and isinstance(out, SampledTokens) and out.accepted_draft is not None:
-                self.speculation.record(len(seq.draft), out.accepted_draft)
-                self.scheduler.settle_draft(seq, out.accepted_draft)
+        settle_drafts(sampled, self.scheduler, self.speculation)   # before postprocess may finish them
         isolate(sampled, self._postprocess, self._fail_in("postprocess"), one_at_a_time=True)
         self.num_steps += 1
         self.forward_time_total += t2 - t1

@@ -146,6 +146,7 @@ class ModelRunner:
         wanted: list[list[int] | None] = []
         future_rows: list[int] = []
         future_src: list[int] = []
+        verifying = False   # verify rows stay off the CUDA graphs (captured for one row per sequence)
         t = 0
         for seq, n in items:
             start, end = seq.num_computed, seq.num_computed + n
@@ -159,7 +160,12 @@ class ModelRunner:
             positions.extend(range(start, end))
             table = seq.page_table[: -(-end // ps)]
             write_pages.extend(table[p // ps] for p in range(start, end))
-            segments.append(Segment(q_start=t, q_len=n, ctx_len=end, pages=torch.tensor(table, dtype=torch.long)))
+            pages = torch.tensor(table, dtype=torch.long)
+            if seq.draft:   # a verify step: each row attends as the decode of its position would
+                segments.extend(Segment(q_start=t + j, q_len=1, ctx_len=start + j + 1, pages=pages) for j in range(n))
+                verifying = True
+            else:
+                segments.append(Segment(q_start=t, q_len=n, ctx_len=end, pages=pages))
             want = seq.logit_positions(start, end)
             wanted.append(want)
             rows.extend(t + p - start for p in want or ())
@@ -168,7 +174,7 @@ class ModelRunner:
         return BatchInputs(_to_device(ids, dev), _to_device(positions, dev), segments,
                            torch.tensor(write_pages, dtype=torch.long), torch.tensor(positions, dtype=torch.long) % ps,
                            _to_device(rows, dev), wanted, future_rows, future_src,
-                           all(s.q_len == 1 for s in segments))
+                           not verifying and all(s.q_len == 1 for s in segments))
 
     def run(self, inputs: BatchInputs, prev_tokens: torch.Tensor | None = None) -> torch.Tensor:
         """Device half: logits [len(logit_rows), vocab] float32 (not synchronised)."""

@@ -25,12 +25,18 @@ back), so the isolation stage may retry it on part of a batch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from sgrun.engine.counter_rng import uniform
 from sgrun.engine.model_runner import Logits, ModelRunner, SampledTokens, SamplingInputs
 from sgrun.engine.sampler import _filter
 from sgrun.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from sgrun.engine.scheduler import Scheduler
+    from sgrun.engine.stats import SpeculationCounters
 
 
 def verify_drafts(runner: ModelRunner, items: list[tuple[Sequence, Logits]]) -> list[SampledTokens]:
@@ -169,3 +175,12 @@ def _add_logprobs(got: SampledTokens, seq: Sequence, raw: torch.Tensor) -> None:
         got.top = [[] for _ in got.tokens]
     if seq.matcher is not None and seq.params.jump_forward:
         got.row_logprobs = lp   # one row per token: jump-forward may replace any of them
+
+
+def settle_drafts(sampled: list[tuple[Sequence, Any]], scheduler: "Scheduler", counters: "SpeculationCounters") -> None:
+    """After sampling, before postprocess: each verified sequence forgets its rejected draft
+    positions (their K/V and the pages only they used) and the acceptance is counted."""
+    for seq, out in sampled:
+        if seq.draft and isinstance(out, SampledTokens) and out.accepted_draft is not None:
+            counters.record(len(seq.draft), out.accepted_draft)
+            scheduler.settle_draft(seq, out.accepted_draft)
