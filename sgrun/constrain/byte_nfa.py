@@ -48,6 +48,14 @@ class ByteNFA:
         self.frag_node: dict[int, Node] = {}  # fragment -> the node it was defined from (liveness check)
         self.masks: set[int] = set()  # every edge mask ever added (the lazy DFA's byte classes)
 
+    def __getstate__(self) -> dict:
+        # A worker's NFA (compile_worker) travels without the construction-only caches (node
+        # trees and their DFAs: ~70% of the pickle). Built on later, it just shares less, and
+        # trim takes its graph pass (fully_live needs every fragment's node).
+        state = self.__dict__.copy()
+        state.update(_shared={}, _chars_cache={}, frag_node={}, _defining=[])
+        return state
+
     # --- construction -----------------------------------------------------------------
     def new_state(self) -> int:
         if len(self.edges) >= self.max_states:
