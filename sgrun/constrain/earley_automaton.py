@@ -26,7 +26,7 @@ from __future__ import annotations
 from sgrun.constrain.earley import EarleyRecognizer
 from sgrun.constrain.errors import ConstraintTooComplexError
 from sgrun.constrain.grammar import GrammarAutomaton
-from sgrun.constrain.lark_build import build_lark_earley, lark_rules, terminal_dfas
+from sgrun.constrain.lark_build import bnf_rules, grammar_parts, terminal_dfas
 
 MAX_ALTERNATIVES = 64
 
@@ -37,12 +37,12 @@ class EarleyGrammar:
     """A Lark grammar (or a GBNF translation) compiled for the Earley path."""
 
     def __init__(self, text: str, start: str = "start", terminal_nodes: dict | None = None):
-        self.lark = build_lark_earley(text, start)
-        self.terminals, self.dfas, self.rank = terminal_dfas(self.lark, terminal_nodes)
+        parts = grammar_parts(text, start)
+        self.terminals, self.dfas, self.rank = terminal_dfas(parts.terminals, terminal_nodes)
         self.term_index = {n: i for i, n in enumerate(self.terminals)}
-        self.ignore = set(self.lark.lexer_conf.ignore)
+        self.ignore = set(parts.ignore)
         self.ignore_ids = frozenset(self.term_index[n] for n in self.ignore if n in self.term_index)
-        self.rules = lark_rules(self.lark, self.term_index)
+        self.rules = bnf_rules(parts.rules, self.term_index)
         self.start = start
         self.parser = EarleyRecognizer(self.rules, len(self.terminals), start)
         self._cands: dict[int, tuple] = {}

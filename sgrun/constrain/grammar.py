@@ -21,7 +21,8 @@ import threading
 
 from sgrun.constrain.automaton_constraint import AutomatonConstraint
 from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, GrammarError
-from sgrun.constrain.lark_build import LalrConflict, build_lark, productive_rules, terminal_dfas
+from sgrun.constrain.lark_build import (IN_PROCESS_RULES, LalrConflict, build_lark, count_rules, lark_terminal_specs,
+                                        productive_rules, terminal_dfas)
 from sgrun.constrain.token_table import TokenTable
 
 _END = "$END"
@@ -42,7 +43,7 @@ class LalrGrammar:
         self.start_state: int = table.start_states[start]
         self.end_state: int = table.end_states[start]
         self.ignore = set(self.lark.lexer_conf.ignore)
-        self.terminals, self.dfas, self.rank = terminal_dfas(self.lark, terminal_nodes)
+        self.terminals, self.dfas, self.rank = terminal_dfas(lark_terminal_specs(self.lark.terminals), terminal_nodes)
         self.term_index = {n: i for i, n in enumerate(self.terminals)}
         self._cands: dict[tuple, tuple] = {}
 
@@ -317,7 +318,8 @@ def shipped_grammar(name: str) -> str | None:
 
 
 def grammar_automaton(text: str, terminal_nodes: dict | None = None, lexing: str = "greedy") -> GrammarAutomaton:
-    """The fast LALR(1) path when the grammar is LALR(1), else the Earley path (earley_automaton.py).
+    """The fast LALR(1) path when the grammar is LALR(1) and small enough for lark to build its
+    table quickly (lark_build.py), else the Earley path (earley_automaton.py).
 
     lexing="greedy" (Lark grammars): lark's longest-match lexer on both paths, so the path a
     grammar takes never changes its language; grammars where it could strand a request are
@@ -326,7 +328,7 @@ def grammar_automaton(text: str, terminal_nodes: dict | None = None, lexing: str
     from sgrun.constrain.earley_automaton import EarleyAutomaton, EarleyGrammar
     from sgrun.constrain.lexer_boundaries import check_separable
     from sgrun.constrain.lark_build import lark_rules
-    if lexing == "greedy":
+    if lexing == "greedy" and count_rules(text) <= IN_PROCESS_RULES:  # big ones: lark's LALR build is superlinear
         try:
             g = LalrGrammar(text, terminal_nodes=terminal_nodes)
         except LalrConflict:

@@ -1,42 +1,48 @@
-"""Building lark's LALR parser for a grammar, within the compile budget.
+"""Reading a Lark grammar within the compile budget: lark's LALR(1) parser for the fast path,
+or just lark's compiled rules and terminals (its EBNF expansion, %import, %ignore) for Earley.
 
-lark's table construction is pure Python, superlinear in the grammar (measured: 400 rules ~3 s,
-2,000 rules ~170 s on the loaded 2-core machine) and has no check points we could tick, so
-grammars with more than IN_PROCESS_RULES rules are built in a child Python process (importing
-only lark) that is killed when the remaining budget runs out; the parser comes back through
-lark's own save/load (0.1 s for 400 rules). That also keeps the big builds off this process's
-GIL, which the engine loop shares. Small grammars (the shipped ones, typical user grammars)
-build in process: a child process costs ~0.3 s to start.
+lark's LALR table construction is pure Python and superlinear in the grammar (measured: 400
+rules ~3 s, 2,000 rules ~170 s on the loaded 2-core machine), and so is its Earley parser's
+constructor (2,000 rules: 142 s), so neither is used for big grammars: a grammar with more than
+IN_PROCESS_RULES rules goes straight to our Earley path (same lexer, same language; masks cost
+about the same, docs/benchmarks-constrain.md "Round three"), where only lark's grammar compiler
+runs: in process up to IN_PROCESS_GRAMMAR_RULES rules, above that in a child Python process
+(importing only lark) that is killed when the remaining budget runs out (2,000 rules: ~1.5 s),
+which also keeps big compiles off this process's GIL, shared with the engine loop (a child
+process costs ~0.3 s to start). Small grammars try LALR first, in process.
 """
 
 from __future__ import annotations
 
-import io
+import json
 import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node
 from sgrun.constrain.compile_budget import CompileBudgetExceeded, current_budget
 from sgrun.constrain.errors import GrammarError, RegexError
 from sgrun.constrain.regex_parser import parse_regex
 
-IN_PROCESS_RULES = 120
+IN_PROCESS_RULES = 120          # LALR is tried only up to this size (its table build is superlinear)
+IN_PROCESS_GRAMMAR_RULES = 600  # lark's grammar compiler alone runs in process up to this (~0.75 ms a rule)
 _RULE_LINE = re.compile(r"^\s*[?!]?[a-z_][a-z_0-9]*(\.-?\d+)?\s*:", re.MULTILINE)
 _CHILD = r"""
-import io, sys
-from lark import Lark
+import json, sys
+from lark.load_grammar import load_grammar
 text = sys.stdin.buffer.read().decode("utf-8")
-start = sys.argv[1]
 try:
-    parser = Lark(text, parser="lalr", lexer="contextual", start=start, strict=True)
+    g, _ = load_grammar(text, "<grammar>", None, False)
+    terminals, rules, ignore = g.compile([sys.argv[1]], set())
 except Exception as e:
     sys.stdout.buffer.write(b"E" + f"{type(e).__name__}: {e}".encode("utf-8", "replace"))
     sys.exit(0)
-out = io.BytesIO()
-parser.save(out)
-sys.stdout.buffer.write(b"O" + out.getvalue())
+out = {"terminals": [[t.name, t.pattern.to_regexp(), sorted(t.pattern.flags), type(t.pattern).__name__ == "PatternStr",
+                      t.priority] for t in terminals],
+       "rules": [[r.origin.name, [[x.is_term, x.name] for x in r.expansion]] for r in rules], "ignore": list(ignore)}
+sys.stdout.buffer.write(b"O" + json.dumps(out).encode("utf-8"))
 """
 
 
@@ -55,29 +61,8 @@ def count_rules(text: str) -> int:
 def build_lark(text: str, start: str = "start"):
     """lark.Lark(text, parser="lalr", lexer="contextual", strict=True), or LalrConflict (not LALR(1):
     strict, because lark otherwise resolves shift/reduce conflicts as shift, which silently drops
-    sentences), GrammarError, CompileBudgetExceeded."""
-    from lark import Lark
-    if count_rules(text) <= IN_PROCESS_RULES:
-        return _in_process(text, start)
-    budget = current_budget()
-    remaining = None if budget is None else max(0.05, budget.deadline - time.perf_counter())
-    try:
-        done = subprocess.run([sys.executable, "-I", "-c", _CHILD, start], input=text.encode("utf-8"),
-                              capture_output=True, timeout=remaining)
-    except subprocess.TimeoutExpired:
-        assert budget is not None  # no timeout without a budget
-        raise CompileBudgetExceeded(
-            f"the grammar is too complex: building its LALR parser ({count_rules(text)} rules) took more than "
-            f"the {budget.seconds:g} s budget; use fewer rules (or raise the compile budget)") from None
-    out = done.stdout
-    if done.returncode != 0 or not out:
-        raise GrammarError(f"grammar does not compile: the parser build failed ({done.stderr.decode()[-200:]})")
-    if out[:1] == b"E":
-        message = out[1:].decode("utf-8", "replace")
-        if _CONFLICT.search(message):
-            raise LalrConflict(message)
-        raise GrammarError(f"grammar does not compile: {message}")
-    return Lark.load(io.BytesIO(out[1:]))
+    sentences), GrammarError. Only for grammars of at most IN_PROCESS_RULES rules."""
+    return _in_process(text, start)
 
 
 def _in_process(text: str, start: str):
@@ -94,48 +79,98 @@ def _in_process(text: str, start: str):
         raise GrammarError(f"grammar does not compile: {e}") from None
 
 
-def build_lark_earley(text: str, start: str = "start"):
-    """The grammar compiled by lark for its Earley parser: we only read its rules and terminals
-    (lark's own EBNF expansion, templates, %import, %ignore). No table is built, so this is
-    cheap even for grammars with thousands of rules."""
-    from lark import Lark
-    from lark.exceptions import LarkError
+@dataclass
+class TerminalSpec:
+    name: str
+    regexp: str
+    flags: tuple[str, ...]
+    is_string: bool
+    priority: int
+
+
+@dataclass
+class GrammarParts:
+    """What the Earley path needs from lark: terminals, BNF rules (lhs, [(is_terminal, name)]), %ignore."""
+    terminals: list[TerminalSpec]
+    rules: list[tuple[str, list[tuple[bool, str]]]]
+    ignore: list[str]
+
+
+def grammar_parts(text: str, start: str = "start") -> GrammarParts:
+    """lark's grammar compiler only (no parser tables): in process for small grammars, in a
+    child process killed at the budget's deadline for big ones."""
+    if count_rules(text) <= IN_PROCESS_GRAMMAR_RULES:
+        from lark.exceptions import LarkError
+        from lark.load_grammar import load_grammar
+        try:
+            g, _ = load_grammar(text, "<grammar>", None, False)
+            terminals, rules, ignore = g.compile([start], set())
+        except LarkError as e:
+            raise GrammarError(f"grammar does not compile: {e}") from None
+        except Exception as e:  # lark raises plain exceptions for some syntax errors
+            raise GrammarError(f"grammar does not compile: {e}") from None
+        return GrammarParts(lark_terminal_specs(terminals),
+                            [(str(r.origin.name), [(x.is_term, str(x.name)) for x in r.expansion]) for r in rules],
+                            list(ignore))
+    budget = current_budget()
+    remaining = None if budget is None or budget.seconds == float("inf") else \
+        max(0.05, budget.deadline - time.perf_counter())
     try:
-        return Lark(text, parser="earley", lexer="dynamic", start=start)
-    except LarkError as e:
-        raise GrammarError(f"grammar does not compile: {e}") from None
-    except Exception as e:  # lark raises plain exceptions for some syntax errors
-        raise GrammarError(f"grammar does not compile: {e}") from None
+        done = subprocess.run([sys.executable, "-I", "-c", _CHILD, start], input=text.encode("utf-8"),
+                              capture_output=True, timeout=remaining)
+    except subprocess.TimeoutExpired:
+        assert budget is not None  # no timeout without a budget
+        raise CompileBudgetExceeded(
+            f"the grammar is too complex: reading its {count_rules(text)} rules took more than the "
+            f"{budget.seconds:g} s budget; use fewer rules (or raise the compile budget)") from None
+    out = done.stdout
+    if done.returncode != 0 or not out:
+        raise GrammarError(f"grammar does not compile: the grammar compiler failed ({done.stderr.decode()[-200:]})")
+    if out[:1] == b"E":
+        raise GrammarError(f"grammar does not compile: {out[1:].decode('utf-8', 'replace')}")
+    data = json.loads(out[1:])
+    return GrammarParts([TerminalSpec(n, r, tuple(f), s, p) for n, r, f, s, p in data["terminals"]],
+                        [(lhs, [(bool(t), str(x)) for t, x in rhs]) for lhs, rhs in data["rules"]], data["ignore"])
 
 
-def terminal_dfas(parser, terminal_nodes: dict | None = None) -> tuple[list[str], list[ByteDFA], list[tuple]]:
-    """Each lark terminal as a byte DFA (`terminal_nodes` overrides by name: GBNF builds its own),
+def lark_terminal_specs(terminals) -> list[TerminalSpec]:
+    return [TerminalSpec(t.name, t.pattern.to_regexp(), tuple(sorted(t.pattern.flags)),
+                         type(t.pattern).__name__ == "PatternStr", t.priority) for t in terminals]
+
+
+def terminal_dfas(terminals: list[TerminalSpec], terminal_nodes: dict | None = None
+                  ) -> tuple[list[str], list[ByteDFA], list[tuple]]:
+    """Each terminal as a byte DFA (`terminal_nodes` overrides by name: GBNF builds its own),
     with lark's tie-break rank (priority, then string before pattern, then name)."""
     names: list[str] = []
     dfas: list[ByteDFA] = []
     rank: list[tuple] = []
-    for t in parser.terminals:
-        pattern = t.pattern
+    for t in terminals:
         if terminal_nodes and t.name in terminal_nodes:
             node = terminal_nodes[t.name]
         else:
-            if pattern.flags:
-                raise GrammarError(f"terminal {t.name}: regex flags {pattern.flags} are not supported")
+            if t.flags:
+                raise GrammarError(f"terminal {t.name}: regex flags {''.join(t.flags)} are not supported")
             try:
-                node = parse_regex(pattern.to_regexp()).fullmatch_node()
+                node = parse_regex(t.regexp).fullmatch_node()
             except RegexError as e:
                 raise GrammarError(f"terminal {t.name}: {e}") from None
         names.append(t.name)
         dfas.append(dfa_from_node(node))
-        is_string = type(pattern).__name__ == "PatternStr"
-        rank.append((-t.priority, 0 if is_string else 1, t.name))
+        rank.append((-t.priority, 0 if t.is_string else 1, t.name))
     return names, dfas, rank
 
 
+def bnf_rules(rules: list[tuple[str, list[tuple[bool, str]]]], term_index: dict[str, int]
+              ) -> list[tuple[str, list[tuple[str, object]]]]:
+    """Rules as (lhs, [("T", terminal id) | ("N", nonterminal name)])."""
+    return [(lhs, [("T", term_index[x]) if is_term else ("N", x) for is_term, x in rhs]) for lhs, rhs in rules]
+
+
 def lark_rules(parser, term_index: dict[str, int]) -> list[tuple[str, list[tuple[str, object]]]]:
-    """lark's BNF rules as (lhs, [("T", terminal id) | ("N", nonterminal name)])."""
-    return [(str(r.origin.name), [("T", term_index[s.name]) if s.is_term else ("N", str(s.name))
-                                  for s in r.expansion]) for r in parser.rules]
+    """A lark parser's BNF rules in bnf_rules' form."""
+    return bnf_rules([(str(r.origin.name), [(x.is_term, str(x.name)) for x in r.expansion]) for r in parser.rules],
+                     term_index)
 
 
 def productive_rules(parser) -> set[str]:

@@ -27,25 +27,28 @@ Rules = list[tuple[str, list[tuple[str, object]]]]  # (lhs, [("T", terminal id) 
 
 
 def check_separable(rules: Rules, start: str, names: list[str], dfas: list[ByteDFA], ignore: set[int]) -> None:
-    follows = _terminal_follows(rules, start)
+    follow, where = _terminal_follows(rules, start, len(names))
     ignore_bytes = 0
     for i in ignore:
         ignore_bytes |= _first_bytes(dfas[i])
-    cache: dict[tuple[int, int], bool] = {}
-    for (x, y), rule in sorted(follows.items()):
-        if x in ignore:
-            continue
-        f = _first_bytes(dfas[y]) | ignore_bytes
-        key = (x, f)
-        if key not in cache:
-            cache[key] = _always_separable(dfas[x], f)
-        if not cache[key]:
-            b = (f & -f).bit_length() - 1
-            raise GrammarError(
-                f"terminals {names[x]} and {names[y]} can be adjacent (rule {rule!r}), but a longest-match lexer "
-                f"can never end {names[x]} before {names[y]}: {names[x]} can always go on with {chr(b)!r}, which "
-                f"starts {names[y]}, so output could never finish; put a separator (or an %ignore terminal) "
-                f"between them, or make the terminals distinct")
+    groups: dict[int, int] = {}  # a first-byte set -> bitmask of the terminals that start with it
+    for y, d in enumerate(dfas):
+        f = _first_bytes(d)
+        groups[f] = groups.get(f, 0) | (1 << y)
+    for x, d in enumerate(dfas):
+        if x in ignore or not follow[x] or not any(row for s, row in enumerate(d.edges) if s in d.accepting):
+            continue  # never followed, or it cannot go on once it matches (a literal): always ends
+        for f, members in groups.items():
+            both = follow[x] & members
+            if both and not _always_separable(d, f | ignore_bytes):
+                y = (both & -both).bit_length() - 1
+                b = (f & -f).bit_length() - 1
+                raise GrammarError(
+                    f"terminals {names[x]} and {names[y]} can be adjacent ({names[x]} is used in rule "
+                    f"{where[x]!r}), but a longest-match lexer can never end {names[x]} before {names[y]}: "
+                    f"{names[x]} can always go on with {chr(b)!r}, which starts {names[y]}, so an output could get "
+                    f"stuck where it can never finish; put a separator (or an %ignore terminal) between them, or "
+                    f"make the terminals distinct")
 
 
 def _first_bytes(d: ByteDFA) -> int:
@@ -76,74 +79,82 @@ def _always_separable(d: ByteDFA, follower_bytes: int) -> bool:
     return len(seen) == d.num_states
 
 
-def _terminal_follows(rules: Rules, start: str) -> dict[tuple[int, int], str]:
-    """(X, Y) for terminals Y that can come right after X in some sentential form -> a rule where."""
+def _terminal_follows(rules: Rules, start: str, num_terminals: int) -> tuple[list[int], dict[int, str]]:
+    """Per terminal, the bitmask of terminals that can come right after it in some sentential
+    form, and a rule it is used in. Sets are Python ints (bit i = terminal i); every fixpoint is
+    a worklist, so a chain of thousands of rules costs linear passes, not quadratic ones."""
     reachable = {start}
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in rules:
-            if lhs in reachable:
-                for k, s in rhs:
-                    if k == "N" and s not in reachable:
-                        reachable.add(s)
-                        changed = True
-    rules = [(lhs, rhs) for lhs, rhs in rules if lhs in reachable]
-    nullable: set[str] = set()
-    first: dict[str, set[int]] = {lhs: set() for lhs, _ in rules}
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in rules:
-            got = first[lhs]
-            before = len(got)
+    todo = [start]
+    by_lhs: dict[str, list[list]] = {}
+    for lhs, rhs in rules:
+        by_lhs.setdefault(lhs, []).append(rhs)
+    while todo:
+        n = todo.pop()
+        for rhs in by_lhs.get(n, ()):
             for k, s in rhs:
-                if k == "T":
-                    got.add(int(s))
-                    break
-                got |= first.get(s, set())
-                if s not in nullable:
-                    break
-            else:
-                if lhs not in nullable:
-                    nullable.add(lhs)
-                    changed = True
-            changed |= len(got) != before
-    follow_nt: dict[str, set[int]] = {lhs: set() for lhs, _ in rules}
+                if k == "N" and s not in reachable:
+                    reachable.add(s)
+                    todo.append(s)
+    rules = [(lhs, rhs) for lhs, rhs in rules if lhs in reachable]
+    users: dict[str, list[tuple[int, int]]] = {}  # nonterminal -> (rule, position) where it occurs
+    for r, (lhs, rhs) in enumerate(rules):
+        for i, (k, s) in enumerate(rhs):
+            if k == "N":
+                users.setdefault(s, []).append((r, i))
+    nullable: set[str] = set()
+    todo = [lhs for lhs, rhs in rules if not rhs]
+    # a rule is nullable once every symbol of it is a nullable nonterminal (terminals never are)
+    nullable_rule_left = [len(rhs) if all(k == "N" for k, _ in rhs) else -1 for _, rhs in rules]
+    while todo:
+        n = todo.pop()
+        if n in nullable:
+            continue
+        nullable.add(n)
+        for r, _ in users.get(n, ()):
+            nullable_rule_left[r] -= 1
+            if nullable_rule_left[r] == 0 and rules[r][0] not in nullable:
+                todo.append(rules[r][0])
+    first: dict[str, int] = {}
 
-    def first_of(seq: list) -> tuple[set[int], bool]:
-        out: set[int] = set()
-        for k, s in seq:
+    def seq_first(rhs: list, i: int) -> tuple[int, bool]:
+        m = 0
+        for k, s in rhs[i:]:
             if k == "T":
-                out.add(int(s))
-                return out, False
-            out |= first.get(s, set())
+                return m | (1 << int(s)), False
+            m |= first.get(s, 0)
             if s not in nullable:
-                return out, False
-        return out, True
+                return m, False
+        return m, True
 
-    changed = True
-    while changed:
-        changed = False
-        for lhs, rhs in rules:
-            for i, (k, s) in enumerate(rhs):
-                if k != "N" or s not in follow_nt:
-                    continue
-                f, rest_nullable = first_of(rhs[i + 1:])
-                if rest_nullable:
-                    f = f | follow_nt[lhs]
-                before = len(follow_nt[s])
-                follow_nt[s] |= f
-                changed |= len(follow_nt[s]) != before
-    pairs: dict[tuple[int, int], str] = {}
+    todo = list({lhs for lhs, _ in rules})
+    while todo:  # FIRST: recompute a nonterminal when one it starts with grew
+        n = todo.pop()
+        m = first.get(n, 0)
+        for rhs in by_lhs.get(n, ()):
+            m |= seq_first(rhs, 0)[0]
+        if m != first.get(n, 0):
+            first[n] = m
+            todo.extend({rules[r][0] for r, _ in users.get(n, ())})
+        tick()
+    follow_nt: dict[str, int] = {}
+    todo = list({lhs for lhs, _ in rules})
+    while todo:  # FOLLOW of nonterminals: recompute when the rule it ends grew its FOLLOW
+        n = todo.pop()
+        m = follow_nt.get(n, 0)
+        for r, i in users.get(n, ()):
+            f, rest_nullable = seq_first(rules[r][1], i + 1)
+            m |= f | (follow_nt.get(rules[r][0], 0) if rest_nullable else 0)
+        if m != follow_nt.get(n, 0):
+            follow_nt[n] = m
+            for rhs in by_lhs.get(n, ()):
+                todo.extend(s for k, s in rhs if k == "N")
+        tick()
+    follow = [0] * num_terminals
+    where: dict[int, str] = {}
     for lhs, rhs in rules:
         for i, (k, s) in enumerate(rhs):
-            if k != "T":
-                continue
-            f, rest_nullable = first_of(rhs[i + 1:])
-            if rest_nullable:
-                f = f | follow_nt[lhs]
-            for y in f:
-                pairs.setdefault((int(s), y), lhs)
-            tick()
-    return pairs
+            if k == "T":
+                f, rest_nullable = seq_first(rhs, i + 1)
+                follow[int(s)] |= f | (follow_nt.get(lhs, 0) if rest_nullable else 0)
+                where.setdefault(int(s), lhs)
+    return follow, where
