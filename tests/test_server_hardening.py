@@ -13,6 +13,8 @@ import time
 import httpx
 import pytest
 
+from server_fixtures import model_fixture, server_fixture
+
 from sgrun.server.app import build_app
 from sgrun.server.background import ServerThread
 from sgrun.server.errors import internal_error, scrub
@@ -21,16 +23,8 @@ QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 HUGE = 18446744073709551615
 
 
-@pytest.fixture(scope="module")
-def server(shared_engine):
-    app = build_app(shared_engine, max_body_bytes=256 * 1024)
-    with ServerThread(app) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def model(server):
-    return httpx.get(server.url + "/v1/models").json()["data"][0]["id"]
+server = server_fixture(max_body_bytes=256 * 1024)
+model = model_fixture()
 
 
 def error_of(resp: httpx.Response, status: int, param: str | None = None) -> dict:

@@ -14,9 +14,8 @@ import jsonschema
 import openai
 import pytest
 
-import sgrun
-from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_fixtures import client_fixture, engine_fixture, model_fixture, server_fixture
+
 
 API_KEY = "test-secret-key"
 WEATHER_TOOL = {"type": "function", "function": {
@@ -34,34 +33,13 @@ LONG_PROMPT = ("Paris is a city that many people visit every year for its museum
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-@pytest.fixture(scope="module")
-def engine():
-    eng = sgrun.Engine(dtype="float32", quantization="none")
-    yield eng
-    eng.close()
-
-
-@pytest.fixture(scope="module")
-def server(engine):
-    with ServerThread(build_app(engine)) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def guarded_server(engine):
-    """A second app over the same engine with an API key and a small body limit."""
-    with ServerThread(build_app(engine, api_key=API_KEY, max_body_bytes=64 * 1024)) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
+# The module's own engine (default memory and threads; conftest's shared one is smaller).
+engine = engine_fixture(dtype="float32", quantization="none")
+server = server_fixture("engine")
+# A second app over the same engine with an API key and a small body limit.
+guarded_server = server_fixture("engine", api_key=API_KEY, max_body_bytes=64 * 1024)
+client = client_fixture(timeout=120)
+model = model_fixture()
 
 
 def chat(client, model, **kw):

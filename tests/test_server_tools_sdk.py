@@ -15,8 +15,8 @@ import openai
 import pydantic
 import pytest
 
-from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_fixtures import client_fixture, model_fixture, server_fixture
+
 
 
 class Unit(str, enum.Enum):
@@ -53,20 +53,9 @@ ANSWER = {"type": "object", "properties": {"summary": {"type": "string", "maxLen
           "required": ["summary", "temperature"], "additionalProperties": False}
 
 
-@pytest.fixture(scope="module")
-def server(shared_engine):
-    with ServerThread(build_app(shared_engine)) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
-
-
-@pytest.fixture(scope="module")
-def model(client):
-    return client.models.list().data[0].id
+server = server_fixture()
+client = client_fixture(timeout=300)  # the sampling and multi-turn tests generate a few hundred tokens
+model = model_fixture()
 
 
 def ask(text: str) -> list[dict]:

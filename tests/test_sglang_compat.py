@@ -15,10 +15,9 @@ import sys
 import httpx
 import pytest
 import sglang_programs
+from server_fixtures import server_fixture
 
 import sgrun
-from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
 
 QUICK = ["multi_turn", "role_methods", "select", "fork_gather", "state_tools", "stream_logprobs"]
 # Against SGLang's client, n > 1 is left out: its RuntimeEndpoint reads obj["text"] from the list
@@ -26,10 +25,7 @@ QUICK = ["multi_turn", "role_methods", "select", "fork_gather", "state_tools", "
 REAL_CLIENT_PROGRAMS = [name for name in sglang_programs.PROGRAMS if name != "n_samples"]
 
 
-@pytest.fixture(scope="module")
-def server(shared_engine):
-    with ServerThread(build_app(shared_engine)) as running:
-        yield running
+server = server_fixture()
 
 
 @pytest.fixture(scope="module")
