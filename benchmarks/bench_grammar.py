@@ -31,6 +31,7 @@ AMBIGUOUS_EXPR = ('start: expr\nexpr: expr "+" expr | expr "*" expr | "(" expr "
 # json.lark with a reduce/reduce conflict (a string value is a `name` or a `text`): Earley only
 JSON_AMBIGUOUS = (ROOT / "grammars/json.lark").read_text().replace(
     "      | STRING\n", "      | name\n      | text\n", 1) + "name: STRING\ntext: STRING\n"
+DEEP_JSON = '{"a": ' * 20 + "[" * 20 + "1, 2" + "]" * 20 + "}" * 20
 JSON_TEXT = '{"name": "Ada Lovelace", "tags": [1, 2.5, {"x": null}], "ok": true, "n": -3e2}'
 
 
@@ -40,6 +41,8 @@ def cases() -> list[tuple[str, str, str, str]]:
     out = [
         ("json.lark (LALR)", "lark", (ROOT / "grammars/json.lark").read_text(), JSON_TEXT),
         ("json.lark via Earley", "lark-earley", (ROOT / "grammars/json.lark").read_text(), JSON_TEXT),
+        ("json.lark, 40 deep (LALR)", "lark", (ROOT / "grammars/json.lark").read_text(), DEEP_JSON),
+        ("json.lark, 40 deep, via Earley", "lark-earley", (ROOT / "grammars/json.lark").read_text(), DEEP_JSON),
         ("arithmetic.lark (LALR)", "lark", (ROOT / "grammars/arithmetic.lark").read_text(),
          "12 + 3.5*(4 - 5) / 6 - -7"),
         ("ambiguous expr (Earley)", "lark", AMBIGUOUS_EXPR, "12 + 3*(4 + 5) * 6 + 7 * (8 + 9)"),
