@@ -196,3 +196,70 @@ def test_bounded_numbers_take_serializers_exponent_forms(tok, bounds):
     for x in (0, 1e-05, -1e-05, 1.5e-07, 1e+20, -1e+20, 0.5, 2.5, 100, 1e16):
         if v.is_valid(x):
             assert c.matches_bytes(json.dumps(x).encode()), f"{s} rejected {json.dumps(x)}"
+
+
+def test_keywords_follow_the_declared_draft(tok):
+    """A keyword the declared draft lacks is an annotation there (jsonschema ignores it): a
+    draft-04 `const` validates nothing, so a oneOf over it must not act as if it did."""
+    d4 = "http://json-schema.org/draft-04/schema#"
+    c = _compile(tok, {"$schema": d4, "type": "object", "properties": {"a": {"const": 1}}})
+    assert c.matches_bytes(b'{"a":2}')
+    s = {"$schema": d4, "oneOf": [{"type": "string", "pattern": "^a"}, {"const": "b"}]}
+    with pytest.raises(ConstraintError, match="oneOf"):  # branch 1 is {} in draft 4: not exclusive
+        _compile(tok, s)
+    d7 = "http://json-schema.org/draft-07/schema#"
+    s = {"$schema": d7, "type": "object", "dependentRequired": {"a": ["b"]}, "if": {"required": ["x"]},
+         "then": {"required": ["y"]}}
+    c = _compile(tok, s)
+    v = jsonschema.Draft7Validator(s)
+    for inst in ({"a": 1}, {"x": 1}, {"x": 1, "y": 2}):
+        assert c.matches_bytes(json.dumps(inst, separators=(",", ":")).encode()) == v.is_valid(inst)
+
+
+def test_iglu_self_describing_schemas_compile_as_draft_04(tok):
+    s = {"$schema": "http://iglucentral.com/schemas/com.snowplowanalytics.self-desc/schema/jsonschema/1-0-0#",
+         "self": {"vendor": "com.example", "name": "e", "format": "jsonschema", "version": "1-0-0"},
+         "type": "object", "properties": {"n": {"type": "number", "minimum": 0, "exclusiveMinimum": True}},
+         "additionalProperties": False}
+    c = _compile(tok, s)
+    assert c.matches_bytes(b'{"n":1}') and not c.matches_bytes(b'{"n":0}') and not c.matches_bytes(b'{"x":1}')
+    with pytest.raises(ConstraintError, match="meta-schema"):
+        _compile(tok, {"$schema": "https://example.invalid/my-meta.json", "type": "string"})
+
+
+@pytest.mark.parametrize("schema, instances", [
+    ({"oneOf": [{"type": "integer", "minimum": 0, "maximum": 2}, {"enum": ["off", "warn", "error"]},
+                {"type": "array"}]}, [0, 2, 3, "off", "on", [], {}]),
+    ({"oneOf": [{"type": "string", "pattern": "^\\d+%$"}, {"const": "auto"}]}, ["80%", "auto", "80", 1]),
+    ({"oneOf": [{"const": False}, {"type": "object"}]}, [False, True, {}, None]),
+    ({"type": "object", "properties": {"env": {"enum": ["dev", "prod", "test"]}, "debug": {"type": "boolean"}},
+      "allOf": [{"if": {"properties": {"env": {"const": "prod"}}}, "then": {"properties": {"debug": {"const": False}}}},
+                {"if": {"properties": {"env": {"enum": ["dev"]}}}, "then": {"required": ["debug"]}}]},
+     [{"env": "prod", "debug": True}, {"env": "prod", "debug": False}, {"env": "dev"}, {"env": "test"}, {}]),
+])
+def test_exclusive_value_branches_and_negated_property_tests(tok, schema, instances):
+    v = jsonschema.Draft202012Validator(schema)
+    _check(tok, schema, instances, [i for i in instances if v.is_valid(i)])
+
+
+def test_not_of_a_property_type_test(tok):
+    s = {"type": "object", "not": {"properties": {"status": {"const": "cancelled"}, "fee": {"type": "object"}},
+                                   "required": ["fee", "status"]}}
+    # (a negated branch names only the key it tests: the other keys follow it, as additional ones)
+    _check(tok, s, [{"status": "cancelled", "fee": {}}, {"fee": {}, "status": "cancelled"}, {"fee": 1, "status": "x"}],
+           [{"fee": 1, "status": "cancelled"}, {}, {"status": "ok", "fee": {}}])
+
+
+def test_format_with_a_large_max_length(tok):
+    """Snowplow-style leaves: a format under maxLength 4096. uuid's own length already meets the
+    bound (no counter); a uri's exact product is too big, so a smaller bound is enforced (sound,
+    with a warning naming it); date-time and email compile instead of being refused."""
+    c = _compile(tok, {"type": "string", "format": "uuid", "maxLength": 4096})
+    assert c.matches_bytes(b'"123e4567-e89b-12d3-a456-426614174000"') and not c.warnings
+    c = _compile(tok, {"type": "string", "format": "uri", "maxLength": 4096})
+    assert c.matches_bytes(b'"https://example.org/a"') and not c.matches_bytes(b'"not a uri"')
+    assert any("maxLength 4096" in w for w in c.warnings)
+    assert not c.matches_bytes(('"https://e.org/' + "a" * 4100 + '"').encode())
+    for fmt, ok in (("date-time", b'"2024-01-01T00:00:00Z"'), ("email", b'"a@example.org"')):
+        c = _compile(tok, {"type": "string", "format": fmt, "maxLength": 4096, "minLength": 2})
+        assert c.matches_bytes(ok) and not c.matches_bytes(b'"x"')

@@ -20,7 +20,7 @@ from typing import Any
 
 from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
 from sgrun.constrain.byte_nfa import ByteNFA
-from sgrun.constrain.errors import InvalidSchemaError, UnsupportedSchemaError
+from sgrun.constrain.errors import ConstraintTooComplexError, InvalidSchemaError, UnsupportedSchemaError
 from sgrun.constrain.json_string import (any_text_dfa, constrained_string_node, excluded_dfa, length_dfa,
                                          string_node)
 from sgrun.constrain.numbers import (as_decimal_ratio, decimal_multiple_dfa, integer_bounds,
@@ -44,13 +44,36 @@ ANNOTATIONS = frozenset({
 ALL_TYPES = ("null", "boolean", "object", "array", "number", "string")
 _ECMA_DOT_EXCLUDES = (0x0A, 0x0D, 0x2028, 0x2029)
 _MAX_PATTERN_CELLS = 64  # patternProperties: key classes (which patterns a key matches)
-_MAX_UNIQUE_DOMAIN = 16  # uniqueItems: distinct item values tracked
+_MAX_UNIQUE_DOMAIN = 64  # uniqueItems: distinct item values tracked (the sets of used ones must fit _MAX_UNIQUE_SETS)
 _MAX_UNIQUE_SETS = 4096  # uniqueItems: sets of used values (one NFA state each)
 _MAX_COUNTED_PROPERTIES = 64  # lanes of the member counter (states grow with members x lanes)
 _MAX_EXPAND = 64
 _KNOWN_DRAFTS = ("json-schema.org/draft-04/", "json-schema.org/draft-06/", "json-schema.org/draft-07/",
                  "json-schema.org/draft/2019-09/", "json-schema.org/draft/2020-12/", "json-schema.org/schema")
 _MAX_PERMUTED_KEYS = 5
+_LATER_THAN_4 = frozenset({"const", "contains", "propertyNames"})
+_LATER_THAN_6 = frozenset({"if", "then", "else"})
+_LATER_THAN_7 = frozenset({"dependentRequired", "dependentSchemas", "unevaluatedItems", "unevaluatedProperties",
+                           "minContains", "maxContains", "$recursiveRef"})
+_LATER_THAN_2019 = frozenset({"prefixItems", "$dynamicRef"})
+# validation keywords each declared draft lacks (jsonschema's validators for that draft ignore them)
+_NOT_IN_DRAFT = {
+    "4": _LATER_THAN_4 | _LATER_THAN_6 | _LATER_THAN_7 | _LATER_THAN_2019,
+    "6": _LATER_THAN_6 | _LATER_THAN_7 | _LATER_THAN_2019,
+    "7": _LATER_THAN_7 | _LATER_THAN_2019,
+    "2019": _LATER_THAN_2019 | {"dependencies"},
+    "2020": frozenset({"dependencies", "additionalItems", "$recursiveRef"}),
+}
+
+
+def _draft_of(uri: str) -> str | None:
+    """The draft a $schema URI names ("4" ... "2020"), None for none / the unversioned latest.
+    Snowplow's Iglu self-describing meta-schema extends draft-04."""
+    for needle, draft in (("draft-04/", "4"), ("draft-06/", "6"), ("draft-07/", "7"), ("draft/2019-09/", "2019"),
+                          ("draft/2020-12/", "2020"), ("iglucentral.com/schemas/com.snowplowanalytics.self-desc", "4")):
+        if needle in uri:
+            return draft
+    return None
 _MAX_LOOSE_REQUIRED = 3
 
 
@@ -98,11 +121,19 @@ class SchemaCompiler:
         # each resolving its own $ref/$defs.
         self.nfa = nfa if nfa is not None else ByteNFA(share=True)
         self.index = SchemaIndex(root)
-        draft = root.get("$schema", "") if isinstance(root, dict) else ""
-        if draft and not any(d in str(draft) for d in _KNOWN_DRAFTS):
+        draft = str(root.get("$schema", "")) if isinstance(root, dict) else ""
+        if "draft-03" in draft:
+            raise UnsupportedSchemaError("$schema", "#", "draft-03 schemas are not supported (its `required` and "
+                                                         "`type` differ); use draft-04 or later")
+        self.draft = _draft_of(draft)
+        if draft and self.draft is None and not any(d in draft for d in _KNOWN_DRAFTS):
+            # (a custom meta-schema may switch vocabularies off or add keywords: unknowable here)
             raise UnsupportedSchemaError("$schema", "#", f"unknown meta-schema {draft!r} (custom vocabularies "
                                                         f"are not supported; use a json-schema.org draft)")
-        self.legacy_ref = any(d in str(draft) for d in ("draft-03", "draft-04", "draft-06", "draft-07"))
+        # Keywords the declared draft does not have are annotations there (jsonschema ignores
+        # them: a draft-04 `const` or `if` validates nothing); no $schema: every draft's keywords.
+        self.not_in_draft = _NOT_IN_DRAFT.get(self.draft, frozenset())
+        self.legacy_ref = self.draft in ("4", "6", "7")
         self._fragments: dict[tuple[str, str], int] = {}
         self._content_keys: dict[int, str] = {}
         self._pending: list[tuple[int, Any, str, str]] = []
@@ -186,6 +217,8 @@ class SchemaCompiler:
             raise UnsupportedSchemaError("$ref", ptr, "reference cycle without progress (infinite recursion)")
         base = self.index.base_for(schema, base)
         s = dict(schema)
+        for k in self.not_in_draft.intersection(s):
+            del s[k]
         check_keywords(s, ptr)
         for k in ("$dynamicRef", "$recursiveRef"):
             if k in s:
@@ -298,7 +331,8 @@ class SchemaCompiler:
         overlaps: dict[int, list[int]] = {}
         for i in range(len(sigs)):
             for j in range(i + 1, len(sigs)):
-                if any(not _disjoint(a, b) for a in sigs[i] for b in sigs[j]):
+                if any(not _disjoint(a, b) and not self._values_miss(a, b) and not self._values_miss(b, a)
+                       for a in sigs[i] for b in sigs[j]):
                     overlaps.setdefault(i, []).append(j)
                     overlaps.setdefault(j, []).append(i)
         if not overlaps:
@@ -346,14 +380,37 @@ class SchemaCompiler:
             return [self._signature(g) for g in got]
         return [self._signature(s)]
 
+    def _values_miss(self, a: dict, b: dict) -> bool:
+        """Whether none of a's listed values (enum / const) is valid for b's (plain) schema."""
+        if "values" not in a or b.get("schema") is None or "$sgrun_call" in b["schema"]:
+            return False
+        s = b["schema"]
+        if any(k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "not", "if")):
+            return False
+        allowed = set(self._types(s, "#"))
+        if "number" in allowed:
+            allowed.add("integer")
+        rest = {k: v for k, v in s.items() if k not in ("type",) and k not in ANNOTATIONS}
+        if "const" in rest or "enum" in rest:
+            return False  # (two value lists: _disjoint compares them)
+        try:
+            return all(_json_type(v) not in allowed or (rest and not self._scalar_ok(v, rest))
+                       for v in a["raw_values"] if _json_type(v) not in ("array", "object"))
+        except (ConstraintError, TypeError, ValueError):
+            return False
+
     def _signature(self, s: dict) -> dict:
         if "$sgrun_call" in s:
             return {"types": None}
         types = self._types(s, "#")
-        sig: dict[str, Any] = {"types": set(types)}
+        sig: dict[str, Any] = {"types": set(types), "schema": s}
         if "const" in s or "enum" in s:
             vals = [s["const"]] if "const" in s else list(s["enum"])
             sig["values"] = {canonical_json(v) for v in vals}
+            sig["raw_values"] = vals
+            # a value list admits only its values' types ({"enum": ["off"]} is disjoint from integers)
+            allowed = set(types) | ({"integer"} if "number" in types else set())
+            sig["types"] = {t for t in (_json_type(v) for v in vals) if t in allowed}
         if "object" in types:
             props = s.get("properties", {})
             consts = {}
@@ -521,6 +578,14 @@ class SchemaCompiler:
             return None
         if isinstance(n, dict):
             inner = {k: v for k, v in n.items() if k not in ANNOTATIONS}
+            if set(inner) == {"anyOf"} and isinstance(inner["anyOf"], list):  # (merged nots) none of them
+                for part in inner["anyOf"]:
+                    s["not"] = part
+                    got = self._apply_not(s, ptr)
+                    if got is None:
+                        return None
+                    s = got
+                return s
             if set(inner) == {"type"}:
                 banned = set(self._types(inner, ptr + "/not"))
                 if "number" in banned:
@@ -697,10 +762,24 @@ class SchemaCompiler:
         exclude = tuple(s.get("$sgrun_exclude", []))
         if hi is not None and lo > hi:
             return NOTHING
-        try:
-            node = string_leaf(lo, hi, tuple(patterns), fmt, exclude)
-        except UnsupportedSchemaError as e:
-            raise UnsupportedSchemaError("pattern", ptr, str(e).split(": ", 1)[-1]) from None
+        bound = hi
+        while True:
+            try:
+                node = string_leaf(lo, bound, tuple(patterns), fmt, exclude)
+                break
+            except UnsupportedSchemaError as e:
+                raise UnsupportedSchemaError("pattern", ptr, str(e).split(": ", 1)[-1]) from None
+            except ConstraintTooComplexError:
+                # The exact length x format/pattern product is too big to build eagerly: a
+                # smaller maxLength is sound (every accepted string is valid), longer values
+                # are rejected, and the result says so.
+                if bound is None or bound // 2 < max(lo, 1):
+                    raise
+                bound //= 2
+        if bound != hi:
+            self.warn(f"maxLength {hi} at {ptr} is enforced as maxLength {bound} together with its "
+                      f"{'format' if fmt else 'pattern'} (the exact automaton is too big): longer strings are "
+                      f"rejected")
         return self.nfa.shared(node) if node != NOTHING else NOTHING
 
     # --- arrays -------------------------------------------------------------------------

@@ -113,7 +113,8 @@ def _opposite(typ: str, key: str, value: int | float) -> int | float | None:
 
 
 def _negate_object_test(s: dict) -> Any | None:
-    """not (object with these required keys, whose listed properties hold these string values)."""
+    """not (object with these required keys, whose listed properties pass their sub-schemas):
+    a missing required key, or a present property whose value fails its (negatable) schema."""
     required = s.get("required", [])
     props = s.get("properties", {})
     if not isinstance(required, list) or not isinstance(props, dict):
@@ -126,18 +127,11 @@ def _negate_object_test(s: dict) -> Any | None:
     for name, sub in props.items():
         if sub is True or sub == {}:
             continue
-        if not isinstance(sub, dict):
+        neg = negate(sub)  # the property is present and its value fails `sub`
+        if neg is None:
             return None
-        c = _core(sub)
-        if set(c) == {"const"}:
-            values = [c["const"]]
-        elif set(c) == {"enum"} and isinstance(c["enum"], list):
-            values = c["enum"]
-        else:
-            return None
-        if any(isinstance(v, (list, dict)) for v in values):
-            return None  # the compiler excludes scalar values only
-        branches.append({"type": "object", "required": [name], "properties": {name: {"not": {"enum": values}}}})
+        if neg is not False:
+            branches.append({"type": "object", "required": [name], "properties": {name: neg}})
     return {"anyOf": branches} if branches else False
 
 

@@ -19,14 +19,15 @@ from functools import lru_cache
 
 from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
 from sgrun.constrain.errors import ConstraintTooComplexError, RegexError, UnsupportedSchemaError
-from sgrun.constrain.json_string import (QUOTE, any_text_dfa, constrained_string_node, excluded_dfa, length_dfa,
-                                         string_node)
+from sgrun.constrain.json_string import (QUOTE, any_text_dfa, constrained_string_node, excluded_dfa,
+                                         length_product, length_range, string_node)
 from sgrun.constrain.regex_ast import MAX_CODEPOINT, NOTHING, Node, alt, chars, lit, normalize_ranges, rep, seq
 from sgrun.constrain.regex_parser import parse_regex
 from sgrun.constrain.string_formats import FORMAT_REGEXES
 
 ECMA_DOT_EXCLUDES = (0x0A, 0x0D, 0x2028, 0x2029)
 EAGER_PATTERN_STATES = 1500  # above this, a lone pattern goes the lazy way
+LENGTH_PRODUCT_STATES = 4000  # length bounds x pattern/format states (each costs escape-lift time)
 _SHORT_ESCAPES = {0x22: '"', 0x5C: "\\", 0x2F: "/", 0x08: "b", 0x0C: "f", 0x0A: "n", 0x0D: "r", 0x09: "t"}
 _HEX = "0123456789abcdef"
 
@@ -65,12 +66,20 @@ def string_leaf(lo: int, hi: int | None, patterns: tuple[str, ...], fmt: str | N
             return constrained_string_node(pattern_search_dfa(patterns[0], EAGER_PATTERN_STATES))
         except ConstraintTooComplexError:
             return seq(QUOTE, escaped_node(_parsed(patterns[0]).search_node(chars((0, MAX_CODEPOINT)))), QUOTE)
-    d = any_text_dfa() if (lo == 0 and hi is None) else length_dfa(lo, hi)
+    d = any_text_dfa()
     for p in patterns:
         d = product(d, pattern_search_dfa(p))
     if fmt is not None:
         d = product(d, format_dfa(fmt))
     d = excluded_dfa(d, list(exclude))
+    if lo or hi is not None:  # the length last, over the pairs the other constraints reach
+        shortest, longest = length_range(d)
+        if longest is not None and hi is not None and longest <= hi:
+            hi = None  # (a format's own length bound, a uuid's 36 characters, already meets it)
+        if lo <= shortest:
+            lo = 0
+        if lo or hi is not None:
+            d = length_product(d, lo, hi, LENGTH_PRODUCT_STATES)
     return constrained_string_node(d)
 
 
