@@ -11,10 +11,11 @@ DFA state of X some accepting state is reachable where a first byte of Y (or of 
 terminal, which may always come between) does not extend X. If not, the grammar is refused
 with both terminals, the rule and the byte named.
 
-The check is per terminal: it does not model another terminal matching the same text at once
-(a keyword inside a name), which only ever drops sentences, it cannot make a request stranded
-unless that other terminal fails this check itself. GBNF runs with every split (no longest
-match), where nothing can be stranded, so it needs no check.
+The check is per terminal: it does not model two terminals matching the same text at once (a
+keyword inside a name). Such a pair could in principle still strand a request, if each of them
+could only end where the other goes on; we know of no grammar like that outside constructed
+examples. Since FOLLOW is context-free, a grammar can be refused for a pair that never meets.
+GBNF runs with every split (no longest match), where nothing can be stranded: no check.
 """
 
 from __future__ import annotations
