@@ -321,9 +321,10 @@ def grammar_automaton(text: str, terminal_nodes: dict | None = None, lexing: str
     """The fast LALR(1) path when the grammar is LALR(1) and small enough for lark to build its
     table quickly (lark_build.py), else the Earley path (earley_automaton.py).
 
-    lexing="greedy" (Lark grammars): lark's longest-match lexer on both paths, so the path a
-    grammar takes never changes its language; grammars where it could strand a request are
-    refused (lexer_boundaries.py). lexing="all-splits" (GBNF, character-level): a token may end
+    lexing="greedy" (Lark grammars): lark's longest-match lexer on both paths, so the path
+    changes the language only where several terminals match the same longest text (LALR takes
+    lark's pick by priority; Earley keeps every one the parser can take, a superset); grammars
+    where that lexer could strand a request are refused (lexer_boundaries.py). lexing="all-splits" (GBNF, character-level): a token may end
     wherever it matches; only the Earley path runs that."""
     from sgrun.constrain.earley_automaton import EarleyAutomaton, EarleyGrammar
     from sgrun.constrain.lexer_boundaries import check_separable
