@@ -281,15 +281,21 @@ def xgr_compiler(tok):
 
 
 # --- the schema sample --------------------------------------------------------------------------
-def corpus_run(tok, n: int) -> None:
+def corpus_run(tok, n: int, realworld: bool = False) -> None:
+    """n generated schemas (schema_corpus), or the hand-written real-world-like ones
+    (realworld_corpus: instances serialized as MaskBench's reference harness does)."""
     import warnings
 
     import xgrammar as xgr
 
     from sgrun.constrain import compile_constraint
     from sgrun.errors import ConstraintError
-    from schema_corpus import generate
-    cases = generate(n)
+    if realworld:
+        from realworld_corpus import cases as realworld_cases
+        cases = realworld_cases()
+    else:
+        from schema_corpus import generate
+        cases = generate(n)
     lt = llg_tokenizer(tok)
     xc = xgr_compiler(tok)
     eos = sorted(tok.eos_token_ids)[0]
@@ -317,7 +323,7 @@ def corpus_run(tok, n: int) -> None:
         return accepts
 
     engines = [("sgrun", sgrun_engine), ("llguidance 1.9.1", llg_engine), ("xgrammar 0.2.9", xgr_engine)]
-    print(f"\nschema sample: {len(cases)} generated schemas, "
+    print(f"\nschema sample: {len(cases)} {'real-world-like' if realworld else 'generated'} schemas, "
           f"{sum(len(c.valid) for c in cases)} valid / {sum(len(c.invalid) for c in cases)} invalid instances")
     print(f"| {'engine':18} | {'pass':>6} | {'compile err':>11} | {'rejected valid':>14} | {'accepted invalid':>16} "
           f"| {'compile p50 ms':>14} | {'p99 ms':>8} | {'max ms':>8} |")
@@ -354,6 +360,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", type=int, default=150, help="schemas in the generated sample (0: skip)")
     ap.add_argument("--skip-masks", action="store_true")
+    ap.add_argument("--realworld", action="store_true",
+                    help="also run the hand-written real-world-like sample (benchmarks/realworld_corpus.py)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from sgrun.constrain.token_table import token_table
@@ -367,6 +375,9 @@ def main() -> None:
     if args.corpus:
         corpus_run(tok, args.corpus)
         print("load after sample:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    if args.realworld:
+        corpus_run(tok, 0, realworld=True)
+        print("load after real-world sample:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     if args.skip_masks:
         return
     lt = llg_tokenizer(tok)
