@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import re
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from lark import Lark
 from lark.exceptions import LarkError
 
 import sgrun
-from constrain_fixtures import load_default_tokenizer, shortest_completion
+from constrain_fixtures import load_default_tokenizer, random_walk, shortest_completion
 from sgrun.constrain import GrammarError, compile_constraint
 
 CORPUS = Path(__file__).resolve().parent / "data" / "gbnf"
@@ -129,6 +130,24 @@ def _json_ok(text: str) -> bool:
         return True
     except ValueError:
         return False
+
+
+_ENGLISH_CHAR = r"[A-Za-z0-9!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~]"
+_ENGLISH = re.compile(rf"{_ENGLISH_CHAR}+([ \t\n]{_ENGLISH_CHAR}+)*")
+_ORACLES = {"json": _json_ok, "json_arr": _json_ok, "chess": lambda t: bool(_CHESS.fullmatch(t)),
+            "list": lambda t: bool(_LIST.fullmatch(t)), "english": lambda t: bool(_ENGLISH.fullmatch(t))}
+
+
+@pytest.mark.parametrize("name", sorted(_ORACLES))
+def test_random_walks_under_llama_cpp_grammars_pass_an_independent_oracle(tok, name):
+    """A random 'model' (any allowed token, then the shortest completion) must always produce
+    text that Python's json / re accept: no false accepts on the whole path, token masks included."""
+    c = compile_constraint(tok, grammar=(CORPUS / f"{name}.gbnf").read_text())
+    rng = random.Random(11)
+    for _ in range(4):
+        data, _ = random_walk(c, tok, rng, max_tokens=24, stop_prob=0.2)
+        text = data.decode("utf-8")
+        assert _ORACLES[name](text), (name, text)
 
 
 @pytest.mark.parametrize("name,question,oracle", [

@@ -159,6 +159,21 @@ def test_regex_and_ebnf_extra_fields(client, model):
     assert re.fullmatch("(yes|no) because [a-z ]{1,20}", r.choices[0].message.content)
 
 
+def test_ambiguous_ebnf_and_a_stranding_grammar(server, client, model):
+    """An ambiguous grammar (LALR(1) cannot run it: the Earley path) through the server; a grammar
+    whose longest-match lexer could strand the output is a 400 naming the field and the terminals."""
+    grammar = 'start: expr\nexpr: expr "+" expr | expr "*" expr | "(" expr ")" | DIGIT\nDIGIT: /[1-9]/\n'
+    r = chat(client, model, extra_body={"ebnf": grammar}, max_tokens=12)
+    text = r.choices[0].message.content
+    assert re.fullmatch(r"[0-9+*()]+", text), text
+    if r.choices[0].finish_reason == "stop":
+        assert re.fullmatch(r"[(]*[1-9][)]*([+*][(]*[1-9][)]*)*", text), text
+    url = server.url + "/v1/chat/completions"
+    err = assert_error(httpx.post(url, json={"model": model, "messages": QUESTION, "max_tokens": 4,
+                                             "ebnf": "start: A A\nA: /a+/\n"}), 400, param="ebnf")
+    assert "longest-match lexer can never end A before A" in err["message"], err
+
+
 # --------------------------------------------------------------------------- tools
 
 
