@@ -29,6 +29,7 @@ CATEGORIES = {
     "attention math": ("aten::bmm", "aten::_softmax", "aten::softmax", "aten::scaled_dot_product_attention",
                        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::masked_fill_"),
     "KV write": ("aten::index_put_", "aten::_index_put_impl_"),
+    "compiled blocks (fused norm/RoPE/activation)": ("Torch-Compiled Region", "CompiledFunction"),
     "norm/RoPE/activation": ("aten::rms_norm", "aten::_fused_rms_norm", "aten::mul", "aten::add", "aten::cat",
                              "aten::neg", "aten::silu", "aten::addcmul", "aten::sub"),
 }
@@ -68,6 +69,8 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps:
     # Unprofiled step time of pure decode steps (the first 2 steps include the prefill).
     counts = {"n": 0, "t": 0.0, "profile": False}
     orig_step, orig_forward, orig_sample = engine.step, engine.runner.model.forward, engine.runner.sample
+    compiled = engine.runner.compiled
+    orig_compiled = compiled.forward if compiled is not None else None
 
     def step() -> None:
         counts["n"] += 1
@@ -84,11 +87,17 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps:
         with record_function("sgrun::model_forward"):
             return orig_forward(*a, **k)
 
+    def compiled_forward(*a, **k):
+        with record_function("sgrun::model_forward"):
+            return orig_compiled(*a, **k)
+
     def sample(*a, **k):
         with record_function("sgrun::sampling"):
             return orig_sample(*a, **k)
 
     engine.step, engine.runner.model.forward, engine.runner.sample = step, forward, sample
+    if compiled is not None:
+        compiled.forward = compiled_forward
     try:
         engine.generate(prompts, params)
         plain_ms = counts["t"] / max(1, counts["n"] - 2) * 1e3
@@ -99,6 +108,8 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps:
         engine.run_on_loop(lambda: prof.__exit__(None, None, None))
     finally:
         del engine.step, engine.runner.model.forward, engine.runner.sample  # back to the class methods
+        if compiled is not None:
+            del compiled.forward
     return {"plain_ms": plain_ms, "steps": max(1, counts["n"] - 2), "prof": prof}
 
 
@@ -139,13 +150,14 @@ def main() -> None:
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--compile", default="on", help="on, off or on,off: the engine's compile switch")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     bw = bandwidth_gbs(args.threads)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, "
           f"measured read bandwidth {bw:.1f} GB/s, load {load_avg()}")
-    for quant in args.quantization.split(","):
-        engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=quant)
+    for quant, comp in [(q, c) for q in args.quantization.split(",") for c in args.compile.split(",")]:
+        engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=quant, compile=comp == "on")
         cfg = engine.config
         wbytes = weight_bytes(engine.model)
         for batch in map(int, args.batches.split(",")):
@@ -154,7 +166,7 @@ def main() -> None:
             roof = (wbytes + kv) / (bw * 1e9) * 1e3
             parts = breakdown(r["prof"], r["steps"])
             total = parts.pop("_step_total")
-            print(f"\n[{quant}, batch {batch}] step {r['plain_ms']:.1f} ms unprofiled, {total:.1f} ms profiled; "
+            print(f"\n[{quant}, compile {comp}, batch {batch}] step {r['plain_ms']:.1f} ms unprofiled, {total:.1f} ms profiled; "
                   f"roofline {roof:.1f} ms ({wbytes / 1e6:.0f} MB weights + {kv / 1e6:.1f} MB KV at {bw:.1f} GB/s)"
                   f"  (load {load_avg()})")
             for name, ms in sorted(parts.items(), key=lambda kv_: -kv_[1]):

@@ -10,6 +10,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # No GPU in CI: Triton kernels run through the interpreter. It must be set before anything
 # imports triton (triton fixes its mode at import time); the gpu-marked tests use a subprocess.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# torch.compile's warm-up costs seconds per model on a 2-core CI machine, and the suite builds
+# engines on many models (and server subprocesses, which inherit this): engines compile only
+# where a test asks (compile=True). The session engine below does, so every test on it -- the
+# greedy equality against the reference forward included -- runs the compiled path, the default.
+os.environ.setdefault("SGRUN_COMPILE", "0")
 
 
 @pytest.fixture(scope="session")
@@ -28,7 +33,7 @@ def tokenizer(model_path):
 def shared_engine(model_path):
     import sgrun
     engine = sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=1.0,
-                          quantization="none")  # exact equality with the dense reference
+                          quantization="none", compile=True)  # exact equality with the dense reference
     yield engine
     engine.close()
 

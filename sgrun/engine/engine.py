@@ -41,7 +41,7 @@ from sgrun.engine.sequence import CompiledConstraint, Sequence
 from sgrun.engine.stats import SpeculationCounters, engine_stats, request_pages
 from sgrun.errors import EngineFatalError, InvalidRequestError
 from sgrun.engine.attention_backend import default_backend
-from sgrun.engine.device import plan_pool, resolve_device, wants_cuda_graphs
+from sgrun.engine.device import compiled_forward, plan_pool, resolve_device, wants_cuda_graphs
 from sgrun.engine.overlap import OverlapScheduler
 from sgrun.models.loader import load_model, resolve_dtype
 
@@ -69,7 +69,7 @@ class Engine:
                  device: str = "auto", attention_backend: str | None = None, mem_fraction: float | None = None,
                  cuda_graph: bool | None = None, overlap: bool | None = None, tp: int = 1, tp_timeout: float = 60.0,
                  speculative_ngram: bool = False, speculative_num_draft: int = 4, speculative_ngram_max: int = 3,
-                 speculative_ngram_min: int = 1, cascade_attention: bool = True):
+                 speculative_ngram_min: int = 1, cascade_attention: bool = True, compile: bool | None = None):
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         spec = SpeculativeConfig(speculative_ngram, speculative_num_draft, speculative_ngram_max,
@@ -114,8 +114,9 @@ class Engine:
         self.speculation = SpeculationCounters(enabled=not use_overlap)
         drafter = NgramDrafter(spec, self.max_context).draft if not use_overlap else None
         self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens, drafter)
+        self.compiled, self.compile_s = compiled_forward(self.model, self.device, compile, tp)
         self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids, attention_backend=backend,
-                                  cascade_attention=cascade_attention)
+                                  cascade_attention=cascade_attention, compiled=self.compiled)
         self.graph_report = self.runner.capture_cuda_graphs(max_running, self.max_context) if use_graphs else None
         self._overlap = OverlapScheduler(self) if use_overlap else None
         self.post = Postprocessor(self.tokenizer, self.max_context, self._finish)

@@ -23,6 +23,7 @@ from sgrun.engine.sampler import SampleResult, apply_logit_bias, apply_penalties
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
+from sgrun.models.compiled_forward import CompiledForward
 from sgrun.models.llama import LlamaModel
 
 
@@ -108,8 +109,12 @@ def _to_device(values: list[int], device: torch.device) -> torch.Tensor:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, pool: PagePool, eos_token_ids: frozenset[int] | set[int],
-                 attention_backend: str | None = None, cascade_attention: bool = True):
+                 attention_backend: str | None = None, cascade_attention: bool = True,
+                 compiled: CompiledForward | None = None):
+        """`compiled`: the torch.compile'd twin of model.forward, used for batches it is
+        eligible for (compiled_forward.py); None runs every forward eagerly."""
         self.model = model
+        self.compiled = compiled
         self.pool = pool
         self.device = pool.k[0].device
         self.eos_token_ids = sorted(eos_token_ids)
@@ -199,7 +204,10 @@ class ModelRunner:
                 logits = logits[inputs.logit_rows]
         else:
             self.attn.prepare(inputs.write_pages, inputs.write_offsets, segs)
-            logits = self.model.forward(input_ids, inputs.positions, self.attn, inputs.logit_rows)
+            compiled = self.compiled
+            forward = (compiled.forward if compiled is not None and compiled.eligible(input_ids.shape[0])
+                       else self.model.forward)
+            logits = forward(input_ids, inputs.positions, self.attn, inputs.logit_rows)
         self.model_time += time.perf_counter() - t0
         return logits
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -109,41 +110,65 @@ class LlamaModel:
         # are row-parallel, so each yields a partial sum (sgrun/models/tensor_parallel.py).
         self.all_reduce = None
 
-    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        # One fused op in the residual dtype; the caller casts the result for its GEMM.
-        return F.rms_norm(x, (x.shape[-1],), weight, self.cfg.rms_eps)
-
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rot * sin
-
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T]; attn: an AttentionBackend prepared for this batch;
         logit_rows: which of the T rows need logits. Returns float32 logits [len(logit_rows), V]."""
+        return self.run_layers(input_ids, positions, attn, logit_rows, attention_inputs, layer_tail, self.lm_head)
+
+    def run_layers(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor,
+                   head_in: Callable, tail: Callable, lm_head: Callable) -> torch.Tensor:
+        """The layer loop with its two non-attention blocks given: the eager functions below, or
+        their torch.compile'd versions (sgrun/models/compiled_forward.py) -- one definition."""
         cfg = self.cfg
-        T = input_ids.shape[0]
-        H, KV, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        heads = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
         cos = self.cos[positions].unsqueeze(1)
         sin = self.sin[positions].unsqueeze(1)
-        dt = self.dtype
+        dt, eps = self.dtype, cfg.rms_eps
         h = self.embed[input_ids] if self.embed_table is None else self.embed_table.rows(input_ids)
         h = h.to(self.residual_dtype)
-        for li, lw in enumerate(self.layers):
-            x = self.rms_norm(h, lw.attn_norm).to(dt)
-            qkv = lw.qkv(x)
-            qk, v = qkv.split([(H + KV) * D, KV * D], dim=-1)
-            qk = self._rotate(qk.view(T, H + KV, D), cos, sin)  # q and k heads rotated together
-            q, k = qk.split([H, KV], dim=1)
-            o = attn.forward(li, q, k, v.view(T, KV, D))
-            attn_out = lw.o(o.reshape(T, H * D))
-            h = h + (self.all_reduce(attn_out) if self.all_reduce else attn_out)
-            x = self.rms_norm(h, lw.mlp_norm).to(dt)
-            gate, up = lw.gate_up(x).chunk(2, dim=-1)
-            mlp_out = lw.down(F.silu(gate) * up)
-            h = h + (self.all_reduce(mlp_out) if self.all_reduce else mlp_out)
+        layers = self.layers
+        x = F.rms_norm(h, (h.shape[-1],), layers[0].attn_norm, eps)
+        for li, lw in enumerate(layers):
+            q, k, v = head_in(x, lw.qkv, cos, sin, heads, dt)
+            o = attn.forward(li, q, k, v)
+            # The next layer's input norm (the final norm after the last layer) ends this block.
+            nxt = self.final_norm if li + 1 == len(layers) else layers[li + 1].attn_norm
+            h, x = tail(h, o, lw.o, lw.mlp_norm, lw.gate_up, lw.down, nxt, eps, dt, self.all_reduce)
         # Final norm and lm_head in the residual dtype: logits are never rounded to bf16.
-        h = self.rms_norm(h[logit_rows], self.final_norm)
-        return self.lm_head(h).float()
+        return lm_head(x[logit_rows]).float()
+
+
+def rotate_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE with the precomputed cos/sin rows of each token's position (broadcast over heads)."""
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rot * sin
+
+
+def attention_inputs(x: torch.Tensor, qkv: Linear, cos: torch.Tensor, sin: torch.Tensor,
+                     heads: tuple[int, int, int], dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Normed input [T, hidden] (residual dtype) -> q [T, H, D], k, v [T, KV, D] in the GEMM
+    `dtype`, q and k rotated."""
+    H, KV, D = heads
+    T = x.shape[0]
+    qk, v = qkv(x.to(dtype)).split([(H + KV) * D, KV * D], dim=-1)
+    qk = rotate_half(qk.view(T, H + KV, D), cos, sin)  # q and k heads rotated together
+    q, k = qk.split([H, KV], dim=1)
+    return q, k, v.reshape(T, KV, D)
+
+
+def layer_tail(h: torch.Tensor, o: torch.Tensor, o_proj: Linear, mlp_norm: torch.Tensor, gate_up: Linear,
+               down: Linear, next_norm: torch.Tensor, eps: float, dtype: torch.dtype,
+               all_reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Everything of a layer after attention: o projection + residual, MLP norm, gate/up,
+    SiLU * up, down + residual; then the next layer's input norm. Returns (residual, normed
+    input of the next layer), both in the residual dtype. `dtype`: the GEMM dtype."""
+    T = h.shape[0]
+    attn_out = o_proj(o.reshape(T, -1))
+    h = h + (all_reduce(attn_out) if all_reduce is not None else attn_out)
+    x = F.rms_norm(h, (h.shape[-1],), mlp_norm, eps).to(dtype)
+    gate, up = gate_up(x).chunk(2, dim=-1)
+    mlp_out = down(F.silu(gate) * up)
+    h = h + (all_reduce(mlp_out) if all_reduce is not None else mlp_out)
+    return h, F.rms_norm(h, (h.shape[-1],), next_norm, eps)

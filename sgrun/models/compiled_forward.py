@@ -1,0 +1,113 @@
+"""The decode forward with its non-attention blocks compiled by torch.compile (inductor's C++
+backend on the CPU).
+
+At batch 1 the step is bound by per-op overhead, not by weight bytes: eager runs ~20 small ops
+per layer. The two blocks around attention (llama.py's `attention_inputs` and `layer_tail`:
+QKV projection + RoPE; o projection + residual + norm + gate/up + SiLU*up + down + residual +
+the next layer's norm) are compiled once and reused by every layer (the weights are arguments,
+not constants), so inductor fuses each residual-add + RMSNorm + cast, the RoPE and the SiLU*mul
+into one C++ loop each, and the weight-only GEMMs stay torch's kernels. Attention stays eager
+between the blocks: its backend (attention_torch.py) does per-batch Python work.
+
+The lm_head is the largest single win: an int8 table with float32 activations (logits are never
+rounded to bf16) has no fast ATen kernel -- `_weight_int8pack_mm` in float32 takes ~9 ms at
+batch 1 for SmolLM2's 49152x576 head, against ~0.6 ms for the same dot products written as a
+reduction, which inductor turns into one vectorised pass over the int8 bytes.
+
+Shapes: batch sizes up to `MAX_ROWS` (the weight-only kernels' range; prefill chunks above it
+are GEMM-bound and stay eager). Dynamo specialises T = 1 and compiles one dynamic-T graph for
+2..MAX_ROWS, so at most two graphs per block exist and nothing recompiles on the hot path; both
+are compiled by `warm_up` at engine start-up, which reports the seconds it took.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Callable
+
+import torch
+
+from sgrun.models.llama import LlamaModel, attention_inputs, layer_tail
+from sgrun.models.quant_linear import KERNEL_MAX_ROWS, Int8Linear
+
+MAX_ROWS = KERNEL_MAX_ROWS
+
+
+def int8_rows_float32(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """x [M, K] float32 @ (q [N, K] int8 * scale [N]).T, float32 accumulation; written as a
+    broadcast-multiply-sum so that inductor emits one reduction loop over q (never a [M, N, K]
+    temporary: it is only ever run compiled)."""
+    return (x[:, None, :] * q.to(x.dtype)[None]).sum(-1) * scale
+
+
+def compile_available() -> bool:
+    """torch.compile's CPU backend needs a C++ compiler at run time."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+    try:
+        get_cpp_compiler()
+    except Exception:  # noqa: BLE001 - any failure to find one means: run eagerly
+        return False
+    return True
+
+
+class CompiledForward:
+    """LlamaModel.forward's twin for batches of at most MAX_ROWS tokens (CPU, no tensor
+    parallelism). Same inputs, same outputs; the compiled graphs are shared by every engine
+    that shares the model (loader.py caches models)."""
+
+    def __init__(self, model: LlamaModel):
+        self.model = model
+        # Every model (dtype, quantization) adds two graphs per block; dynamo's default limit
+        # of 8 would quietly run a process's fourth model eagerly.
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        self.attention_inputs = torch.compile(attention_inputs, dynamic=None)
+        self.layer_tail = torch.compile(layer_tail, dynamic=None)
+        head = model.lm_head
+        if isinstance(head, Int8Linear) and head.scale.dtype == torch.float32:
+            rows = torch.compile(int8_rows_float32, dynamic=None)
+            self.lm_head: Callable = lambda x: rows(x, head.q, head.scale)
+        else:
+            self.lm_head = head
+        self.warm_up_s: float | None = None
+
+    @staticmethod
+    def eligible(num_tokens: int) -> bool:
+        return num_tokens <= MAX_ROWS
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
+        return self.model.run_layers(input_ids, positions, attn, logit_rows, self.attention_inputs,
+                                     self.layer_tail, self.lm_head)
+
+    def warm_up(self) -> float:
+        """Compile both graphs of every block now (T = 1 and a dynamic T) with a dummy batch
+        whose attention is a stand-in, so no request pays for it. Returns the seconds taken."""
+        if self.warm_up_s is not None:
+            return 0.0
+        t0 = time.perf_counter()
+        dev = self.model.device
+        for t in (1, 2):
+            ids = torch.zeros(t, dtype=torch.long, device=dev)
+            positions = torch.arange(t, device=dev)
+            self.forward(ids, positions, _NoAttention(), torch.arange(t, device=dev))
+        self.warm_up_s = time.perf_counter() - t0
+        return self.warm_up_s
+
+
+class _NoAttention:
+    """Warm-up stand-in for an attention backend: returns q's values in a fresh contiguous
+    tensor, as the real backends do (the compiled graphs are specialised to their strides)."""
+
+    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return q.contiguous()
+
+
+_COMPILED: "weakref.WeakKeyDictionary[LlamaModel, CompiledForward]" = weakref.WeakKeyDictionary()
+
+
+def compiled_forward_for(model: LlamaModel) -> CompiledForward:
+    """One CompiledForward per model object, so engines sharing a cached model share its graphs."""
+    if model not in _COMPILED:
+        _COMPILED[model] = CompiledForward(model)
+    return _COMPILED[model]

@@ -1,0 +1,85 @@
+"""The torch.compile'd decode forward (sgrun/models/compiled_forward.py) equals the eager one:
+float32, greedy tokens identical and logits within float rounding; and after the start-up
+warm-up nothing recompiles for any batch size it serves."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sgrun
+from sgrun.models.compiled_forward import MAX_ROWS, _NoAttention, int8_rows_float32
+
+PROMPTS = ["The history of the Roman Empire", "def fibonacci(n):\n    ", "Paris is"]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 17])
+def test_int8_lm_head_reduction_matches_float64(rows):
+    g = torch.Generator().manual_seed(rows)
+    q = torch.randint(-127, 128, (320, 96), dtype=torch.int8, generator=g)
+    scale = torch.rand(320, generator=g) / 100
+    x = torch.randn(rows, 96, generator=g)
+    got = torch.compile(int8_rows_float32, dynamic=False)(x, q, scale)
+    ref = x.double() @ (q.double() * scale.double()[:, None]).T
+    assert got.dtype == torch.float32 and got.shape == (rows, 320)
+    torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def int8_engines(model_path):
+    """int8 float32: its lm_head is the compiled int8 reduction. Both engines share one model."""
+    with sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=0.1, quantization="int8",
+                      compile=True) as on, \
+         sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=0.1, quantization="int8",
+                      compile=False) as off:
+        yield on, off
+
+
+def test_compiled_engine_reports_its_warm_up(int8_engines):
+    on, off = int8_engines
+    assert on.runner.compiled is not None and off.runner.compiled is None
+    assert on.model is off.model
+    report = on.startup_report()
+    assert report["compile"] is True and report["compile_warm_up_s"] >= 0
+    assert "compile" not in off.startup_report()
+
+
+def test_compiled_greedy_tokens_and_logprobs_equal_eager(int8_engines):
+    on, off = int8_engines
+    params = sgrun.SamplingParams(max_new_tokens=8, temperature=0, ignore_eos=True, logprobs=3)
+    # Together: a batch of decodes (T = 3, the dynamic graph); alone: T = 1 (the static one).
+    for prompts in (PROMPTS, PROMPTS[:1]):
+        got, want = on.generate(prompts, params), off.generate(prompts, params)
+        for g, w in zip(got, want):
+            assert g.token_ids == w.token_ids
+            for lg, lw in zip(g.outputs[0].logprobs, w.outputs[0].logprobs):
+                assert [t for t, _, _ in lg.top] == [t for t, _, _ in lw.top]
+                for (_, _, a), (_, _, b) in zip(lg.top, lw.top):
+                    assert abs(a - b) < 1e-4
+    assert on.runner.compiled.model is on.model
+
+
+def test_compiled_logits_equal_eager_forward_and_never_recompile(int8_engines):
+    on, _ = int8_engines
+    compiled, model = on.runner.compiled, on.model
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for t in (1, 2, 5, MAX_ROWS):
+        ids = torch.randint(0, model.cfg.vocab_size, (t,), generator=torch.Generator().manual_seed(t))
+        pos = torch.arange(7, 7 + t)
+        rows = torch.arange(t)
+        got = compiled.forward(ids, pos, _NoAttention(), rows)
+        want = model.forward(ids, pos, _NoAttention(), rows)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames, "a batch size recompiled"
+    assert not compiled.eligible(MAX_ROWS + 1)
+
+
+def test_compile_switch_on_the_cli_and_a_clear_error(model_path):
+    from sgrun.cli import build_parser
+    args = build_parser().parse_args(["generate", "hi", "--no-compile"])
+    from sgrun.engine.device import device_kwargs
+    assert device_kwargs(args)["compile"] is False
+    assert device_kwargs(build_parser().parse_args(["generate", "hi", "--compile"]))["compile"] is True
+    with pytest.raises(sgrun.InvalidRequestError, match="tp=1"):
+        from sgrun.engine.device import compiled_forward
+        compiled_forward(None, torch.device("cuda"), True, 1)
