@@ -183,7 +183,8 @@ def compiled_forward(model, device: torch.device, compile: bool | None, tp: int)
         env = os.environ.get("SGRUN_COMPILE", "").strip().lower()
         if env not in ("", "0", "1", "true", "false", "on", "off"):
             raise InvalidRequestError(f"SGRUN_COMPILE must be 0 or 1; got {env!r}", field="compile")
-        compile = (env in ("1", "true", "on")) if env else possible and compile_available()
+        # The environment sets the default, so it never errors where compiling cannot run.
+        compile = possible and env not in ("0", "false", "off") and compile_available()
     if not compile:
         return None, None
     if not possible:
