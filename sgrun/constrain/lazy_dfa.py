@@ -25,6 +25,7 @@ Stack = tuple | None
 DEFAULT_MAX_DEPTH = 160  # nested calls (sub-schemas, $ref, shared leaves) kept on the stack
 DEFAULT_MAX_DFA_STATES = 200_000
 _MAX_CLOSURE = 50_000
+_MAX_MOVED_MEMO = 200_000
 
 
 def byte_classes(masks: set[int]) -> list[int]:
@@ -90,6 +91,9 @@ class LazyDFA:
         self._uniform: dict[tuple[int, bytes], int | None] = {}
         self._class_union: dict[bytes, int] = {}
         self._sets: list[frozenset] = []
+        # moved configurations -> the state their closure interns to, across all states: a string
+        # body's states (one per counter value) mostly move to configurations seen before
+        self._moved: dict[tuple, int] = {}
         self._index: dict[frozenset, int] = {}
         self.accepting: list[bool] = []
         self.table = np.full((64, self.num_classes), -1, dtype=np.int32)
@@ -163,7 +167,18 @@ class LazyDFA:
             for m, t in edges[s]:
                 if (m >> b) & 1:
                     moved.append((t, stk))
-        return self._intern(self._closure(moved)) if moved else 0
+        return self._target(moved)
+
+    def _target(self, moved: list) -> int:
+        if not moved:
+            return 0
+        key = tuple(moved)
+        got = self._moved.get(key)
+        if got is None:
+            if len(self._moved) > _MAX_MOVED_MEMO:
+                self._moved.clear()
+            got = self._moved[key] = self._intern(self._closure(moved))
+        return got
 
     # --- public -------------------------------------------------------------------------
     @property
@@ -229,7 +244,7 @@ class LazyDFA:
                         self._uniform[key] = None
                         return None
                     moved.append((t, stk))
-            got = self._intern(self._closure(moved)) if moved else 0
+            got = self._target(moved)
         self._uniform[key] = got
         return got
 
@@ -246,20 +261,20 @@ class LazyDFA:
         configurations: classes that move the same configurations share one closure (most
         classes of a string body do)."""
         with self.lock:
-            moved: list[list] = [[] for _ in range(self.num_classes)]
+            moved: dict[int, list] = {}
             edges = self.nfa.edges
             for s, stk in self._sets[sid]:
                 for m, t in edges[s]:
                     for c in self._classes_in(m):
-                        moved[c].append((t, stk))
-            targets: dict[tuple, int] = {}
-            row = self.table[sid]
-            for c, mv in enumerate(moved):
-                if (only is not None and c not in only) or row[c] >= 0:
-                    continue
-                key = tuple(mv)
-                nxt = targets.get(key)
-                if nxt is None:
-                    nxt = self._intern(self._closure(mv)) if mv else 0
-                    targets[key] = nxt
-                self.table[sid, c] = nxt
+                        got = moved.get(c)
+                        if got is None:
+                            moved[c] = [(t, stk)]
+                        else:
+                            got.append((t, stk))
+            have = self.table[sid].tolist()
+            todo = range(self.num_classes) if only is None else only
+            empty: list = []
+            for c in todo:
+                if have[c] < 0:
+                    have[c] = self._target(moved.get(c, empty))
+            self.table[sid] = have  # (not a view taken earlier: interning may have grown the table)
