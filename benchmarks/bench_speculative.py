@@ -1,7 +1,7 @@
 """N-gram speculative decoding on an agent workload that copies from its context.
 
     python benchmarks/bench_speculative.py [--threads 2] [--rounds 3] [--max-tokens 160]
-                                           [--num-draft 4] [--ngram-max 3] [--ngram-min 1]
+                                           [--num-draft 6] [--ngram-max 3] [--ngram-min 2]
                                            [--temperature 0] [--quantization auto]
 
 Single stream (one request at a time), one engine, speculation turned on and off per request
@@ -69,9 +69,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=160)
-    ap.add_argument("--num-draft", type=int, default=4)
+    ap.add_argument("--num-draft", type=int, default=6)
     ap.add_argument("--ngram-max", type=int, default=3)
-    ap.add_argument("--ngram-min", type=int, default=1)
+    ap.add_argument("--ngram-min", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--quantization", default="auto")
     ap.add_argument("--dtype", default="auto")

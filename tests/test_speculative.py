@@ -233,3 +233,25 @@ def test_triton_backend_verifies_drafts_greedy_equal():
             assert eng.run_on_loop(eng.request_pages) == 0
     assert got[0] == got[1]
     assert stats["spec_draft_tokens"] > 0
+
+
+def test_overlap_scheduling_turns_speculation_off():
+    """Under overlap the next step is scheduled before this step's tokens are on the host, so no
+    draft can be built: requests asking for speculation decode one token per step, correctly."""
+    params = sgrun.SamplingParams(max_new_tokens=8, temperature=0.0, ignore_eos=True, speculative_ngram=True)
+    prompt = [5, 6, 7, 5, 6, 7, 5, 6]
+    with sgrun.Engine("random:tiny", dtype="float32", device="cpu", memory_gb=0.05, overlap=True) as eng:
+        on = eng.generate([prompt], params)[0].token_ids
+        stats = eng.stats()
+    with sgrun.Engine("random:tiny", dtype="float32", device="cpu", memory_gb=0.05) as eng:
+        plain = eng.generate([prompt], params.replace(speculative_ngram=False))[0].token_ids
+    assert stats["spec_enabled"] == 0 and stats["spec_draft_tokens"] == 0
+    assert on == plain
+
+
+def test_draft_length_adapts_to_acceptance():
+    from sgrun.engine.ngram_draft import next_draft_limit
+    assert next_draft_limit(None, 6, 6, 6) == 6          # all accepted at the cap: stays
+    assert next_draft_limit(3, 2, 2, 6) == 4             # all accepted (a short continuation): grows
+    assert next_draft_limit(6, 6, 2, 6) == 3             # rejected after 2: the run + 1
+    assert next_draft_limit(4, 4, 0, 6) == 1             # nothing accepted: one token next step

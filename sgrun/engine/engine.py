@@ -68,8 +68,8 @@ class Engine:
                  max_context: int | None = None, debug_checks: bool = False, quantization: str = "auto",
                  device: str = "auto", attention_backend: str | None = None, mem_fraction: float | None = None,
                  cuda_graph: bool | None = None, overlap: bool | None = None, tp: int = 1, tp_timeout: float = 60.0,
-                 speculative_ngram: bool = False, speculative_num_draft: int = 4, speculative_ngram_max: int = 3,
-                 speculative_ngram_min: int = 1, cascade_attention: bool = True, compile: bool | None = None):
+                 speculative_ngram: bool = False, speculative_num_draft: int = 6, speculative_ngram_max: int = 3,
+                 speculative_ngram_min: int = 2, cascade_attention: bool = True, compile: bool | None = None):
         if num_threads is not None:
             torch.set_num_threads(int(num_threads))
         spec = SpeculativeConfig(speculative_ngram, speculative_num_draft, speculative_ngram_max,
@@ -111,6 +111,7 @@ class Engine:
         use_overlap = self.device.type == "cuda" if overlap is None else overlap
         # Speculation drafts from each step's tokens on the host; overlap schedules step N+1 before
         # step N's tokens are read back, so with overlap on requests decode one token per step.
+        self.speculative = spec
         self.speculation = SpeculationCounters(enabled=not use_overlap)
         drafter = NgramDrafter(spec, self.max_context).draft if not use_overlap else None
         self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens, drafter)
@@ -363,7 +364,7 @@ class Engine:
         wanted: list[tuple[Sequence, Logits]] = [(seq, lg) for (seq, _), lg in ran if lg is not None]
         sampled = [(seq, out) for (seq, _), out in self._live(isolate(wanted, self.runner.sample,
                                                                         self._fail_in("sampling")))]
-        settle_drafts(sampled, self.scheduler, self.speculation)   # before postprocess may finish them
+        settle_drafts(sampled, self.scheduler, self.speculation, self.speculative.num_draft)   # before postprocess
         isolate(sampled, self._postprocess, self._fail_in("postprocess"), one_at_a_time=True)
         self.num_steps += 1
         self.forward_time_total += t2 - t1

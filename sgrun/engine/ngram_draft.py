@@ -32,9 +32,11 @@ class SpeculativeConfig:
     """Engine-wide n-gram speculation settings. `enabled` is the default for requests that do
     not say (`SamplingParams.speculative_ngram` None)."""
     enabled: bool = False
-    num_draft: int = 4          # draft tokens proposed per step (k); the verify forward runs k + 1 rows
+    # Defaults measured on bench_speculative.py (docs/benchmarks.md): k=6, n=2..3 beat k=4, n=1..3
+    # (a one-token match is right too rarely to pay for its rows on a CPU).
+    num_draft: int = 6          # draft tokens proposed per step (k); the verify forward runs k + 1 rows
     ngram_max: int = 3          # longest suffix looked up
-    ngram_min: int = 1          # shortest suffix looked up
+    ngram_min: int = 2          # shortest suffix looked up
 
     def validated(self) -> "SpeculativeConfig":
         if not isinstance(self.enabled, bool):
@@ -93,14 +95,27 @@ class NgramDrafter:
         if not self.wants(seq):
             return []
         cfg = self.config
+        limit = cfg.num_draft if seq.draft_limit is None else seq.draft_limit
         room = min(budget, seq.params.max_new_tokens - seq.num_output - 1,
-                   self.max_context - len(seq.tokens) - 1, cfg.num_draft)
+                   self.max_context - len(seq.tokens) - 1, limit)
         if room <= 0:
             return []
         draft = propose(seq.tokens, room, cfg.ngram_max, cfg.ngram_min)
         if draft and seq.matcher is not None:
             draft = allowed_prefix(seq, draft)
         return draft
+
+
+def next_draft_limit(limit: int | None, drafted: int, accepted: int, num_draft: int) -> int:
+    """The draft length for a sequence's next step, from how its last draft fared: a fully
+    accepted draft grows the limit by one (up to num_draft; a draft cut short by a short
+    continuation does not shrink it), a rejection shrinks it to the run that was accepted plus
+    one (at least 1). A request whose text does not copy its context then verifies
+    one draft token per step (nearly the cost of a plain decode) instead of k, while one that
+    copies long spans keeps long drafts."""
+    if accepted >= drafted:
+        return min(num_draft, (num_draft if limit is None else limit) + 1)
+    return max(1, accepted + 1)
 
 
 def allowed_prefix(seq: Sequence, draft: list[int]) -> list[int]:

@@ -54,6 +54,7 @@ class Sequence:
     # Speculative draft tokens (ngram_draft.py) this step's verify forward computes after `tokens`;
     # never part of `tokens`: the sampler accepts a prefix of them (speculative.py), the rest is dropped.
     draft: list[int] = field(default_factory=list)
+    draft_limit: int | None = None    # most draft tokens next step (adapted to acceptance; None: the config's)
     status: Status = Status.WAITING
     page_table: list[int] = field(default_factory=list)
     num_computed: int = 0             # tokens whose K/V are in the pool

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from sgrun.engine.counter_rng import uniform
+from sgrun.engine.ngram_draft import next_draft_limit
 from sgrun.engine.model_runner import Logits, ModelRunner, SampledTokens, SamplingInputs
 from sgrun.engine.sampler import _filter
 from sgrun.engine.sequence import Sequence
@@ -177,10 +178,13 @@ def _add_logprobs(got: SampledTokens, seq: Sequence, raw: torch.Tensor) -> None:
         got.row_logprobs = lp   # one row per token: jump-forward may replace any of them
 
 
-def settle_drafts(sampled: list[tuple[Sequence, Any]], scheduler: "Scheduler", counters: "SpeculationCounters") -> None:
+def settle_drafts(sampled: list[tuple[Sequence, Any]], scheduler: "Scheduler", counters: "SpeculationCounters",
+                  num_draft: int) -> None:
     """After sampling, before postprocess: each verified sequence forgets its rejected draft
-    positions (their K/V and the pages only they used) and the acceptance is counted."""
+    positions (their K/V and the pages only they used), the acceptance is counted, and its next
+    draft length adapts to it (ngram_draft.next_draft_limit)."""
     for seq, out in sampled:
         if seq.draft and isinstance(out, SampledTokens) and out.accepted_draft is not None:
             counters.record(len(seq.draft), out.accepted_draft)
+            seq.draft_limit = next_draft_limit(seq.draft_limit, len(seq.draft), out.accepted_draft, num_draft)
             scheduler.settle_draft(seq, out.accepted_draft)
