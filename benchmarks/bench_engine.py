@@ -1,7 +1,7 @@
 """Engine benchmark: sgrun side by side with its peers, in one process, interleaved.
 
     python benchmarks/bench_engine.py [--threads 2] [--parts decode,ttft,throughput,overhead]
-                                      [--quantization none,int8,int4] [--rounds 3]
+                                      [--quantization none,int8,int4] [--compile on|off|off,on] [--rounds 3]
 
 Peers, all on the same SmolLM2 Q4_1 file and the same thread count:
 - transformers on dense bf16 weights: a safetensors folder saved from sgrun's own dequantized
@@ -213,6 +213,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--parts", default="decode,ttft,throughput,overhead")
     ap.add_argument("--quantization", default="none,int8,int4", help="sgrun settings compared in the decode part")
+    ap.add_argument("--compile", default="on", help="sgrun's compile switch in the decode part: on, off or off,on")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ttft-lengths", default="512,2048")
     ap.add_argument("--requests", type=int, default=64)
@@ -225,8 +226,16 @@ def main() -> None:
           f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, load {load_avg()}")
     hf = hf_model(dense_folder(gguf)) if set(parts) & {"decode", "ttft", "throughput"} else None
     llm = llama_cpp_model(gguf, args.threads) if set(parts) & {"decode", "ttft"} else None
-    engines = {q: sgrun.Engine(str(gguf), dtype="bfloat16", num_threads=args.threads, quantization=q, memory_gb=0.5)
-               for q in args.quantization.split(",")} if "decode" in parts else {}
+    engines = {}
+    for q in args.quantization.split(",") if "decode" in parts else ():
+        for c in args.compile.split(","):
+            t = time.perf_counter()
+            eng = sgrun.Engine(str(gguf), dtype="bfloat16", num_threads=args.threads, quantization=q, memory_gb=0.5,
+                               compile=c == "on")
+            name = q if args.compile == "on" else f"{q} compile {c}"
+            engines[name] = eng
+            print(f"sgrun {name}: engine start {time.perf_counter() - t:.1f} s, compile warm-up "
+                  f"{eng.startup_report().get('compile_warm_up_s', 0.0):.1f} s  (load {load_avg()})")
     main_engine = sgrun.Engine(str(gguf), dtype="bfloat16", num_threads=args.threads)  # the default: follows the file
     print(f"default engine quantization: {main_engine.quantization}")
     rng = random.Random(0)

@@ -69,7 +69,8 @@ def test_compiled_logits_equal_eager_forward_and_never_recompile(int8_engines):
         rows = torch.arange(t)
         got = compiled.forward(ids, pos, _NoAttention(), rows)
         want = model.forward(ids, pos, _NoAttention(), rows)
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        # Logits reach |30|; 30 layers of float32 sums in another order differ by ~1e-4.
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames, "a batch size recompiled"
     assert not compiled.eligible(MAX_ROWS + 1)
 

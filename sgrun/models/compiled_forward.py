@@ -2,12 +2,12 @@
 backend on the CPU).
 
 At batch 1 the step is bound by per-op overhead, not by weight bytes: eager runs ~20 small ops
-per layer. The two blocks around attention (llama.py's `attention_inputs` and `layer_tail`:
-QKV projection + RoPE; o projection + residual + norm + gate/up + SiLU*up + down + residual +
-the next layer's norm) are compiled once and reused by every layer (the weights are arguments,
-not constants), so inductor fuses each residual-add + RMSNorm + cast, the RoPE and the SiLU*mul
-into one C++ loop each, and the weight-only GEMMs stay torch's kernels. Attention stays eager
-between the blocks: its backend (attention_torch.py) does per-batch Python work.
+per layer. Everything between two attention calls (llama.py's `inner_block`: o projection +
+residual, MLP norm, gate/up, SiLU*up, down + residual, the next layer's norm, its QKV projection
+and RoPE) is one compiled graph, reused by every layer (the weights are arguments, not
+constants), so a step calls ~32 graphs, inductor fuses each residual-add + RMSNorm + cast, the
+RoPE and the SiLU*mul into one C++ loop each, and the weight-only GEMMs stay torch's kernels.
+Attention stays eager between the graphs: its backends do per-batch Python work.
 
 The lm_head is the largest single win: an int8 table with float32 activations (logits are never
 rounded to bf16) has no fast ATen kernel -- `_weight_int8pack_mm` in float32 takes ~9 ms at
@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from sgrun.models.llama import LlamaModel, attention_inputs, layer_tail
+from sgrun.models.llama import LayerBlocks, LlamaModel, first_block, inner_block, layer_tail
 from sgrun.models.quant_linear import KERNEL_MAX_ROWS, Int8Linear
 
 MAX_ROWS = KERNEL_MAX_ROWS
@@ -61,8 +61,7 @@ class CompiledForward:
         # Every model (dtype, quantization) adds two graphs per block; dynamo's default limit
         # of 8 would quietly run a process's fourth model eagerly.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self.attention_inputs = torch.compile(attention_inputs, dynamic=None)
-        self.layer_tail = torch.compile(layer_tail, dynamic=None)
+        self.blocks = LayerBlocks(*(torch.compile(f, dynamic=None) for f in (first_block, inner_block, layer_tail)))
         head = model.lm_head
         if isinstance(head, Int8Linear) and head.scale.dtype == torch.float32:
             rows = torch.compile(int8_rows_float32, dynamic=None)
@@ -77,8 +76,7 @@ class CompiledForward:
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
-        return self.model.run_layers(input_ids, positions, attn, logit_rows, self.attention_inputs,
-                                     self.layer_tail, self.lm_head)
+        return self.model.run_layers(input_ids, positions, attn, logit_rows, self.blocks, self.lm_head)
 
     def warm_up(self) -> float:
         """Compile both graphs of every block now (T = 1 and a dynamic T) with a dummy batch

@@ -114,27 +114,29 @@ class LlamaModel:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T]; attn: an AttentionBackend prepared for this batch;
         logit_rows: which of the T rows need logits. Returns float32 logits [len(logit_rows), V]."""
-        return self.run_layers(input_ids, positions, attn, logit_rows, attention_inputs, layer_tail, self.lm_head)
+        return self.run_layers(input_ids, positions, attn, logit_rows, EAGER_BLOCKS, self.lm_head)
 
     def run_layers(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor,
-                   head_in: Callable, tail: Callable, lm_head: Callable) -> torch.Tensor:
-        """The layer loop with its two non-attention blocks given: the eager functions below, or
-        their torch.compile'd versions (sgrun/models/compiled_forward.py) -- one definition."""
+                   blocks: "LayerBlocks", lm_head: Callable) -> torch.Tensor:
+        """The layer loop around attention, with the blocks between two attention calls given:
+        the eager functions below, or their torch.compile'd versions (compiled_forward.py)."""
         cfg = self.cfg
         heads = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
         cos = self.cos[positions].unsqueeze(1)
         sin = self.sin[positions].unsqueeze(1)
-        dt, eps = self.dtype, cfg.rms_eps
+        dt, eps, reduce = self.dtype, cfg.rms_eps, self.all_reduce
         h = self.embed[input_ids] if self.embed_table is None else self.embed_table.rows(input_ids)
         h = h.to(self.residual_dtype)
         layers = self.layers
-        x = F.rms_norm(h, (h.shape[-1],), layers[0].attn_norm, eps)
-        for li, lw in enumerate(layers):
-            q, k, v = head_in(x, lw.qkv, cos, sin, heads, dt)
+        q, k, v = blocks.first(h, layers[0].attn_norm, layers[0].qkv, cos, sin, heads, eps, dt)
+        for li, lw in enumerate(layers[:-1]):
             o = attn.forward(li, q, k, v)
-            # The next layer's input norm (the final norm after the last layer) ends this block.
-            nxt = self.final_norm if li + 1 == len(layers) else layers[li + 1].attn_norm
-            h, x = tail(h, o, lw.o, lw.mlp_norm, lw.gate_up, lw.down, nxt, eps, dt, self.all_reduce)
+            nxt = layers[li + 1]
+            h, q, k, v = blocks.inner(h, o, lw.o, lw.mlp_norm, lw.gate_up, lw.down, nxt.attn_norm, nxt.qkv,
+                                      cos, sin, heads, eps, dt, reduce)
+        lw = layers[-1]
+        o = attn.forward(len(layers) - 1, q, k, v)
+        _, x = blocks.last(h, o, lw.o, lw.mlp_norm, lw.gate_up, lw.down, self.final_norm, eps, dt, reduce)
         # Final norm and lm_head in the residual dtype: logits are never rounded to bf16.
         return lm_head(x[logit_rows]).float()
 
@@ -172,3 +174,28 @@ def layer_tail(h: torch.Tensor, o: torch.Tensor, o_proj: Linear, mlp_norm: torch
     mlp_out = down(F.silu(gate) * up)
     h = h + (all_reduce(mlp_out) if all_reduce is not None else mlp_out)
     return h, F.rms_norm(h, (h.shape[-1],), next_norm, eps)
+
+
+def first_block(h: torch.Tensor, norm: torch.Tensor, qkv: Linear, cos: torch.Tensor, sin: torch.Tensor,
+                heads: tuple[int, int, int], eps: float, dtype: torch.dtype):
+    """The embeddings -> layer 0's q, k, v."""
+    return attention_inputs(F.rms_norm(h, (h.shape[-1],), norm, eps), qkv, cos, sin, heads, dtype)
+
+
+def inner_block(h: torch.Tensor, o: torch.Tensor, o_proj: Linear, mlp_norm: torch.Tensor, gate_up: Linear,
+                down: Linear, next_norm: torch.Tensor, next_qkv: Linear, cos: torch.Tensor, sin: torch.Tensor,
+                heads: tuple[int, int, int], eps: float, dtype: torch.dtype, all_reduce=None):
+    """Layer i's attention output -> layer i+1's q, k, v (and the residual): everything between
+    two attention calls, one block so a compiled run calls one graph per layer."""
+    h, x = layer_tail(h, o, o_proj, mlp_norm, gate_up, down, next_norm, eps, dtype, all_reduce)
+    return (h, *attention_inputs(x, next_qkv, cos, sin, heads, dtype))
+
+
+@dataclass(frozen=True)
+class LayerBlocks:
+    first: Callable    # first_block
+    inner: Callable    # inner_block
+    last: Callable     # layer_tail, with the final norm as the next norm
+
+
+EAGER_BLOCKS = LayerBlocks(first_block, inner_block, layer_tail)
