@@ -11,8 +11,13 @@ twice that, the same total cache as two replicas.
 
     python benchmarks/bench_scale_out.py                 # all three configurations
     python benchmarks/bench_scale_out.py --json out.json
+    python benchmarks/bench_scale_out.py --configs tp2   # tensor parallelism's communication only
 
 Hit rate = sum of usage.prompt_tokens_details.cached_tokens / sum of prompt_tokens.
+
+`tp2` is not a server run: one TP=2 engine in this process (SmolLM2 float32, gloo on the CPU, one
+thread a rank) decodes --tp-batch greedy requests of --tp-tokens tokens, and prints rank 0's
+communication per forward from engine.stats(): the step-metadata broadcast and the all-reduces.
 """
 
 from __future__ import annotations
@@ -114,6 +119,25 @@ def start_server(dp: int, threads: int, policy: str, replica_tokens: int, log_pa
     raise SystemExit("server did not start")
 
 
+def tensor_parallel_comm(batch: int, tokens: int, prefix_words: int) -> dict:
+    import sgrun
+    prompts = [system_prompt(a, prefix_words // 8) + f" Question {a}: what is in the manifest?" for a in range(batch)]
+    params = sgrun.SamplingParams(max_new_tokens=tokens, temperature=0, ignore_eos=True)
+    with sgrun.Engine(dtype="float32", quantization="none", tp=2, num_threads=1, memory_gb=0.3) as eng:
+        eng.generate(prompts[:1], sgrun.SamplingParams(max_new_tokens=2, temperature=0))   # warm-up
+        before = eng.stats()
+        t0 = time.perf_counter()
+        eng.generate(prompts, params)
+        wall = time.perf_counter() - t0
+        after = eng.stats()
+    steps = max(1, after["tp_steps"] - before["tp_steps"])
+    bcast = after["tp_broadcast_seconds"] - before["tp_broadcast_seconds"]
+    reduce = after["tp_all_reduce_seconds"] - before["tp_all_reduce_seconds"]
+    return {"steps": steps, "broadcast_ms_per_step": 1e3 * bcast / steps,
+            "all_reduce_ms_per_step": 1e3 * reduce / steps, "comm_ms_per_step": 1e3 * (bcast + reduce) / steps,
+            "output_tok_s": batch * tokens / wall, "wall_s": wall}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agents", type=int, default=8)
@@ -125,11 +149,22 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="threads in all (DP=2 gives each replica half)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--configs", default="dp1,dp2-cache_aware,dp2-round_robin")
+    ap.add_argument("--tp-batch", type=int, default=8, help="tp2: requests decoding at once")
+    ap.add_argument("--tp-tokens", type=int, default=48, help="tp2: tokens each request decodes")
     ap.add_argument("--json", dest="json_out", default=None)
     args = ap.parse_args()
 
     results = {}
     for name in args.configs.split(","):
+        if name == "tp2":
+            load_before = os.getloadavg()[0]
+            r = tensor_parallel_comm(args.tp_batch, args.tp_tokens, args.prefix_words)
+            r["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+            results[name] = r
+            print(f"tp2 steps {r['steps']}  broadcast {r['broadcast_ms_per_step']:.3f} ms/step  all-reduce "
+                  f"{r['all_reduce_ms_per_step']:.3f} ms/step  comm {r['comm_ms_per_step']:.3f} ms/step  "
+                  f"output {r['output_tok_s']:.2f} tok/s  load {r['load']}", flush=True)
+            continue
         dp = int(name[2])
         policy = name.split("-", 1)[1] if "-" in name else "cache_aware"
         tokens = args.replica_tokens * (2 if dp == 1 else 1)

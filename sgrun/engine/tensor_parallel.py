@@ -3,7 +3,7 @@ processes that only run the forward pass over their shard of the model and of th
 
 Rank 0 owns everything stateful (scheduler, radix cache, constraints, sampling). Each step it
 broadcasts the batch (token ids, positions, where the new K/V go, each request's page table) to
-the workers; every rank then runs its shard's layers, all-reducing after each row-parallel
+the workers as two tensors (sgrun/engine/step_broadcast.py); every rank then runs its shard's layers, all-reducing after each row-parallel
 projection, so every rank ends the step with the same hidden states; only rank 0 computes logits.
 Page ids mean the same thing on every rank (same page count and page size), so the workers keep
 no cache bookkeeping of their own.
@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from sgrun.child_process import die_with_parent, free_port
+from sgrun.engine.step_broadcast import StepMessage, receive_step, send_stop, send_step
 from sgrun.errors import EngineFatalError, SgrunError
 from sgrun.models.llama import LlamaModel
 from sgrun.models.tensor_parallel import ShardPlan, plan_shard, shard_weights
@@ -50,17 +51,6 @@ class WorkerSpec:
     timeout_s: float
     backend: str
     device: str
-
-
-@dataclass
-class StepMessage:
-    """One forward pass, as every rank needs it (tensors on the CPU; workers move them)."""
-    input_ids: torch.Tensor
-    positions: torch.Tensor
-    write_pages: torch.Tensor
-    write_offsets: torch.Tensor
-    segments: list[Any]
-    on_device: bool = False   # rank 0's tensors were on its accelerator: workers move them to theirs
 
 
 def _all_reduce(t: torch.Tensor) -> torch.Tensor:
@@ -139,10 +129,9 @@ def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
         pool = PagePool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim, spec.dtype,
                         device=spec.device)
         attn = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+        comm_device = torch.device(spec.device if spec.backend == "nccl" else "cpu")
         while True:
-            box = [None]
-            dist.broadcast_object_list(box, src=0)
-            msg: StepMessage | None = box[0]
+            msg = receive_step(comm_device)
             if msg is None:
                 break
             if msg.on_device:
@@ -203,6 +192,7 @@ class TensorParallelGroup:
         self.broadcast_seconds = 0.0   # rank 0's time sending step metadata (communication, with all-reduces)
         self.steps = 0
         backend = "nccl" if device.startswith("cuda") else "gloo"
+        self.comm_device = torch.device(device if backend == "nccl" else "cpu")   # where broadcasts live
         timeout = datetime.timedelta(seconds=timeout_s)
         if "RANK" in os.environ and "MASTER_ADDR" in os.environ:
             if int(os.environ.get("WORLD_SIZE", "1")) != world:
@@ -265,7 +255,7 @@ class TensorParallelGroup:
     def broadcast_step(self, msg: StepMessage) -> None:
         t0 = time.perf_counter()
         try:
-            dist.broadcast_object_list([msg], src=0)
+            send_step(msg, self.comm_device)
             self.broadcast_seconds += time.perf_counter() - t0
             self.steps += 1
         except Exception as exc:  # noqa: BLE001 - any collective failure ends the engine
@@ -277,7 +267,7 @@ class TensorParallelGroup:
         self.closed = True
         if not self.dead_ranks():
             with contextlib.suppress(Exception):
-                dist.broadcast_object_list([None], src=0)
+                send_stop(self.comm_device)
         for p in self.procs:
             p.join(timeout=10)
         self._kill()
@@ -330,7 +320,7 @@ class TensorParallelModel:
         assert attn.last is not None, "prepare() must run before forward()"
         pages, offsets, segments = attn.last
         on_device = input_ids.device.type != "cpu"
-        if on_device:   # never pickle accelerator tensors: they would land on the receiver's cuda:0
+        if on_device:   # the message is packed on the CPU (page tables are built there anyway)
             segments = [dataclasses.replace(seg, pages=seg.pages.cpu()) for seg in segments]
         self.group.broadcast_step(StepMessage(input_ids.cpu(), positions.cpu(), pages.cpu(), offsets.cpu(), segments,
                                               on_device))
