@@ -19,7 +19,7 @@ from sgrun.engine import paged_decode_cpp
 from sgrun.engine.attention_backend import Segment, make_attention_backend
 from sgrun.engine.attention_cpp import CppPagedAttention
 from sgrun.engine.attention_torch import TorchPagedAttention
-from sgrun.engine.cascade import find_shared_prefixes, merge_partials
+from sgrun.engine.cascade import find_shared_prefixes
 from sgrun.engine.page_pool import PagePool
 
 
@@ -61,8 +61,10 @@ def test_kernel_matches_reference(op, dtype, head_dim, page_size):
     width = -(-int(lens.max()) // page_size)
     table = torch.stack([torch.randperm(num_pages, generator=gen)[:width] for _ in lens])
     q = torch.randn(len(lens), kv, g, head_dim, generator=gen)
-    out, lse = op(q, k_cache, v_cache, table, lens, head_dim ** -0.5)
-    want_out, want_lse = reference(q, k_cache, v_cache, table, lens, head_dim ** -0.5)
+    qkv = torch.cat([q.view(len(lens), kv * g, head_dim), torch.randn(len(lens), 2, head_dim)], 1)
+    q_rows = qkv[:, : kv * g].to(dtype)   # a strided view, as the model passes it; read in place
+    out, lse = op.paged_decode(q_rows, k_cache, v_cache, table, lens, head_dim ** -0.5)
+    want_out, want_lse = reference(q_rows.float().view(q.shape), k_cache, v_cache, table, lens, head_dim ** -0.5)
     torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(lse, want_lse, atol=2e-5, rtol=1e-5)
     assert torch.all(lse[3] == float("-inf")) and torch.all(out[3] == 0)
@@ -129,24 +131,40 @@ def test_shared_prefix_detection():
     lens = [24, 22, 18, 5]
     # a, b share 5 pages, c 3 more: {a, b, c} at 3 pages saves 6 reads, {a, b} at 5 saves 5.
     (p,) = find_shared_prefixes(table, lens, ps, min_saved_pages=1)
-    assert p.members.tolist() == [0, 1, 2] and p.pages.tolist() == [[1, 2, 3]] and p.lens.tolist() == [12]
+    assert p.members.tolist() == [0, 1, 2] and p.pages.tolist() == [1, 2, 3] and p.tokens == 12
     # A context that ends inside a shared page caps the prefix at its whole pages.
     (p,) = find_shared_prefixes(table[:2], [24, 9], ps, min_saved_pages=1)
-    assert p.pages.tolist() == [[1, 2]]
+    assert p.pages.tolist() == [1, 2]
     assert find_shared_prefixes(table, lens, ps, min_saved_pages=7) == []   # not worth it
     assert find_shared_prefixes(table[3:], lens[3:], ps, min_saved_pages=1) == []
 
 
-def test_merge_partials_is_softmax_over_the_union():
-    gen = torch.Generator().manual_seed(3)
-    s, v = torch.randn(5, 12, generator=gen), torch.randn(12, 8, generator=gen)
-    part = [(torch.softmax(s[:, sl], -1) @ v[sl], torch.logsumexp(s[:, sl], -1)) for sl in (slice(0, 7), slice(7, 12))]
-    out, lse = merge_partials(*part[0], *part[1])
-    torch.testing.assert_close(out, torch.softmax(s, -1) @ v)
-    torch.testing.assert_close(lse, torch.logsumexp(s, -1))
-    empty = (torch.zeros(5, 8), torch.full((5,), float("-inf")))   # a suffix with no tokens
-    out, _ = merge_partials(*part[0], *empty)
-    torch.testing.assert_close(out, part[0][0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cascade_prefix_merge_equals_attention_over_the_whole_context(op, dtype):
+    """Suffix by paged_decode, shared prefix by cascade_prefix (members' queries stacked), merged
+    in place: the float64 reference over prefix + suffix. A member with an empty suffix and a
+    row that is not a member keep their exact values."""
+    gen = torch.Generator().manual_seed(11)
+    kv, g, d, ps, num_pages = 3, 3, 64, 16, 40
+    k_cache = (2 * torch.randn(kv, num_pages, ps, d, generator=gen)).to(dtype)
+    v_cache = torch.randn(kv, num_pages, ps, d, generator=gen).to(dtype)
+    prefix = torch.tensor([5, 9, 2, 30, 7])                       # 5 shared pages = 80 tokens
+    own = [torch.tensor([11, 12]), torch.tensor([], dtype=torch.long), torch.tensor([20]), torch.tensor([21, 22, 23])]
+    suffix_lens = torch.tensor([20, 0, 3, 40])
+    members = torch.tensor([0, 1, 2])                            # row 3 does not share the prefix
+    q = torch.randn(4, kv * g, d, generator=gen).to(dtype)
+    table = torch.nn.utils.rnn.pad_sequence([o if len(o) else torch.zeros(1, dtype=torch.long) for o in own],
+                                            batch_first=True)
+    out, lse = op.paged_decode(q, k_cache, v_cache, table, suffix_lens, d ** -0.5)
+    before = out[3].clone(), lse[3].clone()
+    op.cascade_prefix(q, k_cache, v_cache, prefix, int(len(prefix) * ps), members, d ** -0.5, out, lse)
+    full = [torch.cat([prefix, own[i]]) for i in range(3)]
+    want_out, want_lse = reference(q[:3].float().view(3, kv, g, d), k_cache, v_cache,
+                                   torch.nn.utils.rnn.pad_sequence(full, batch_first=True),
+                                   len(prefix) * ps + suffix_lens[:3], d ** -0.5)
+    torch.testing.assert_close(out[:3], want_out, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(lse[:3], want_lse, atol=2e-5, rtol=1e-5)
+    assert torch.equal(out[3], before[0]) and torch.equal(lse[3], before[1])
 
 
 _FALLBACK_CHECK = """

@@ -8,19 +8,19 @@ batch through its page table, with no gather, no padding and no mask.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from types import ModuleType
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from sgrun.engine.attention_backend import Segment
 from sgrun.engine.attention_torch import TorchPagedAttention
-from sgrun.engine.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes, merge_partials
+from sgrun.engine.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes
 from sgrun.engine.page_pool import PagePool
 
 
 class CppPagedAttention(TorchPagedAttention):
-    def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: Callable,
+    def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: ModuleType,
                  cascade: bool = True):
         super().__init__(pool, num_heads, num_kv_heads, head_dim)
         self.op = op
@@ -48,7 +48,7 @@ class CppPagedAttention(TorchPagedAttention):
             self.cascade_steps += 1
             table = table.clone()
             for p in self.prefixes:   # members keep only their own suffix in the main call
-                k = p.pages.shape[1]
+                k = p.pages.shape[0]
                 for i in p.members.tolist():
                     table[i, : table.shape[1] - k] = table[i, k:].clone()
                     lens[i] -= k * ps
@@ -58,23 +58,13 @@ class CppPagedAttention(TorchPagedAttention):
     def _attend_decodes(self, layer: int, q: torch.Tensor, out: torch.Tensor) -> None:
         if self.decode_rows is None:
             return
-        KV, D = self.KV, self.D
-        G = self.H // KV
         n = self.decode_rows.shape[0]
-        qd = q[:n] if self.rows_are_prefix else q[self.decode_rows]
-        qf = qd.float().reshape(n, KV, G, D).contiguous()
+        qd = q[:n] if self.rows_are_prefix else q[self.decode_rows]   # read in place when a prefix of rows
         k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
-        o, lse = self.op(qf, k_cache, v_cache, self.table, self.lens, self.scale)
+        o, lse = self.op.paged_decode(qd, k_cache, v_cache, self.table, self.lens, self.scale)
         for p in self.prefixes:
-            m = p.members.shape[0]
-            # The members' queries stacked per kv head: [1, KV, M * G, D] against one page table.
-            qp = qf[p.members].transpose(0, 1).reshape(1, KV, m * G, D).contiguous()
-            po, plse = self.op(qp, k_cache, v_cache, p.pages, p.lens, self.scale)
-            po = po.view(KV, m, G, D).transpose(0, 1)
-            plse = plse.view(KV, m, G).transpose(0, 1)
-            o[p.members], lse[p.members] = merge_partials(o[p.members], lse[p.members], po, plse)
-        res = o.view(n, self.H, D).to(out.dtype)
+            self.op.cascade_prefix(qd, k_cache, v_cache, p.pages, p.tokens, p.members, self.scale, o, lse)
         if self.rows_are_prefix:
-            out[:n] = res
+            out[:n] = o.view(n, self.H, self.D)
         else:
-            out[self.decode_rows] = res
+            out[self.decode_rows] = o.view(n, self.H, self.D).to(out.dtype)

@@ -3,8 +3,8 @@ puts the same physical pages at the start of their page tables) is attended once
 all of them, with their queries stacked, and each request's own suffix separately; the two
 partial results are merged by their log-sum-exp (softmax over a union of key sets).
 
-`find_shared_prefixes` detects sharing from the page tables each step; `merge_partials` is the
-exact merge. The backend that uses both is attention_cpp.py.
+`find_shared_prefixes` detects sharing from the page tables each step; attention_cpp.py runs
+the kernel's `cascade_prefix` (paged_decode.cpp) on what it finds, which also does the merge.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ MIN_SAVED_PAGES = 16
 class SharedPrefix:
     """The first `len(pages)` pages of the decode rows `members` are the same physical pages."""
     members: torch.Tensor   # [M] rows of the decode batch (int64)
-    pages: torch.Tensor     # [1, n] the shared page ids (int64), a one-row page table
-    lens: torch.Tensor      # [1] n * page_size: the prefix is whole pages
+    pages: torch.Tensor     # [n] the shared page ids (int64)
+    tokens: int             # n * page_size: the prefix is whole pages
 
 
 def find_shared_prefixes(table: torch.Tensor, lens: list[int], page_size: int,
@@ -60,16 +60,5 @@ def find_shared_prefixes(table: torch.Tensor, lens: list[int], page_size: int,
             continue
         n = shared[order[best_k - 1]]
         members = torch.tensor(sorted(idx[j] for j in order[:best_k]), dtype=torch.long)
-        out.append(SharedPrefix(members, rows[0:1, :n].contiguous(), torch.tensor([n * page_size])))
+        out.append(SharedPrefix(members, rows[0, :n].contiguous(), n * page_size))
     return out
-
-
-def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
-                   lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention over keys A ∪ B from attention over A and over B (float32, out [..., D], lse
-    [...]). A side with no keys has lse -inf and weight 0; at least one side must have keys."""
-    m = torch.maximum(lse_a, lse_b)
-    wa, wb = torch.exp(lse_a - m), torch.exp(lse_b - m)
-    total = wa + wb
-    out = (out_a * wa.unsqueeze(-1) + out_b * wb.unsqueeze(-1)) / total.unsqueeze(-1)
-    return out, m + torch.log(total)

@@ -1,0 +1,182 @@
+"""Decode attention that reads the pages in place (attention_backend "cpp") against the gather
+path ("torch"), and cascade attention on vs off, side by side in one run.
+
+    python benchmarks/bench_decode_attention.py [--batches 64,32,1] [--context 1024] [--steps 8]
+                                                [--agent-requests 32] [--agent-prefix 2048] [--threads 2]
+
+One engine (the default SmolLM2 Q4_1 file, dtype and quantization as the engine picks them) holds
+the KV pages; both backends attend over that same pool. Once every request of a batch is
+decoding, consecutive engine steps alternate between the variants, so a load spike from the
+machine's other tenants hits both alike. Per variant it reports the median step time and the
+median time spent inside decode attention (`_attend_decodes`: for the gather path the page
+gathers, masks and bmm/softmax; for the kernel the kernel calls and cascade merges), and that
+time's share of the step. The load average is printed with every line.
+
+Batch sizes after the first reuse its prompts from the radix cache (no second prefill).
+The agent part: `--agent-requests` requests share a `--agent-prefix`-token system prompt (a
+radix-cache hit after the first) and differ in a 32-token user turn; cascade on vs off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import torch
+
+import sgrun
+from sgrun.engine.attention_torch import TorchPagedAttention
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+class AlternatingSteps:
+    """Wraps engine.step: once a step's forward is all-decode with `batch` rows, each step runs
+    under the next variant (round robin) and its wall time and decode-attention time are kept."""
+
+    def __init__(self, engine: sgrun.Engine, variants: dict[str, Callable[[], None]], batch: int):
+        self.engine, self.variants, self.batch = engine, variants, batch
+        self.names = list(variants)
+        self.times: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self.attn_time = 0.0
+        self.turn = 0
+        self.last_batch: tuple[bool, int] = (False, 0)
+        runner = engine.runner
+        self._orig_run = runner.run
+
+        def run(inputs, *a, **k):
+            self.last_batch = (inputs.all_decode, len(inputs.segments))
+            return self._orig_run(inputs, *a, **k)
+
+        runner.run = run
+        self._orig_step = engine.step
+        engine.step = self.step
+
+    def timed(self, fn: Callable) -> Callable:
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.attn_time += time.perf_counter() - t
+        return wrapper
+
+    def step(self) -> None:
+        steady = self.last_batch == (True, self.batch)   # the previous step was a full decode batch
+        name = self.names[self.turn % len(self.names)] if steady else self.names[0]
+        self.variants[name]()
+        a0, t0 = self.attn_time, time.perf_counter()
+        self._orig_step()
+        dt = time.perf_counter() - t0
+        if steady and self.last_batch == (True, self.batch):
+            self.times[name].append((dt, self.attn_time - a0))
+            self.turn += 1
+
+    def close(self) -> None:
+        del self.engine.step, self.engine.runner.run   # back to the class methods
+
+
+def report(label: str, times: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
+    out = {}
+    for name, rows in times.items():
+        step = statistics.median(r[0] for r in rows) * 1e3
+        attn = statistics.median(r[1] for r in rows) * 1e3
+        out[name] = (step, attn)
+        print(f"  {label:<28} {name:<14} step {step:8.1f} ms   decode attention {attn:7.1f} ms "
+              f"({100 * attn / step:4.1f}% of the step)   n={len(rows)}   (load {load_avg()})")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", default="64,32,1")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=8, help="measured steps per variant")
+    ap.add_argument("--agent-requests", type=int, default=32)
+    ap.add_argument("--agent-prefix", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", default="auto")
+    args = ap.parse_args()
+    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    batches = [int(b) for b in args.batches.split(",")]
+    max_b = max(batches + [args.agent_requests])
+    tokens = max_b * (args.context + 4 * args.steps + 8) + args.agent_requests * (32 + 4 * args.steps) + args.agent_prefix
+    from sgrun.engine.device import resolve_device
+    from sgrun.models.loader import resolve_dtype
+    elem = torch.tensor([], dtype=resolve_dtype(args.dtype, resolve_device("cpu"))).element_size()
+    engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, max_running=max_b,
+                          memory_gb=1.2 * tokens * kv_bytes_per_token(elem) / 2**30)
+    cpp = engine.runner.attn
+    assert type(cpp).__name__ == "CppPagedAttention", f"the C++ kernel did not build: {engine.runner.backend}"
+    gather = TorchPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D)
+    print(f"engine: dtype {engine.dtype}, quantization {engine.quantization}, {args.threads} threads, "
+          f"page size {engine.pool.page_size}, torch {torch.__version__}")
+    rng = random.Random(0)
+    prompts = [[rng.randrange(100, 40000) for _ in range(args.context - 8)] for _ in range(max(batches))]
+
+    def use(attn, cascade: bool = True) -> Callable[[], None]:
+        def apply() -> None:
+            engine.runner.attn = attn
+            cpp.cascade = cascade
+        return apply
+
+    results = {}
+    for batch in batches:
+        steps = 2 * args.steps + 4
+        alt = AlternatingSteps(engine, {"cpp (in place)": use(cpp), "torch (gather)": use(gather)}, batch)
+        cpp._attend_decodes = alt.timed(cpp._attend_decodes)
+        gather._attend_decodes = alt.timed(gather._attend_decodes)
+        try:
+            t = time.perf_counter()
+            engine.generate(prompts[:batch], sgrun.SamplingParams(max_new_tokens=steps, temperature=0, ignore_eos=True))
+            print(f"batch {batch} x ~{args.context} tokens: {time.perf_counter() - t:.1f} s incl. prefill")
+            results[batch] = report(f"batch {batch} x {args.context}", alt.times)
+        finally:
+            alt.close()
+            del cpp._attend_decodes, gather._attend_decodes
+
+    system = [rng.randrange(100, 40000) for _ in range(args.agent_prefix)]
+    engine.generate([system + [7]], sgrun.SamplingParams(max_new_tokens=1))   # the system prompt into the cache
+    agents = [system + [rng.randrange(100, 40000) for _ in range(32)] for _ in range(args.agent_requests)]
+    alt = AlternatingSteps(engine, {"cascade on": use(cpp, True), "cascade off": use(cpp, False)},
+                           args.agent_requests)
+    cpp._attend_decodes = alt.timed(cpp._attend_decodes)
+    try:
+        steps0 = cpp.cascade_steps
+        engine.generate(agents, sgrun.SamplingParams(max_new_tokens=2 * args.steps + 4, temperature=0, ignore_eos=True))
+        print(f"agent: {args.agent_requests} requests sharing a {args.agent_prefix}-token system prompt "
+              f"(cascade used in {cpp.cascade_steps - steps0} prepared batches)")
+        agent = report(f"agent {args.agent_requests} x {args.agent_prefix}+32", alt.times)
+    finally:
+        alt.close()
+        del cpp._attend_decodes
+    engine.close()
+
+    print("\nsummary (medians; ratios from steps alternated in this run)")
+    for batch, r in results.items():
+        (cs, ca), (ts, ta) = r["cpp (in place)"], r["torch (gather)"]
+        print(f"  batch {batch:>3} x {args.context}: step {ts:.1f} -> {cs:.1f} ms ({ts / cs:.2f}x); attention "
+              f"{ta:.1f} -> {ca:.1f} ms ({ta / max(ca, 1e-9):.1f}x); share {100 * ta / ts:.1f}% -> {100 * ca / cs:.1f}%")
+    (ons, ona), (offs, offa) = agent["cascade on"], agent["cascade off"]
+    print(f"  agent: step {offs:.1f} -> {ons:.1f} ms ({offs / ons:.2f}x); attention {offa:.1f} -> {ona:.1f} ms "
+          f"({offa / max(ona, 1e-9):.2f}x) with cascade on")
+    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+
+
+def kv_bytes_per_token(elem: int) -> int:
+    """KV bytes per token of the default model (SmolLM2-135M's shapes)."""
+    from sgrun.models.random_model import PRESETS
+    c = PRESETS["smollm2-135m"]
+    return 2 * c["num_layers"] * c["num_kv_heads"] * c["head_dim"] * elem
+
+
+if __name__ == "__main__":
+    main()
