@@ -3,6 +3,7 @@ path ("torch"), and cascade attention on vs off, side by side in one run.
 
     python benchmarks/bench_decode_attention.py [--batches 64,32,1] [--context 1024] [--steps 8]
                                                 [--agent-requests 32] [--agent-prefix 2048] [--threads 2]
+                                                [--dtype auto] [--quantization auto]
 
 One engine (the default SmolLM2 Q4_1 file, dtype and quantization as the engine picks them) holds
 the KV pages; both backends attend over that same pool. Once every request of a batch is
@@ -104,6 +105,7 @@ def main() -> None:
     ap.add_argument("--agent-prefix", type=int, default=2048)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="auto")
+    ap.add_argument("--quantization", default="auto")
     args = ap.parse_args()
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
     batches = [int(b) for b in args.batches.split(",")]
@@ -112,7 +114,7 @@ def main() -> None:
     from sgrun.engine.device import resolve_device
     from sgrun.models.loader import resolve_dtype
     elem = torch.tensor([], dtype=resolve_dtype(args.dtype, resolve_device("cpu"))).element_size()
-    engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, max_running=max_b,
+    engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, max_running=max_b, quantization=args.quantization,
                           memory_gb=1.2 * tokens * kv_bytes_per_token(elem) / 2**30)
     cpp = engine.runner.attn
     assert type(cpp).__name__ == "CppPagedAttention", f"the C++ kernel did not build: {engine.runner.backend}"
@@ -130,7 +132,9 @@ def main() -> None:
 
     results = {}
     for batch in batches:
-        steps = 2 * args.steps + 4
+        # Requests admitted first decode while later ones still prefill: they must not finish
+        # before the whole batch is decoding (one prefill chunk of max_batch_tokens per step).
+        steps = 2 * args.steps + 4 + batch * args.context // engine.scheduler.max_batch_tokens
         alt = AlternatingSteps(engine, {"cpp (in place)": use(cpp), "torch (gather)": use(gather)}, batch)
         cpp._attend_decodes = alt.timed(cpp._attend_decodes)
         gather._attend_decodes = alt.timed(gather._attend_decodes)

@@ -1,6 +1,7 @@
 """Where a decode step's time goes: torch.profiler over whole engine steps at batch 1 and 32.
 
     python benchmarks/profile_decode.py [--quantization none,int4] [--batches 1,32] [--threads 2]
+                                        [--context 64] [--attention-backend cpp|torch]
 
 For each setting it prints the step's wall time without the profiler, then the profiled
 breakdown: matmuls, attention gathers (page copies), attention math, KV writes, norm / RoPE /
@@ -62,8 +63,8 @@ def weight_bytes(model) -> int:
     return sum(l.nbytes() for l in lins)
 
 
-def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps: int = 16) -> dict:
-    prompts = [[rng.randrange(100, 40000) for _ in range(64)] for _ in range(batch)]
+def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, context: int = 64, steps: int = 16) -> dict:
+    prompts = [[rng.randrange(100, 40000) for _ in range(context)] for _ in range(batch)]
     params = sgrun.SamplingParams(max_new_tokens=steps + 8, temperature=0, ignore_eos=True)
     engine.generate(prompts, params.replace(max_new_tokens=2))           # warm-up
     # Unprofiled step time of pure decode steps (the first 2 steps include the prefill).
@@ -95,9 +96,17 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps:
         with record_function("sgrun::sampling"):
             return orig_sample(*a, **k)
 
+    attn = engine.runner.attn
+    orig_attend = attn._attend_decodes
+
+    def attend(*a, **k):   # the C++ kernel is no aten op: its time is this region's
+        with record_function("sgrun::decode_attention"):
+            return orig_attend(*a, **k)
+
     engine.step, engine.runner.model.forward, engine.runner.sample = step, forward, sample
     if compiled is not None:
         compiled.forward = compiled_forward
+    attn._attend_decodes = attend
     try:
         engine.generate(prompts, params)
         plain_ms = counts["t"] / max(1, counts["n"] - 2) * 1e3
@@ -110,6 +119,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, steps:
         del engine.step, engine.runner.model.forward, engine.runner.sample  # back to the class methods
         if compiled is not None:
             del compiled.forward
+        del attn._attend_decodes
     return {"plain_ms": plain_ms, "steps": max(1, counts["n"] - 2), "prof": prof}
 
 
@@ -117,7 +127,9 @@ def breakdown(prof, steps: int) -> dict[str, float]:
     """ms per step by category, from the event tree (self times, so nothing counts twice)."""
     events = prof.events()
     out: dict[str, float] = defaultdict(float)
-    region_total = {"sgrun::step": 0.0, "sgrun::model_forward": 0.0, "sgrun::sampling": 0.0}
+    region_total = {"sgrun::step": 0.0, "sgrun::model_forward": 0.0, "sgrun::sampling": 0.0,
+                    "sgrun::decode_attention": 0.0}
+    attn_ops = 0.0   # top-level aten ops inside decode attention (the rest of it is the kernel call)
     for ev in events:
         if ev.name in region_total:
             region_total[ev.name] += ev.cpu_time_total / 1e3
@@ -133,13 +145,19 @@ def breakdown(prof, steps: int) -> dict[str, float]:
             continue
         if "sgrun::sampling" in regions:
             out["sampling (ops)"] += ev.self_cpu_time_total / 1e3
+        elif "sgrun::decode_attention" in regions:
+            out["decode attention (kernel or gather + bmm, with its ops)"] += ev.self_cpu_time_total / 1e3
+            if top:
+                attn_ops += ev.cpu_time_total / 1e3
         elif "sgrun::model_forward" in regions:
             out[category(ev.name)] += ev.self_cpu_time_total / 1e3
         else:
             out["engine tensor ops (batch build, masks)"] += ev.self_cpu_time_total / 1e3
         if top:
             out["_covered"] += ev.cpu_time_total / 1e3
-    out["Python / dispatch (step time not inside any op)"] = region_total["sgrun::step"] - out.pop("_covered")
+    kernel = region_total["sgrun::decode_attention"] - attn_ops   # the C++ call and its Python around it
+    out["decode attention (kernel or gather + bmm, with its ops)"] += kernel
+    out["Python / dispatch (step time not inside any op)"] = region_total["sgrun::step"] - out.pop("_covered") - kernel
     out["_step_total"] = region_total["sgrun::step"]
     return {k: v / steps for k, v in out.items()}
 
@@ -151,18 +169,25 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--compile", default="on", help="on, off or on,off: the engine's compile switch")
+    ap.add_argument("--context", type=int, default=64, help="prompt tokens per request")
+    ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     bw = bandwidth_gbs(args.threads)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, "
           f"measured read bandwidth {bw:.1f} GB/s, load {load_avg()}")
+    batches = [int(b) for b in args.batches.split(",")]
     for quant, comp in [(q, c) for q in args.quantization.split(",") for c in args.compile.split(",")]:
-        engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=quant, compile=comp == "on")
+        engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=quant, compile=comp == "on",
+                              attention_backend=args.attention_backend, max_running=max(64, *batches),
+                              # 23,040 B: a token of SmolLM2-135M bf16 KV (30 layers x 3 kv heads x 64 x K,V x 2 B)
+                              memory_gb=max(1.0, 1.3 * max(batches) * (args.context + 40) * 23_040 / 2**30))
         cfg = engine.config
         wbytes = weight_bytes(engine.model)
-        for batch in map(int, args.batches.split(",")):
-            r = profile_setting(engine, batch, random.Random(batch))
-            kv = batch * 80 * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * engine.pool.k[0].element_size()
+        print(f"attention backend: {engine.runner.backend}")
+        for batch in batches:
+            r = profile_setting(engine, batch, random.Random(batch), args.context)
+            kv = batch * (args.context + 16) * 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * engine.pool.k[0].element_size()
             roof = (wbytes + kv) / (bw * 1e9) * 1e3
             parts = breakdown(r["prof"], r["steps"])
             total = parts.pop("_step_total")
