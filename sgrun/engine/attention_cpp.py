@@ -60,6 +60,8 @@ class CppPagedAttention(TorchPagedAttention):
             return
         n = self.decode_rows.shape[0]
         qd = q[:n] if self.rows_are_prefix else q[self.decode_rows]   # read in place when a prefix of rows
+        if qd.stride(2) != 1 or qd.stride(1) != self.D:   # the kernel reads rows of contiguous [H, D]
+            qd = qd.contiguous()
         k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
         o, lse = self.op.paged_decode(qd, k_cache, v_cache, self.table, self.lens, self.scale)
         for p in self.prefixes:
