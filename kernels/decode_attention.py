@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 
+from sgrun.kernels.attention_block import attend_block
 from sgrun.kernels.launch import (
     LOG2E,
     check_pool,
-    dot,
     interpreted,
     next_pow2,
     precision,
@@ -81,22 +81,10 @@ if triton is not None:
         for start in range(lo, hi, BLOCK_N):
             n = start + offs_n
             n_mask = n < hi
-            page = tl.load(pt_base + n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
-            slot = n % PAGE_SIZE
-            kv_mask = n_mask[:, None] & d_mask[None, :]
-            k = tl.load(k_base + page[:, None] * stride_kp + slot[:, None] * stride_kt + offs_d[None, :],
-                        mask=kv_mask, other=0.0)
-            v = tl.load(v_base + page[:, None] * stride_vp + slot[:, None] * stride_vt + offs_d[None, :],
-                        mask=kv_mask, other=0.0)
-            s = dot(q, tl.trans(k), PRECISION, UPCAST) * qk_scale   # log2 domain
-            s = tl.where(n_mask[None, :], s, float("-inf"))
-            # Every block holds at least one real key, so m_new is finite and exp2 is safe.
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, PRECISION, UPCAST)
-            m_i = m_new
+            # Every block holds at least one real key, so the running max stays finite.
+            m_i, l_i, acc = attend_block(q, m_i, l_i, acc, k_base, v_base, pt_base, n, n_mask, n_mask[None, :],
+                                         offs_d, d_mask, stride_kp, stride_kt, stride_vp, stride_vt, qk_scale,
+                                         PAGE_SIZE, PRECISION, UPCAST)
         # A split past a short context saw no key: l = 0, its lse -inf, its weight 0 in stage 2.
         acc = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
         out_mask = g_mask[:, None] & d_mask[None, :]

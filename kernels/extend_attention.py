@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from sgrun.kernels.launch import LOG2E, check_pool, dot, interpreted, precision, require_triton, tile, tl, triton
+from sgrun.kernels.attention_block import attend_block
+from sgrun.kernels.launch import LOG2E, check_pool, interpreted, precision, require_triton, tile, tl, triton
 
 if triton is not None:
 
@@ -58,24 +59,12 @@ if triton is not None:
         for start in range(0, kv_end, BLOCK_N):
             n = start + offs_n
             n_mask = n < ctx_len
-            page = tl.load(pt_base + n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
-            slot = n % PAGE_SIZE
-            kv_mask = n_mask[:, None] & d_mask[None, :]
-            k = tl.load(k_base + page[:, None] * stride_kp + slot[:, None] * stride_kt + offs_d[None, :],
-                        mask=kv_mask, other=0.0)
-            v = tl.load(v_base + page[:, None] * stride_vp + slot[:, None] * stride_vt + offs_d[None, :],
-                        mask=kv_mask, other=0.0)
-            s = dot(q, tl.trans(k), PRECISION, UPCAST) * qk_scale
             visible = n_mask[None, :] & (n[None, :] <= q_pos[:, None])
-            s = tl.where(visible, s, float("-inf"))
             # Key 0 is visible to every row and is in the first block, so after it m_i is finite;
             # a later block wholly hidden from a row leaves that row's max unchanged (p = 0).
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, PRECISION, UPCAST)
-            m_i = m_new
+            m_i, l_i, acc = attend_block(q, m_i, l_i, acc, k_base, v_base, pt_base, n, n_mask, visible,
+                                         offs_d, d_mask, stride_kp, stride_kt, stride_vp, stride_vt, qk_scale,
+                                         PAGE_SIZE, PRECISION, UPCAST)
         l_i = tl.where(l_i == 0.0, 1.0, l_i)       # rows that saw no block are masked out below
         acc = acc / l_i[:, None]
         tl.store(out_ptr + rows[:, None] * stride_ot + h * stride_oh + offs_d[None, :],
