@@ -180,22 +180,36 @@ NUMBER_TEXTS = ["0", "-0.0", "1e-05", "-1e-05", "1.5e-07", "1e+20", "-1e+20", "0
                 "9e-00", "2e-1", "12e-1", "0.001e3"]
 
 
-@pytest.mark.parametrize("bounds", [{"minimum": 0}, {"exclusiveMinimum": 0}, {"minimum": 0, "maximum": 1},
-                                    {"minimum": 0, "exclusiveMaximum": 1}, {"maximum": 0}, {"exclusiveMaximum": 0},
-                                    {"minimum": -1, "maximum": 1}, {"minimum": 1}, {"maximum": 100},
-                                    {"minimum": 0.5, "maximum": 2}, {"minimum": -5, "maximum": -1}])
-def test_bounded_numbers_take_serializers_exponent_forms(tok, bounds):
+@pytest.mark.parametrize("bounds, must_accept", [
+    ({"minimum": 0}, ["1e-05", "1.5e-07", "1e+20", "1e+16", "0e5"]), ({"exclusiveMinimum": 0}, ["1e-05", "1e+20"]),
+    ({"minimum": 0, "maximum": 1}, ["1e-05", "1e-5"]), ({"minimum": 0, "exclusiveMaximum": 1}, ["1e-05"]),
+    ({"maximum": 0}, ["-1e-05", "-1e+20"]), ({"exclusiveMaximum": 0}, ["-1e+20"]),
+    ({"minimum": -1, "maximum": 1}, ["1e-05", "0e0"]), ({"minimum": 1}, ["1e+20", "1e+16"]),
+    ({"maximum": 100}, ["1e-05", "9.99e-05", "-1e+20"]), ({"minimum": 0.5, "maximum": 2}, []),
+    ({"minimum": -5, "maximum": -1}, []), ({"exclusiveMinimum": 0, "maximum": 1.5}, ["1e-05"]),
+])
+def test_bounded_numbers_take_serializers_exponent_forms(tok, bounds, must_accept):
     """Python prints 1e-05 and 1e+16, serde 1e-5 and 1e16: a bounded number accepts those
-    spellings where its interval holds every value they can stand for, and nothing else."""
+    spellings where its interval holds every value they can stand for and each mantissa is an
+    in-range number itself, and nothing else."""
     s = {"type": "number", **bounds}
     c = _compile(tok, s)
     v = jsonschema.Draft202012Validator(s)
     for t in NUMBER_TEXTS:
         if c.matches_bytes(t.encode()):
             assert v.is_valid(json.loads(t)), f"{s} accepted {t}"
-    for x in (0, 1e-05, -1e-05, 1.5e-07, 1e+20, -1e+20, 0.5, 2.5, 100, 1e16):
-        if v.is_valid(x):
-            assert c.matches_bytes(json.dumps(x).encode()), f"{s} rejected {json.dumps(x)}"
+    for t in must_accept:
+        assert v.is_valid(json.loads(t)) and c.matches_bytes(t.encode()), f"{s} rejected {t}"
+
+
+def test_exponent_forms_open_no_dead_end_mantissa(tok):
+    """Under maximum 1.5 no mantissa above the bound may start (a model sampling `2.3...`
+    could only end it with an exponent: it ran to max_tokens at temperature 1.5)."""
+    c = _compile(tok, {"type": "number", "exclusiveMinimum": 0, "maximum": 1.5})
+    m = c.matcher()
+    assert not m.advance_text("2")
+    m = c.matcher()
+    assert m.advance_text("1") and not m.advance_text(".7")
 
 
 def test_keywords_follow_the_declared_draft(tok):

@@ -1061,30 +1061,34 @@ def json_literal_node(v: Any) -> Node:
     return lit(canonical_json(v))
 
 
-_HUGE = Decimal(10) ** 16
 _MANTISSA_NONZERO = "([1-9][0-9]*(\\.[0-9]+)?|0\\.[0-9]*[1-9][0-9]*)"
 
 
 def _exponent_forms(lo: Decimal | None, lo_x: bool, hi: Decimal | None, hi_x: bool) -> list[Node]:
     """Exponent spellings a bounded number may also take, each a whole class of values the
     interval contains: every positive (negative) number when the interval reaches +inf (-inf)
-    from 0, the magnitudes below 1 written d.ddde-k (how Python and serde print 1e-05) when it
-    spans [0, 1] ([-1, 0]), and zero. (An exact bound on exponent forms is not needed: these are
-    the forms serializers emit for values near 0 or huge.)"""
-    exp, tiny = "[eE][+-]?[0-9]+", "[1-9](\\.[0-9]+)?[eE]-0*[1-9][0-9]*"
+    from 0, magnitudes below 1 written d.ddde-k (how Python and serde print 1e-05), those of
+    1e16 and up written d.ddde+16, and zero. Only where every mantissa of the form is itself an
+    in-range number (or a prefix of one): a form whose mantissa only an exponent can complete
+    (`2.3...` under maximum 1.5) would let a sampling model wander into digits it can never end."""
+    exp = "[eE][+-]?[0-9]+"
     forms = []
     pos_all = (lo is None or lo <= 0) and hi is None
     neg_all = (hi is None or hi >= 0) and lo is None
     if pos_all:
         forms.append(_MANTISSA_NONZERO + exp)
+    elif (lo is None or lo <= 0) and hi is not None and hi >= 2:
+        top = min(int(hi) - 1, 9)  # d.ddd < d + 1 <= hi for the leading digits 1..top
+        forms.append(f"[1-{top}](\\.[0-9]+)?[eE]-0*[1-9][0-9]*")
     elif (lo is None or lo <= 0) and hi is not None and hi >= 1:
-        forms.append(tiny)
-    elif hi is None and lo <= _HUGE:  # d.ddde+16 and up: at least 1e16 (how Python prints big floats)
+        forms.append("1[eE]-0*[1-9][0-9]*")  # 1e-05 in [0, 1]: the mantissa 1 is in range
+    elif hi is None and lo is not None and lo <= 1:  # d.ddde+16 and up: >= 1e16, mantissa >= 1 >= lo
         forms.append("[1-9](\\.[0-9]+)?[eE]\\+?0*(1[6-9]|[2-9][0-9]|[1-9][0-9][0-9]+)")
     if neg_all:
         forms.append("-" + _MANTISSA_NONZERO + exp)
-    elif (hi is None or hi >= 0) and lo is not None and lo <= -1:
-        forms.append("-" + tiny)
+    elif (hi is None or hi >= 0) and lo is not None and lo <= -2:
+        top = min(int(-lo) - 1, 9)
+        forms.append(f"-[1-{top}](\\.[0-9]+)?[eE]-0*[1-9][0-9]*")
     if (lo is None or lo < 0 or (lo == 0 and not lo_x)) and (hi is None or hi > 0 or (hi == 0 and not hi_x)):
         forms.append("-?0(\\.0+)?" + exp)
     return [parse_regex(f).fullmatch_node() for f in forms]
