@@ -15,6 +15,11 @@ twice that, the same total cache as two replicas.
 
 Hit rate = sum of usage.prompt_tokens_details.cached_tokens / sum of prompt_tokens.
 
+`tp2-wire` times the step-metadata transport alone, in the same run for both ways: two gloo
+processes pass a decode batch's metadata (--tp-batch sequences, --wire-ctx tokens of context each,
+16-token pages) pickled through broadcast_object_list (the old way) and as sgrun's two tensor
+broadcasts (sgrun/engine/step_broadcast.py), alternating, each timed until the worker holds it.
+
 `tp2` is not a server run: one TP=2 engine in this process (SmolLM2 float32, gloo on the CPU, one
 thread a rank) decodes --tp-batch greedy requests of --tp-tokens tokens, and prints rank 0's
 communication per forward from engine.stats(): the step-metadata broadcast and the all-reduces.
@@ -138,6 +143,53 @@ def tensor_parallel_comm(batch: int, tokens: int, prefix_words: int) -> dict:
             "output_tok_s": batch * tokens / wall, "wall_s": wall}
 
 
+def _wire_rank(rank: int, port: int, batch: int, ctx: int, iters: int, out) -> None:
+    import torch
+    import torch.distributed as dist
+    from sgrun.engine.attention_backend import Segment
+    from sgrun.engine.step_broadcast import StepMessage, receive_step, send_step
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    cpu = torch.device("cpu")
+    msg = StepMessage(torch.arange(batch), torch.full((batch,), ctx - 1), torch.arange(batch),
+                      torch.zeros(batch, dtype=torch.long),
+                      [Segment(i, 1, ctx, torch.arange(i * 1000, i * 1000 + -(-ctx // 16))) for i in range(batch)])
+    seconds = {"pickled": 0.0, "tensors": 0.0}
+    for _ in range(iters):
+        for way in seconds:
+            dist.barrier()
+            t0 = time.perf_counter()
+            if rank == 0:
+                if way == "pickled":
+                    dist.broadcast_object_list([msg], src=0)
+                else:
+                    send_step(msg, cpu)
+            elif way == "pickled":
+                box = [None]
+                dist.broadcast_object_list(box, src=0)
+            else:
+                receive_step(cpu)
+            dist.barrier()            # the worker holds the message
+            seconds[way] += time.perf_counter() - t0
+    if rank == 0:
+        out.put({k: 1e3 * v / iters for k, v in seconds.items()})
+    dist.destroy_process_group()
+
+
+def step_wire(batch: int, ctx: int, iters: int) -> dict:
+    import multiprocessing as mp
+    ctx_mp = mp.get_context("spawn")
+    out = ctx_mp.Queue()
+    port = free_port()
+    procs = [ctx_mp.Process(target=_wire_rank, args=(r, port, batch, ctx, iters, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    ms = out.get(timeout=600)
+    for p in procs:
+        p.join(60)
+    return {"pickled_ms": ms["pickled"], "tensors_ms": ms["tensors"], "batch": batch, "ctx": ctx, "iters": iters}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agents", type=int, default=8)
@@ -151,11 +203,22 @@ def main() -> None:
     ap.add_argument("--configs", default="dp1,dp2-cache_aware,dp2-round_robin")
     ap.add_argument("--tp-batch", type=int, default=8, help="tp2: requests decoding at once")
     ap.add_argument("--tp-tokens", type=int, default=48, help="tp2: tokens each request decodes")
+    ap.add_argument("--wire-ctx", type=int, default=1500, help="tp2-wire: context tokens of each sequence")
+    ap.add_argument("--wire-iters", type=int, default=300, help="tp2-wire: messages each way")
     ap.add_argument("--json", dest="json_out", default=None)
     args = ap.parse_args()
 
     results = {}
     for name in args.configs.split(","):
+        if name == "tp2-wire":
+            load_before = os.getloadavg()[0]
+            r = step_wire(args.tp_batch, args.wire_ctx, args.wire_iters)
+            r["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+            results[name] = r
+            print(f"tp2-wire batch {r['batch']} x ctx {r['ctx']}: pickled {r['pickled_ms']:.3f} ms/step  tensors "
+                  f"{r['tensors_ms']:.3f} ms/step  ({r['pickled_ms'] / max(r['tensors_ms'], 1e-9):.2f}x)  "
+                  f"load {r['load']}", flush=True)
+            continue
         if name == "tp2":
             load_before = os.getloadavg()[0]
             r = tensor_parallel_comm(args.tp_batch, args.tp_tokens, args.prefix_words)
