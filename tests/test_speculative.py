@@ -252,6 +252,7 @@ def test_overlap_scheduling_turns_speculation_off():
 def test_draft_length_adapts_to_acceptance():
     from sgrun.engine.ngram_draft import next_draft_limit
     assert next_draft_limit(None, 6, 6, 6) == 6          # all accepted at the cap: stays
-    assert next_draft_limit(3, 2, 2, 6) == 4             # all accepted (a short continuation): grows
+    assert next_draft_limit(2, 2, 2, 6) == 4             # all accepted: doubles
+    assert next_draft_limit(4, 1, 1, 6) == 6             # a short continuation accepted: grows to the cap
     assert next_draft_limit(6, 6, 2, 6) == 3             # rejected after 2: the run + 1
     assert next_draft_limit(4, 4, 0, 6) == 1             # nothing accepted: one token next step

@@ -108,13 +108,13 @@ class NgramDrafter:
 
 def next_draft_limit(limit: int | None, drafted: int, accepted: int, num_draft: int) -> int:
     """The draft length for a sequence's next step, from how its last draft fared: a fully
-    accepted draft grows the limit by one (up to num_draft; a draft cut short by a short
-    continuation does not shrink it), a rejection shrinks it to the run that was accepted plus
-    one (at least 1). A request whose text does not copy its context then verifies
+    accepted draft doubles the limit (up to num_draft; a draft cut short by a short continuation
+    does not shrink it: a copied span is back to full drafts in a few steps), a rejection
+    shrinks it to the run that was accepted plus one (at least 1). A request whose text does not copy its context then verifies
     one draft token per step (nearly the cost of a plain decode) instead of k, while one that
     copies long spans keeps long drafts."""
     if accepted >= drafted:
-        return min(num_draft, (num_draft if limit is None else limit) + 1)
+        return min(num_draft, 2 * (num_draft if limit is None else limit))
     return max(1, accepted + 1)
 
 
