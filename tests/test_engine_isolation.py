@@ -111,11 +111,14 @@ def test_failing_detokenizer_fails_only_its_request(engine, prompts, solo, monke
 
 
 class ModelFailingOn:
-    """The real model, except that a forward containing `token` raises (a bad input row)."""
+    """The real model (or its compiled twin), except that a forward containing `token` raises
+    (a bad input row). Everything else is the wrapped object's."""
 
     def __init__(self, model, token: int):
         self.model, self.token = model, token
-        self.cfg = model.cfg
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
 
     def forward(self, input_ids, positions, attn, logit_rows):
         if (input_ids == self.token).any():
@@ -128,6 +131,8 @@ def test_failing_forward_is_retried_without_the_request_that_caused_it(engine, p
     victim_ids = engine.tokenizer.encode(prompts[0]) + [poison]
     assert not any(poison in engine.tokenizer.encode(p) for p in prompts)
     monkeypatch.setattr(engine.runner, "model", ModelFailingOn(engine.runner.model, poison))
+    if engine.runner.compiled is not None:   # the shared engine runs small batches compiled
+        monkeypatch.setattr(engine.runner, "compiled", ModelFailingOn(engine.runner.compiled, poison))
     calls = engine.stats()["forward_calls"]
     outs, seeded, bad = run_batch(engine, prompts, victim_ids, GREEDY)
     check(outs, seeded, bad, solo, "forward")
