@@ -100,10 +100,12 @@ def test_huge_grammar_is_answered_within_the_budget(tok):
     import time
     from sgrun.constrain.errors import ConstraintTooComplexError
     rules = "\n".join(f'r{i}: r{i + 1} "x{i}" | "y{i}"' for i in range(2000)) + '\nr2000: "z"'
+    # 2,000 rules compile in ~1.5-4 s depending on load (Earley path), so a 2 s budget raised only
+    # on a loaded machine; 0.3 s is always too little, and the answer must still come promptly
     t = time.perf_counter()
-    with pytest.raises(ConstraintTooComplexError, match="too complex.*2 s budget"):
-        compile_constraint(tok, grammar="start: r0\n" + rules, use_cache=False, budget_s=2)
-    assert time.perf_counter() - t < 4
+    with pytest.raises(ConstraintTooComplexError, match="too complex.*0.3 s budget"):
+        compile_constraint(tok, grammar="start: r0\n" + rules, use_cache=False, budget_s=0.3)
+    assert time.perf_counter() - t < 2.5
     # above the LALR size the grammar runs on the Earley path (lark's LALR build is superlinear);
     # above the in-process size lark's grammar compiler runs in a child process: both work the same
     for n in (130, 700):
