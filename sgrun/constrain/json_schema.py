@@ -1061,7 +1061,14 @@ def json_literal_node(v: Any) -> Node:
     return lit(canonical_json(v))
 
 
-_MANTISSA_NONZERO = "([1-9][0-9]*(\\.[0-9]+)?|0\\.[0-9]*[1-9][0-9]*)"
+# Exponent spellings stay inside what a float64 holds: a validator on Python floats (jsonschema)
+# reads 1e-400 as 0.0 and 1e400 as inf, so under exclusiveMinimum 0 an unbounded exponent would
+# accept a value the validator rejects. A mantissa below 1e8 (or with at most 7 leading fraction
+# zeros) and |exponent| <= 299 keeps every value between 1e-307 and 1e307.
+_MANTISSA_NONZERO = "([1-9][0-9]{0,7}(\\.[0-9]+)?|0\\.0{0,7}[1-9][0-9]*)"
+_EXP_ANY = "[eE][+-]?0*([0-9]{1,2}|[12][0-9]{2})"
+_EXP_NEG = "[eE]-0*([1-9][0-9]?|[12][0-9]{2})"
+_EXP_16_UP = "[eE]\\+?0*(1[6-9]|[2-9][0-9]|[12][0-9]{2})"
 
 
 def _exponent_forms(lo: Decimal | None, lo_x: bool, hi: Decimal | None, hi_x: bool) -> list[Node]:
@@ -1071,7 +1078,7 @@ def _exponent_forms(lo: Decimal | None, lo_x: bool, hi: Decimal | None, hi_x: bo
     1e16 and up written d.ddde+16, and zero. Only where every mantissa of the form is itself an
     in-range number (or a prefix of one): a form whose mantissa only an exponent can complete
     (`2.3...` under maximum 1.5) would let a sampling model wander into digits it can never end."""
-    exp = "[eE][+-]?[0-9]+"
+    exp = _EXP_ANY
     forms = []
     pos_all = (lo is None or lo <= 0) and hi is None
     neg_all = (hi is None or hi >= 0) and lo is None
@@ -1079,16 +1086,16 @@ def _exponent_forms(lo: Decimal | None, lo_x: bool, hi: Decimal | None, hi_x: bo
         forms.append(_MANTISSA_NONZERO + exp)
     elif (lo is None or lo <= 0) and hi is not None and hi >= 2:
         top = min(int(hi) - 1, 9)  # d.ddd < d + 1 <= hi for the leading digits 1..top
-        forms.append(f"[1-{top}](\\.[0-9]+)?[eE]-0*[1-9][0-9]*")
+        forms.append(f"[1-{top}](\\.[0-9]+)?{_EXP_NEG}")
     elif (lo is None or lo <= 0) and hi is not None and hi >= 1:
-        forms.append("1[eE]-0*[1-9][0-9]*")  # 1e-05 in [0, 1]: the mantissa 1 is in range
+        forms.append("1" + _EXP_NEG)  # 1e-05 in [0, 1]: the mantissa 1 is in range
     elif hi is None and lo is not None and lo <= 1:  # d.ddde+16 and up: >= 1e16, mantissa >= 1 >= lo
-        forms.append("[1-9](\\.[0-9]+)?[eE]\\+?0*(1[6-9]|[2-9][0-9]|[1-9][0-9][0-9]+)")
+        forms.append("[1-9](\\.[0-9]+)?" + _EXP_16_UP)
     if neg_all:
         forms.append("-" + _MANTISSA_NONZERO + exp)
     elif (hi is None or hi >= 0) and lo is not None and lo <= -2:
         top = min(int(-lo) - 1, 9)
-        forms.append(f"-[1-{top}](\\.[0-9]+)?[eE]-0*[1-9][0-9]*")
+        forms.append(f"-[1-{top}](\\.[0-9]+)?{_EXP_NEG}")
     if (lo is None or lo < 0 or (lo == 0 and not lo_x)) and (hi is None or hi > 0 or (hi == 0 and not hi_x)):
         forms.append("-?0(\\.0+)?" + exp)
     return [parse_regex(f).fullmatch_node() for f in forms]
