@@ -114,3 +114,23 @@ def test_huge_grammar_is_answered_within_the_budget(tok):
         assert c.path == "earley"
         assert c.matches_bytes(b"y0") and c.matches_bytes(b"y1x0") and not c.matches_bytes(b"x0")
         assert c.matches_bytes(b"y5x4x3x2x1x0") and not c.matches_bytes(b"y5x4x3x1x0")
+
+
+@pytest.mark.parametrize("spec", [
+    {"grammar": 'start: "[" item ("," item)* "]"\nitem: /[a-z]+/ | start'},
+    {"json_schema": {"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}}},
+])
+def test_a_constraint_whose_shared_automaton_is_full_is_compiled_afresh(tok, spec):
+    """States pile up across requests on a long-running server: once the cached automaton hits
+    its cap, the request that hit it fails, and the next one gets a fresh compile (not the same
+    error forever)."""
+    from sgrun.constrain.errors import ConstraintTooComplexError
+    text = b"[[[abc,[x]]]]" if "grammar" in spec else b'{"a":["x","yz"]}'
+    c = compile_constraint(tok, **spec)
+    c.dfa.max_states = c.dfa.num_states   # full: the next new state is over the cap
+    with pytest.raises(ConstraintTooComplexError):
+        c.matches_bytes(text)
+    assert c.exhausted
+    fresh = compile_constraint(tok, **spec)
+    assert fresh is not c and not fresh.exhausted and fresh.matches_bytes(text)
+    assert compile_constraint(tok, **spec) is fresh

@@ -36,6 +36,10 @@ class AutomatonConstraint(Constraint):
         self._builder: MaskBuilder | None = MaskBuilder(dfa, table)  # built at compile time, off the engine loop
 
     @property
+    def exhausted(self) -> bool:
+        return self.dfa.exhausted
+
+    @property
     def initial_state(self) -> int:
         return self.dfa.initial
 

@@ -31,6 +31,9 @@ class ConstraintCache:
         while True:
             with self._lock:
                 c = self._entries.get(key)
+                if c is not None and c.exhausted:   # full of other requests' states: start afresh
+                    del self._entries[key]
+                    c = None
                 if c is not None:
                     self._entries.move_to_end(key)
                     self.hits += 1

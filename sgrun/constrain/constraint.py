@@ -24,6 +24,13 @@ class Constraint(ABC):
     warnings: list[str] = []  # what the compile loosened or kept as annotation (set per instance)
 
     @property
+    def exhausted(self) -> bool:
+        """True once the lazily built automaton, shared by every request of this constraint, hit
+        its state cap. States pile up across requests on a long-running server; the cache then
+        compiles a fresh one instead of failing every later request (cache.py)."""
+        return False
+
+    @property
     @abstractmethod
     def initial_state(self) -> Hashable: ...
 

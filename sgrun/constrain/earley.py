@@ -38,6 +38,7 @@ class EarleySet:
 
 class EarleyRecognizer:
     """rules: (lhs, rhs) with rhs symbols as ("T", terminal id) or ("N", nonterminal name)."""
+    exhausted = False  # set when a state cap is hit: the cache then compiles afresh (cache.py)
 
     def __init__(self, rules: list[tuple[str, list[tuple[str, object]]]], num_terminals: int, start: str,
                  max_items: int = MAX_ITEMS, max_sets: int = MAX_SETS):
@@ -142,6 +143,7 @@ class EarleyRecognizer:
             return sid
         sid = len(sets)
         if sid >= self.max_sets:
+            self.exhausted = True
             raise ConstraintTooComplexError(
                 f"the grammar is too complex: its Earley parser exceeded {self.max_sets} distinct states")
         waiting: dict[int, list[Item]] = {}

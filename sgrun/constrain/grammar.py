@@ -108,6 +108,7 @@ class GrammarAutomaton:
     """The incremental parser seen as a lazily explored DFA over byte classes, with the same
     interface as LazyDFA, so grammar masks use the same vectorised trie walk. States are the
     interned (stack, partial token, started) tuples; state 0 is dead."""
+    exhausted = False  # set when a state cap is hit: the cache then compiles afresh (cache.py)
 
     def __init__(self, g, max_states: int = 2_000_000):
         from sgrun.constrain.lazy_dfa import byte_classes
@@ -155,6 +156,7 @@ class GrammarAutomaton:
             return sid
         sid = len(self._states)
         if sid >= self.max_states:
+            self.exhausted = True
             raise ConstraintTooComplexError(f"the grammar is too complex: its automaton exceeds {self.max_states} states; simplify its terminals")
         self._states.append(st)
         self._index[st] = sid
@@ -290,6 +292,11 @@ class GrammarConstraint(AutomatonConstraint):
         super().__init__("grammar", spec, automaton, table)
         self.g = automaton.g
         self.path = "earley" if type(automaton).__name__ == "EarleyAutomaton" else "lalr"
+
+    @property
+    def exhausted(self) -> bool:
+        parser = getattr(self.g, "parser", None)  # the Earley path's recogniser has its own cap
+        return self.dfa.exhausted or bool(parser is not None and parser.exhausted)
 
     def allowed_tokens(self, state: int) -> torch.Tensor:
         if len(self._masks) > 100_000:  # parser stacks can be unbounded: keep the cache bounded

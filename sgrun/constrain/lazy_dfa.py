@@ -65,6 +65,8 @@ def byte_classes(masks: set[int]) -> list[int]:
 
 
 class LazyDFA:
+    exhausted = False  # set when a state cap is hit: the cache then compiles afresh (cache.py)
+
     def __init__(self, nfa: ByteNFA, root: int, max_depth: int = DEFAULT_MAX_DEPTH,
                  max_states: int = DEFAULT_MAX_DFA_STATES):
         self.nfa = nfa
@@ -149,6 +151,7 @@ class LazyDFA:
             return 0
         sid = len(self._sets)
         if sid >= self.max_states:
+            self.exhausted = True
             raise ConstraintTooComplexError(f"the constraint is too complex: its automaton exceeds {self.max_states} states; simplify it (fewer alternatives under repeats, smaller bounds)")
         self._sets.append(configs)
         self._index[configs] = sid
