@@ -190,6 +190,14 @@ def step_wire(batch: int, ctx: int, iters: int) -> dict:
     return {"pickled_ms": ms["pickled"], "tensors_ms": ms["tensors"], "batch": batch, "ctx": ctx, "iters": iters}
 
 
+def with_load(measure, *args) -> dict:
+    """Run one measurement; its result gains the load average before and after it."""
+    before = os.getloadavg()[0]
+    r = measure(*args)
+    r["load"] = [round(before, 2), round(os.getloadavg()[0], 2)]
+    return r
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--agents", type=int, default=8)
@@ -211,19 +219,13 @@ def main() -> None:
     results = {}
     for name in args.configs.split(","):
         if name == "tp2-wire":
-            load_before = os.getloadavg()[0]
-            r = step_wire(args.tp_batch, args.wire_ctx, args.wire_iters)
-            r["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-            results[name] = r
+            r = results[name] = with_load(step_wire, args.tp_batch, args.wire_ctx, args.wire_iters)
             print(f"tp2-wire batch {r['batch']} x ctx {r['ctx']}: pickled {r['pickled_ms']:.3f} ms/step  tensors "
                   f"{r['tensors_ms']:.3f} ms/step  ({r['pickled_ms'] / max(r['tensors_ms'], 1e-9):.2f}x)  "
                   f"load {r['load']}", flush=True)
             continue
         if name == "tp2":
-            load_before = os.getloadavg()[0]
-            r = tensor_parallel_comm(args.tp_batch, args.tp_tokens, args.prefix_words)
-            r["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
-            results[name] = r
+            r = results[name] = with_load(tensor_parallel_comm, args.tp_batch, args.tp_tokens, args.prefix_words)
             print(f"tp2 steps {r['steps']}  broadcast {r['broadcast_ms_per_step']:.3f} ms/step  all-reduce "
                   f"{r['all_reduce_ms_per_step']:.3f} ms/step  comm {r['comm_ms_per_step']:.3f} ms/step  "
                   f"output {r['output_tok_s']:.2f} tok/s  load {r['load']}", flush=True)

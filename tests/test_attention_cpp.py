@@ -16,7 +16,8 @@ import torch
 
 import sgrun
 from sgrun.engine import paged_decode_cpp
-from sgrun.engine.attention_backend import Segment, make_attention_backend
+from paged_batch import segments_over_tables
+from sgrun.engine.attention_backend import make_attention_backend
 from sgrun.engine.attention_cpp import CppPagedAttention
 from sgrun.engine.attention_torch import TorchPagedAttention
 from sgrun.engine.cascade import find_shared_prefixes
@@ -86,20 +87,16 @@ def _pools_and_batch(dtype, page_size=4, shared_pages=6):
     free = iter(range(1 + shared_pages, num_pages))
     specs = [(1, shared_pages * page_size + 3), (1, shared_pages * page_size + 1), (1, shared_pages * page_size + 7),
              (1, 9), (5, 14), (6, 6)]
-    segments, write_pages, write_offsets, t = [], [], [], 0
-    for i, (q_len, ctx) in enumerate(specs):
+    tables = []
+    for i, (_, ctx) in enumerate(specs):   # the first three share their leading pages
         n = -(-ctx // page_size)
-        table = (shared + [next(free) for _ in range(n - shared_pages)]) if i < 3 else [next(free) for _ in range(n)]
-        pages = torch.tensor(table, dtype=torch.long)
-        segments.append(Segment(q_start=t, q_len=q_len, ctx_len=ctx, pages=pages))
-        pos = torch.arange(ctx - q_len, ctx)
-        write_pages.append(pages[pos // page_size])
-        write_offsets.append(pos % page_size)
-        t += q_len
+        tables.append((shared + [next(free) for _ in range(n - shared_pages)]) if i < 3
+                      else [next(free) for _ in range(n)])
+    segments, write_pages, write_offsets, t = segments_over_tables(specs, tables, page_size)
     qkv = [(torch.randn(t, heads, head_dim, generator=gen).to(dtype),
             torch.randn(t, kv_heads, head_dim, generator=gen).to(dtype),
             torch.randn(t, kv_heads, head_dim, generator=gen).to(dtype)) for _ in range(layers)]
-    return pools, (heads, kv_heads, head_dim), segments, torch.cat(write_pages), torch.cat(write_offsets), qkv
+    return pools, (heads, kv_heads, head_dim), segments, write_pages, write_offsets, qkv
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

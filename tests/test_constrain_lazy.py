@@ -29,7 +29,7 @@ def _decoded_dfas():
 
 
 def _escapings(text: str, rng: random.Random) -> list[str]:
-    """Several JSON escapings of `text` (raw, \\uXXXX of ASCII in either hex case, short escapes)."""
+    """Several JSON escapings of `text` (raw, \\u plus four hex digits for ASCII in either hex case, short escapes)."""
     short = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
     outs = [json.dumps(text, ensure_ascii=False)[1:-1]]
     for _ in range(3):

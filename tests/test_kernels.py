@@ -32,7 +32,8 @@ for _fn in (tl.zeros, decode_kernels._decode_split_kernel):
                            "run with TRITON_INTERPRET=1 in the environment, or find the earlier import")
 
 from sgrun.constrain.bitmask import apply_bitmask as torch_apply_bitmask  # noqa: E402
-from sgrun.engine.attention_backend import Segment, make_attention_backend  # noqa: E402
+from paged_batch import segments_over_tables  # noqa: E402
+from sgrun.engine.attention_backend import make_attention_backend  # noqa: E402
 from sgrun.engine.attention_torch import TorchPagedAttention  # noqa: E402
 from sgrun.engine.attention_triton import TritonPagedAttention  # noqa: E402
 from sgrun.engine.page_pool import PagePool  # noqa: E402
@@ -225,18 +226,11 @@ def test_triton_backend_matches_torch_backend(dtype, kv_heads, group, page_size)
             init = torch.randn(kv_heads, num_pages, page_size, head_dim, generator=gen).to(dtype)
             for pool in pools:
                 getattr(pool, cache)[layer][:, :num_pages].copy_(init)
-    segments, write_pages, write_offsets, t = [], [], [], 0
-    for (q_len, ctx), table in zip(segs, tables):
-        pages = torch.tensor(table, dtype=torch.long)
-        segments.append(Segment(q_start=t, q_len=q_len, ctx_len=ctx, pages=pages))
-        pos = torch.arange(ctx - q_len, ctx)
-        write_pages.append(pages[pos // page_size])
-        write_offsets.append(pos % page_size)
-        t += q_len
+    segments, write_pages, write_offsets, t = segments_over_tables(segs, tables, page_size)
     backends = [TorchPagedAttention(pools[0], heads, kv_heads, head_dim),
                 TritonPagedAttention(pools[1], heads, kv_heads, head_dim)]
     for b in backends:
-        b.prepare(torch.cat(write_pages), torch.cat(write_offsets), segments)
+        b.prepare(write_pages, write_offsets, segments)
     for layer in range(layers):
         qk = torch.randn(t, heads + kv_heads, head_dim, generator=gen).to(dtype)
         q, k = qk[:, :heads], qk[:, heads:]          # strided views, as the model passes them

@@ -7,6 +7,7 @@ Edges are (byte mask, target) with disjoint masks; a missing byte means reject.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from sgrun.constrain.byte_nfa import ALL_BYTES, ByteNFA
 from sgrun.constrain.compile_budget import tick
@@ -155,21 +156,31 @@ def product(a: ByteDFA, b: ByteDFA, mode: str = "and", max_states: int = DEFAULT
     return trim(ByteDFA(edges, acc))
 
 
-def trim(d: ByteDFA) -> ByteDFA:
-    """Remove states that cannot reach acceptance (so any live prefix can be completed)."""
-    n = d.num_states
-    rev: list[list[int]] = [[] for _ in range(n)]
-    for s in range(n):
-        for _, t in d.edges[s]:
+def co_reachable(d: ByteDFA, targets, on_visit: Callable[[], None] | None = None) -> set[int]:
+    """The states from which some state in `targets` can be reached (targets included), by one
+    backward search over the reversed edges. on_visit runs once per state taken off the worklist
+    (a compile-budget tick)."""
+    rev: list[list[int]] = [[] for _ in range(d.num_states)]
+    for s, row in enumerate(d.edges):
+        for _, t in row:
             rev[t].append(s)
-    live = set(d.accepting)
-    todo = list(live)
+    seen = set(targets)
+    todo = list(seen)
     while todo:
         s = todo.pop()
         for p in rev[s]:
-            if p not in live:
-                live.add(p)
+            if p not in seen:
+                seen.add(p)
                 todo.append(p)
+        if on_visit is not None:
+            on_visit()
+    return seen
+
+
+def trim(d: ByteDFA) -> ByteDFA:
+    """Remove states that cannot reach acceptance (so any live prefix can be completed)."""
+    n = d.num_states
+    live = co_reachable(d, d.accepting)
     if d.start not in live:
         return ByteDFA([[]], set())
     order = [d.start] + [s for s in range(n) if s in live and s != d.start]

@@ -20,7 +20,7 @@ GBNF runs with every split (no longest match), where nothing can be stranded: no
 
 from __future__ import annotations
 
-from sgrun.constrain.byte_dfa import ByteDFA
+from sgrun.constrain.byte_dfa import ByteDFA, co_reachable
 from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import GrammarError
 
@@ -62,22 +62,11 @@ def _first_bytes(d: ByteDFA) -> int:
 def _always_separable(d: ByteDFA, follower_bytes: int) -> bool:
     """From every state, can X reach an accepting state where some follower byte does not extend it?"""
     out = [0] * d.num_states
-    rev: list[list[int]] = [[] for _ in range(d.num_states)]
     for s, row in enumerate(d.edges):
-        for mask, t in row:
+        for mask, _ in row:
             out[s] |= mask
-            rev[t].append(s)
     good = [s for s in d.accepting if follower_bytes & ~out[s]]
-    seen = set(good)
-    todo = list(good)
-    while todo:
-        s = todo.pop()
-        for p in rev[s]:
-            if p not in seen:
-                seen.add(p)
-                todo.append(p)
-        tick()
-    return len(seen) == d.num_states
+    return len(co_reachable(d, good, on_visit=tick)) == d.num_states
 
 
 def _terminal_follows(rules: Rules, start: str, num_terminals: int) -> tuple[list[int], dict[int, str]]:

@@ -13,20 +13,27 @@ namespace {
 // exp(x) for x <= 0 in plain arithmetic so the compiler vectorizes it (a libm call would not):
 // 2^(x log2 e) = 2^n * 2^f with n the nearest integer (the 1.5 * 2^23 rounding trick) and
 // |f| <= 0.5, 2^f by its degree-7 Taylor series (relative error below 1e-8).
-inline float exp_nonpos(float x) {
-  x = x < -87.0f ? -87.0f : x;
-  const float t = x * 1.4426950408889634f;
-  const float magic = 12582912.0f;
-  const float rounded = (t + magic) - magic;
-  const float f = (t - rounded) * 0.6931471805599453f;
-  float p = 1.0f / 5040.0f;
+// e^f for |f| <= 0.5 ln 2 by its degree-7 Taylor series; T is float or a GCC vector of floats
+// (scalar operands broadcast), so the scalar and the 16-lane exp share one polynomial.
+template <class T>
+inline T exp_frac_series(T f) {
+  T p = f * 0.0f + 1.0f / 5040.0f;
   p = p * f + 1.0f / 720.0f;
   p = p * f + 1.0f / 120.0f;
   p = p * f + 1.0f / 24.0f;
   p = p * f + 1.0f / 6.0f;
   p = p * f + 0.5f;
   p = p * f + 1.0f;
-  p = p * f + 1.0f;
+  return p * f + 1.0f;
+}
+
+inline float exp_nonpos(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float t = x * 1.4426950408889634f;
+  const float magic = 12582912.0f;
+  const float rounded = (t + magic) - magic;
+  const float f = (t - rounded) * 0.6931471805599453f;
+  const float p = exp_frac_series(f);
   const int32_t n = static_cast<int32_t>(rounded);
   const int32_t bits = (n + 127) << 23;
   float scale;
@@ -90,14 +97,7 @@ inline vf16 exp16(vf16 x) {
   const vf16 t = x * 1.4426950408889634f;
   const vf16 rounded = (t + 12582912.0f) - 12582912.0f;
   const vf16 f = (t - rounded) * 0.6931471805599453f;
-  vf16 p = splat16(1.0f / 5040.0f);
-  p = p * f + 1.0f / 720.0f;
-  p = p * f + 1.0f / 120.0f;
-  p = p * f + 1.0f / 24.0f;
-  p = p * f + 1.0f / 6.0f;
-  p = p * f + 0.5f;
-  p = p * f + 1.0f;
-  p = p * f + 1.0f;
+  const vf16 p = exp_frac_series(f);
   const vi16 bits = (__builtin_convertvector(rounded, vi16) + 127) << 23;
   vf16 scale;
   std::memcpy(&scale, &bits, sizeof(scale));
