@@ -17,75 +17,25 @@ and says so once in the log; the caller then uses the gather path (attention_tor
 
 from __future__ import annotations
 
-import hashlib
-import logging
-import os
-import platform
-import threading
 from pathlib import Path
 from types import ModuleType
 
-import torch
-
-log = logging.getLogger("sgrun.engine")
-
-_SOURCE_FILE = Path(__file__).with_name("paged_decode.cpp")
-_SOURCE = _SOURCE_FILE.read_text()
-
-_FLAGS = ["-O3", "-fopenmp", "-march=native", "-std=c++17"]
+from sgrun.models.cpp_build import CppKernel
 
 # Tests set this to simulate a machine where the build fails.
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_ATTENTION_FAIL"
 
-_lock = threading.Lock()
-_state: dict[str, object] = {}
-
-
-def _build_name() -> str:
-    """One build per source, flags, torch version and CPU (the build uses -march=native, so a
-    cache shared with a different CPU must not reuse it)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu += next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        pass
-    key = "\n".join([_SOURCE, " ".join(_FLAGS), torch.__version__, cpu])
-    return "sgrun_paged_decode_" + hashlib.sha256(key.encode()).hexdigest()[:12]
-
-
-def build_dir() -> str:
-    from sgrun.models.fetch import cache_dir
-    path = cache_dir() / "torch_extensions" / _build_name()
-    path.mkdir(parents=True, exist_ok=True)
-    return str(path)
+KERNEL = CppKernel("paged_decode", Path(__file__).with_name("paged_decode.cpp"), ["paged_decode", "cascade_prefix"],
+                   what="C++ paged decode attention",
+                   fallback="decode attention gathers pages with the torch path instead",
+                   fail_env=FORCE_BUILD_FAILURE_ENV)
 
 
 def load_kernel() -> ModuleType | None:
     """The compiled module (`paged_decode`, `cascade_prefix`), built on first use; None (logged
-    once) where it cannot be built. Thread-safe; concurrent processes share the build through
-    torch's lock file."""
-    with _lock:
-        if "op" in _state:
-            return _state["op"]  # type: ignore[return-value]
-        op = None
-        try:
-            if os.environ.get(FORCE_BUILD_FAILURE_ENV):
-                raise RuntimeError(f"build disabled by {FORCE_BUILD_FAILURE_ENV}")
-            from torch.utils.cpp_extension import load_inline
-            module = load_inline(_build_name(), cpp_sources=_SOURCE, functions=["paged_decode", "cascade_prefix"],
-                                 extra_cflags=_FLAGS, extra_ldflags=["-fopenmp"], build_directory=build_dir(),
-                                 verbose=False)
-            op = module
-        except Exception as exc:  # any build or load failure: the gather path still works
-            log.warning("C++ paged decode attention is unavailable (%s); decode attention gathers pages "
-                        "with the torch path instead", str(exc).strip().splitlines()[-1] if str(exc).strip() else
-                        type(exc).__name__)
-        _state["op"] = op
-        return op
+    once) where it cannot be built."""
+    return KERNEL.load()
 
 
 def reset_for_tests() -> None:
-    """Forget the loaded op so the next load_kernel() runs the build (or its failure) again."""
-    with _lock:
-        _state.clear()
+    KERNEL.reset_for_tests()
