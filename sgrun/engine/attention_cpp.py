@@ -1,9 +1,11 @@
 """The CPU attention backend whose decodes read the KV pages in place (paged_decode_cpp.py),
 with cascade attention over prefixes that several decoding requests share (cascade.py).
 
-Prefill chunks, the KV writes and everything else are TorchPagedAttention's (attention_torch.py);
-only the single-token segments change: one kernel call per layer covers every decode of the
-batch through its page table, with no gather, no padding and no mask.
+The KV writes and everything else are TorchPagedAttention's (attention_torch.py); the
+single-token segments change: one kernel call per layer covers every decode of the batch
+through its page table, with no gather, no padding and no mask. With `prefill_op` (bf16 pools
+on a CPU with avx512_bf16, prefill_attention_cpp.py) the prefill chunks likewise take one
+C++ call per layer that reads their context from the pages; without it they go through SDPA.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from sgrun.engine.page_pool import PagePool
 
 class CppPagedAttention(TorchPagedAttention):
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: ModuleType,
-                 cascade: bool = True):
+                 cascade: bool = True, prefill_op: ModuleType | None = None):
         super().__init__(pool, num_heads, num_kv_heads, head_dim)
         self.op = op
+        self.prefill_op = prefill_op   # None: prefill chunks go through SDPA (TorchPagedAttention)
         self.cascade = cascade   # read each step, so it can be switched on a live engine
         self.min_saved_pages = MIN_SAVED_PAGES
         self.cascade_steps = 0   # prepared batches that attended at least one shared prefix once
@@ -70,3 +73,22 @@ class CppPagedAttention(TorchPagedAttention):
             out[:n] = o.view(n, self.H, self.D)
         else:
             out[self.decode_rows] = o.view(n, self.H, self.D).to(out.dtype)
+
+    # --- prefill chunks (q_len > 1): the C++ prefill kernel -----------------------------------
+    def _prepare_prefills(self) -> None:
+        if self.prefill_op is None or not self.prefills:
+            super()._prepare_prefills()
+            return
+        self.prefill_table = pad_sequence([s.pages.long() for s in self.prefills], batch_first=True).contiguous()
+        self.prefill_meta = [torch.tensor([getattr(s, f) for s in self.prefills], dtype=torch.long)
+                             for f in ("q_start", "q_len", "ctx_len")]
+
+    def _attend_prefills(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         out: torch.Tensor) -> None:
+        if self.prefill_op is None or not self.prefills:
+            super()._attend_prefills(layer, q, k, v, out)
+            return
+        if q.stride(2) != 1 or q.stride(1) != self.D:   # the kernel reads rows of contiguous [H, D]
+            q = q.contiguous()
+        self.prefill_op.prefill_attention(q, self.pool.k[layer], self.pool.v[layer], self.prefill_table,
+                                          *self.prefill_meta, self.scale, out, False)

@@ -34,6 +34,10 @@ class TorchPagedAttention:
         self.prefills = [s for s in segments if s.q_len > 1]
         self.prefill_pages = [s.pages.to(dev) for s in self.prefills]
         self._prepare_decodes([s for s in segments if s.q_len == 1])
+        self._prepare_prefills()
+
+    def _prepare_prefills(self) -> None:
+        dev = self.pool.k[0].device
         self.prefill_masks = []
         for s in self.prefills:
             if s.ctx_len == s.q_len:
@@ -91,6 +95,13 @@ class TorchPagedAttention:
         v_cache[:, self.write_pages, self.write_offsets] = v.transpose(0, 1)
         out = torch.empty_like(q)
         self._attend_decodes(layer, q, out)
+        self._attend_prefills(layer, q, k, v, out)
+        return out
+
+    def _attend_prefills(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         out: torch.Tensor) -> None:
+        """Write the prefill chunks' attention into `out`, one SDPA call per segment."""
+        k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
         for s, pages, mask in zip(self.prefills, self.prefill_pages, self.prefill_masks):
             rows = slice(s.q_start, s.q_start + s.q_len)
             qs = q[rows].transpose(0, 1).unsqueeze(0)                   # [1, H, q, D]
@@ -103,7 +114,6 @@ class TorchPagedAttention:
                 vs = self._gather(v_cache, pages)[:, : s.ctx_len].unsqueeze(0)
                 o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
             out[rows] = o[0].transpose(0, 1)
-        return out
 
 
 # A context shorter than this fraction of its group's longest starts a new group.

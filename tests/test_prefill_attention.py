@@ -1,0 +1,194 @@
+"""The C++ causal prefill attention (prefill_attention_cpp.py): the kernel against a float64
+reference (its AVX512-BF16 path and its portable path, chunks with and without earlier context
+in the pages), the CPU backend with it against the SDPA path on mixed batches, the real model
+with it against SDPA (greedy tokens in float32, logprobs in bf16, a chunked prefill and a
+radix-cache hit included), and the fallback where it cannot be built.
+
+The kernel is built once per machine (cached under the sgrun cache folder, ~40 s)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import sgrun
+from paged_batch import segments_over_tables
+from sgrun.engine import prefill_attention_cpp
+from sgrun.engine.attention_backend import make_attention_backend
+from sgrun.engine.attention_cpp import CppPagedAttention
+from sgrun.engine.attention_torch import TorchPagedAttention
+from sgrun.engine.page_pool import PagePool
+
+
+@pytest.fixture(scope="module")
+def op():
+    kernel = prefill_attention_cpp.load_kernel()
+    assert kernel is not None, "the C++ kernel must build on the test machines (g++ is in .ci/run)"
+    return kernel
+
+
+def reference(q, k_cache, v_cache, pages, ctx, scale):
+    """float64 causal attention of q [q_len, H, D] (the context's last q_len positions) over the
+    first ctx tokens held in `pages`."""
+    q_len, H, D = q.shape
+    KV = k_cache.shape[0]
+    k = k_cache[:, pages].reshape(KV, -1, D)[:, :ctx].double().repeat_interleave(H // KV, 0)
+    v = v_cache[:, pages].reshape(KV, -1, D)[:, :ctx].double().repeat_interleave(H // KV, 0)
+    s = torch.einsum("qhd,htd->hqt", q.double(), k) * scale
+    allowed = torch.arange(ctx)[None, :] <= torch.arange(ctx - q_len, ctx)[:, None]
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
+    return torch.einsum("hqt,htd->qhd", p, v)
+
+
+def sdpa_bf16(q, k_cache, v_cache, pages, ctx, scale):
+    """Today's path (attention_torch.py) on the same inputs, for an error yardstick."""
+    q_len, H, D = q.shape
+    KV = k_cache.shape[0]
+    k = k_cache[:, pages].reshape(KV, -1, D)[:, :ctx][None]
+    v = v_cache[:, pages].reshape(KV, -1, D)[:, :ctx][None]
+    allowed = torch.arange(ctx)[None, :] <= torch.arange(ctx - q_len, ctx)[:, None]
+    o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=allowed, enable_gqa=True, scale=scale)
+    return o[0].transpose(0, 1)
+
+
+# (q_len, ctx_len): whole prompts of block and non-block lengths, chunks after earlier context
+# (chunked prefill / a radix-cache hit), a 2-row verify-like chunk, a single row.
+SPECS = [(37, 37), (64, 64), (200, 200), (77, 203), (5, 130), (2, 65), (1, 1), (150, 1000)]
+
+
+@pytest.mark.parametrize("dtype,portable,head_dim,page_size", [
+    (torch.bfloat16, False, 64, 16),     # the AVX512-BF16 path (where the CPU has it)
+    (torch.bfloat16, False, 128, 5),     # its other register tiling; pages that split key blocks
+    (torch.bfloat16, True, 64, 16),      # the portable path
+    (torch.float32, True, 24, 3),        # portable, a head dim without a fast path
+])
+def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_size):
+    """Shuffled pages, GQA (3 query heads per kv head), several segments in one call; q rows
+    strided as the model's fused QKV leaves them. bf16 error stays within 2x SDPA's own."""
+    gen = torch.Generator().manual_seed(head_dim + page_size)
+    H, KV, D = 6, 2, head_dim
+    need = [-(-ctx // page_size) for _, ctx in SPECS]
+    num_pages = sum(need) + 2
+    k_cache = (2 * torch.randn(KV, num_pages, page_size, D, generator=gen)).to(dtype)
+    v_cache = torch.randn(KV, num_pages, page_size, D, generator=gen).to(dtype)
+    order = torch.randperm(num_pages, generator=gen).tolist()
+    tables = [[order.pop() for _ in range(n)] for n in need]
+    segments, _, _, T = segments_over_tables(SPECS, tables, page_size)
+    qkv = torch.randn(T, H + 2 * KV, D, generator=gen).to(dtype)
+    q = qkv[:, :H]
+    out = torch.full((T, H, D), float("nan"), dtype=dtype)
+    meta = [torch.tensor([getattr(s, f) for s in segments]) for f in ("q_start", "q_len", "ctx_len")]
+    table = torch.nn.utils.rnn.pad_sequence([s.pages for s in segments], batch_first=True)
+    op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, out, portable)
+    for s in segments:
+        rows = slice(s.q_start, s.q_start + s.q_len)
+        want = reference(q[rows], k_cache, v_cache, s.pages, s.ctx_len, D ** -0.5)
+        err = (out[rows].double() - want).abs().max().item()
+        if dtype == torch.float32:
+            assert err < 1e-5, (s, err)
+        else:
+            yard = (sdpa_bf16(q[rows], k_cache, v_cache, s.pages, s.ctx_len, D ** -0.5).double() - want).abs().max().item()
+            assert err <= 2 * yard + 4e-3, (s, err, yard)
+
+
+def test_backend_with_kernel_matches_sdpa_backend(op):
+    """A mixed bf16 batch (decodes, whole prompts, chunks after context) through the CPU
+    backend with the prefill kernel and through the SDPA backend: same K/V written, close outputs."""
+    H, KV, D, ps = 9, 3, 64, 16
+    specs = [(1, 40), (300, 300), (1, 7), (90, 250), (3, 33)]
+    gen = torch.Generator().manual_seed(7)
+    pools = [PagePool(1, 64, ps, KV, D, torch.bfloat16) for _ in range(2)]
+    old = torch.randn(KV, 65, ps, D, generator=gen).to(torch.bfloat16)   # earlier context in the pages
+    for p in pools:
+        p.k[0].copy_(old)
+        p.v[0].copy_(old.flip(0))
+    order = torch.randperm(64, generator=gen).tolist()
+    tables = [[order.pop() for _ in range(-(-ctx // ps))] for _, ctx in specs]
+    segments, wp, wo, T = segments_over_tables(specs, tables, ps)
+    q = torch.randn(T, H, D, generator=gen).to(torch.bfloat16)
+    k, v = (torch.randn(T, KV, D, generator=gen).to(torch.bfloat16) for _ in range(2))
+    kernel = make_attention_backend(pools[0], H, KV, D)
+    assert isinstance(kernel, CppPagedAttention)
+    assert kernel.prefill_op is (op if op.fast_path_available() else None)   # no avx512_bf16: SDPA
+    kernel.prefill_op = op   # on such a CPU, the portable path
+    sdpa = TorchPagedAttention(pools[1], H, KV, D)
+    outs = []
+    for backend in (kernel, sdpa):
+        backend.prepare(wp, wo, segments)
+        outs.append(backend.forward(0, q, k, v).float())
+    assert torch.equal(pools[0].k[0], pools[1].k[0]) and torch.equal(pools[0].v[0], pools[1].v[0])
+    torch.testing.assert_close(outs[0], outs[1], atol=2e-2, rtol=2e-2)
+
+
+def _generate(engine, prompts, params):
+    return [o.token_ids for o in engine.generate(prompts, params)]
+
+
+def test_engine_float32_greedy_equal_with_kernel(engine, op):
+    """Real SmolLM2 weights, float32 (the kernel's portable path, forced on: the backend uses
+    SDPA for float32): greedy tokens equal SDPA's for whole prompts, a prefill split into
+    64-token chunks, and a request whose prefix is a radix-cache hit."""
+    attn = engine.runner.attn
+    assert isinstance(attn, CppPagedAttention) and attn.prefill_op is None   # float32 pool: SDPA
+    system = list(range(1000, 1200))
+    prompts = [list(range(3000, 3150)), system + [2000, 2001, 2002]]
+    params = sgrun.SamplingParams(max_new_tokens=5, temperature=0)
+    batch_tokens = engine.scheduler.max_batch_tokens
+    results = []
+    try:
+        for prefill_op in (op, None):
+            attn.prefill_op = prefill_op
+            engine.flush_cache()
+            got = _generate(engine, prompts, params)
+            engine.scheduler.max_batch_tokens = 64   # chunked prefill: chunks attend earlier pages
+            got += _generate(engine, [list(range(5000, 5170))], params)
+            engine.scheduler.max_batch_tokens = batch_tokens
+            got += _generate(engine, [system + [2500, 2600]], params)   # radix-cache hit on `system`
+            results.append(got)
+    finally:
+        attn.prefill_op = None
+        engine.scheduler.max_batch_tokens = batch_tokens
+    assert results[0] == results[1]
+
+
+def test_engine_bf16_logprobs_close_with_kernel(bf16_engine, op):
+    """Real weights in bf16, the kernel (its fast path where the CPU has one): the first token's top-5
+    logprobs stay within bf16 noise of SDPA's, for a whole prompt and a radix-cache hit."""
+    attn = bf16_engine.runner.attn
+    chosen = attn.prefill_op
+    assert chosen is (op if op.fast_path_available() else None)   # without avx512_bf16: SDPA
+    system = list(range(1000, 1300))
+    params = sgrun.SamplingParams(max_new_tokens=1, temperature=0, logprobs=5)
+    runs = []
+    try:
+        for prefill_op in (op, None):
+            attn.prefill_op = prefill_op
+            bf16_engine.flush_cache()
+            outs = bf16_engine.generate([list(range(4000, 4333))], params)
+            bf16_engine.generate([system + [7]], params)
+            outs += bf16_engine.generate([system + [2500, 2600, 2700]], params)   # a radix-cache hit
+            assert outs[1].cached_tokens > 0
+            runs.append([{t[0]: t[2] for t in o.outputs[0].logprobs[0].top} for o in outs])
+    finally:
+        attn.prefill_op = chosen
+    for kernel_top, sdpa_top in zip(*runs):
+        assert max(kernel_top, key=kernel_top.get) == max(sdpa_top, key=sdpa_top.get)
+        for tok in set(kernel_top) & set(sdpa_top):
+            assert abs(kernel_top[tok] - sdpa_top[tok]) < 0.15, (tok, kernel_top, sdpa_top)
+
+
+def test_forced_build_failure_keeps_sdpa(monkeypatch, caplog):
+    """Where the kernel cannot be built, a bf16 pool's backend keeps SDPA for prefill chunks
+    (decodes still use their own kernel), and the log says so once."""
+    monkeypatch.setenv(prefill_attention_cpp.FORCE_BUILD_FAILURE_ENV, "1")
+    prefill_attention_cpp.KERNEL.reset_for_tests()
+    try:
+        with caplog.at_level("WARNING", logger="sgrun.engine"):
+            pool = PagePool(1, 4, 16, 1, 64, torch.bfloat16)
+            backends = [make_attention_backend(pool, 2, 1, 64) for _ in range(2)]
+        assert all(isinstance(b, CppPagedAttention) and b.prefill_op is None for b in backends)
+        logs = [r.getMessage() for r in caplog.records if "prefill attention" in r.getMessage()]
+        assert len(logs) == 1 and "unavailable" in logs[0], logs
+    finally:
+        prefill_attention_cpp.KERNEL.reset_for_tests()   # later tests load the real build again
