@@ -25,7 +25,7 @@ import sgrun
 
 CATEGORIES = {
     "matmul": ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
-               "aten::_weight_int4pack_mm_for_cpu"),
+               "aten::_weight_int4pack_mm_for_cpu", "sgrun::int4_mm", "sgrun::bf16_mm"),
     "attention gather": ("aten::index_select",),
     "attention math": ("aten::bmm", "aten::_softmax", "aten::softmax", "aten::scaled_dot_product_attention",
                        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::masked_fill_"),
@@ -134,7 +134,7 @@ def breakdown(prof, steps: int) -> dict[str, float]:
         if ev.name in region_total:
             region_total[ev.name] += ev.cpu_time_total / 1e3
     for ev in events:
-        if not ev.name.startswith("aten::"):
+        if not (ev.name.startswith("aten::") or ev.name in CATEGORIES["matmul"]):
             continue
         parent, regions = ev.cpu_parent, set()
         top = parent is None or not parent.name.startswith("aten::")

@@ -16,6 +16,8 @@ from typing import Literal, Protocol
 import torch
 import torch.nn.functional as F
 
+from sgrun.models import cpu_matmul
+
 QuantMode = Literal["none", "int8", "int4"]
 QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")
 
@@ -93,17 +95,29 @@ class Int4Linear:
         lo, hi = g.amin(dim=-1), g.amax(dim=-1)
         scale = ((hi - lo) / 15.0).clamp(min=1e-12)
         q = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
-        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
-        zero = lo + 8.0 * scale
-        # [k / group, n, 2] (scale, zero), the kernel's layout.
-        self.scales_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(dtype)
         self.bias = None if bias is None else bias.to(dtype)
         self.out_features, self.in_features = n, k
+        # bf16 activations on a CPU with AVX512-BF16: sgrun's own kernel and layout (fp16 scale and
+        # minimum per group); otherwise torch's int4 kernel and its layout. One copy either way.
+        self.cpp = (dtype == torch.bfloat16 and weight.device.type == "cpu" and cpu_matmul.fits(n, k)
+                    and _fp16_safe(scale, lo) and cpu_matmul.available())
+        if self.cpp:
+            self.codes, self.group_scales = cpu_matmul.pack_int4(q, scale, lo)
+        else:
+            self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
+            zero = lo + 8.0 * scale
+            # [k / group, n, 2] (scale, zero), the kernel's layout.
+            self.scales_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(dtype)
 
     def dequantized(self) -> torch.Tensor:
-        """[n, k] in the activation dtype. Written straight into one buffer, then scaled in
-        place: ~2x faster than unpack -> cat -> cast -> addcmul (2.0 vs 3.7-9.2 ms for
-        3072x576 at load 15), which is what a prefill chunk pays per linear."""
+        """[n, k] in the activation dtype."""
+        if self.cpp:
+            return cpu_matmul.int4_dequantize(self.codes, self.group_scales, self.out_features, self.in_features)
+        return self._dequantized_torch_layout()
+
+    def _dequantized_torch_layout(self) -> torch.Tensor:
+        """Written straight into one buffer, then scaled in place: ~2x faster than unpack -> cat
+        -> cast -> addcmul (2.0 vs 3.7-9.2 ms for 3072x576 at load 15)."""
         n, k = self.out_features, self.in_features
         sz = self.scales_zeros.transpose(0, 1)                     # [n, k / group, 2], a view
         scale = sz[..., 0:1]
@@ -120,11 +134,21 @@ class Int4Linear:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] > KERNEL_MAX_ROWS:
             return F.linear(x, self.dequantized(), self.bias)
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scales_zeros)
+        if self.cpp:
+            y = cpu_matmul.int4_mm(x, self.codes, self.group_scales, self.out_features)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scales_zeros)
         return y if self.bias is None else y + self.bias
 
     def nbytes(self) -> int:
+        if self.cpp:
+            return self.codes.numel() + self.group_scales.numel() * self.group_scales.element_size()
         return self.packed.numel() + self.scales_zeros.numel() * self.scales_zeros.element_size()
+
+
+def _fp16_safe(scale: torch.Tensor, minimum: torch.Tensor) -> bool:
+    """The C++ layout keeps scales and minimums in fp16; weights beyond its range keep torch's."""
+    return bool(scale.abs().max() < 6e4 and minimum.abs().max() < 6e4)
 
 
 def _unpack_int4(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
