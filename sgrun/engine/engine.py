@@ -1,4 +1,5 @@
-"""Engine: the facade. Loads the model, owns the engine loop thread, and takes requests.
+"""Engine: the facade. Owns the engine loop thread and takes requests; what it runs (model,
+KV pool, cache, scheduler, runner) is built from its options by engine_builder.py.
 
 The loop thread is the only owner of the scheduler, page pool and radix cache; other threads
 talk to it through `submit` / `abort` (an inbox queue) and per-request handles. One step is
@@ -24,30 +25,22 @@ from typing import Any, Callable, Iterator, TypeVar
 import torch
 
 from sgrun.engine.detokenizer import IncrementalDetokenizer
+from sgrun.engine.engine_builder import EngineOptions, EngineParts, build_engine_parts
 from sgrun.engine.isolation import isolate
-from sgrun.engine.model_runner import Logits, ModelRunner, SampledTokens, Scores
-from sgrun.engine.ngram_draft import NgramDrafter, SpeculativeConfig
+from sgrun.engine.model_runner import Logits, SampledTokens, Scores
 from sgrun.engine.outputs import RequestOutput, StreamEvent
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.overlap import OverlapScheduler
 from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.prompt_ids import prompt_token_ids
-from sgrun.engine.radix_cache import RadixCache
 from sgrun.engine.request_handle import RequestHandle
 from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.scheduler import Scheduler
 from sgrun.engine.scoring import ScoringSequence, scored_token_ids
 from sgrun.engine.speculative import settle_drafts
 from sgrun.engine.sequence import CompiledConstraint, Sequence
-from sgrun.engine.stats import SpeculationCounters, engine_stats, request_pages
+from sgrun.engine.stats import engine_stats, request_pages
 from sgrun.errors import EngineFatalError, InvalidRequestError
-from sgrun.engine.attention_backend import default_backend
-from sgrun.engine.device import compiled_forward, plan_pool, resolve_device, wants_cuda_graphs
-from sgrun.engine.overlap import OverlapScheduler
-from sgrun.models.loader import load_model, resolve_dtype
 
 log = logging.getLogger("sgrun.engine")
-
-DEFAULT_KV_MEMORY_GB = 2.0
 
 _T = TypeVar("_T")
 _LIVE_ENGINES: "weakref.WeakSet[Engine]" = weakref.WeakSet()
@@ -70,58 +63,30 @@ class Engine:
                  cuda_graph: bool | None = None, overlap: bool | None = None, tp: int = 1, tp_timeout: float = 60.0,
                  speculative_ngram: bool = False, speculative_num_draft: int = 6, speculative_ngram_max: int = 3,
                  speculative_ngram_min: int = 2, cascade_attention: bool = True, compile: bool | None = None):
-        if num_threads is not None:
-            torch.set_num_threads(int(num_threads))
-        spec = SpeculativeConfig(speculative_ngram, speculative_num_draft, speculative_ngram_max,
-                                 speculative_ngram_min).validated()
-        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
-            raise InvalidRequestError(f"tp must be a whole number >= 1, got {tp!r}", field="tp")
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
-        backend = attention_backend or default_backend(self.device)
-        use_graphs = wants_cuda_graphs(cuda_graph, self.device, backend) and tp == 1
-        if self.device.type != "cpu" and quantization == "auto":
-            quantization = "none"   # the int8/int4 linears are CPU kernels; GPUs run the dense dtype
-        self.tp = tp
-        self.tp_group = None
-        if tp == 1:
-            self.model, self.tokenizer, self.model_path = load_model(model, self.dtype, quantization, self.device)
-            self.config = cfg = self.model.cfg
-        else:   # rank 0's shard; the pool below holds only its KV heads (tensor_parallel.py)
-            from sgrun.engine.tensor_parallel import load_rank0_shard
-            self.model, self.config, self.tokenizer, self.model_path, _ = load_rank0_shard(
-                model, self.dtype, quantization, tp, self.device)
-            cfg = self.config
-        self.quantization = self.model.quantization
-        self.model_name = cfg.name
-        kv_heads = self.model.cfg.num_kv_heads          # this rank's (all of them without tp)
-        per_page = PagePool.bytes_per_page(cfg.num_layers, page_size, kv_heads, cfg.head_dim, self.dtype)
-        max_pages, self.pool_budget = plan_pool(self.model, self.device, page_size, per_page, max_pages, memory_gb,
-                                                mem_fraction, max_batch_tokens, backend, DEFAULT_KV_MEMORY_GB)
-        self.pool = PagePool(cfg.num_layers, max_pages, page_size, kv_heads, cfg.head_dim, self.dtype,
-                             self.device)
-        if tp > 1:
-            from sgrun.engine.tensor_parallel import TensorParallelGroup, TensorParallelModel
-            self.tp_group = TensorParallelGroup(self.model_path, self.dtype, self.quantization, tp, max_pages,
-                                                page_size, num_threads, tp_timeout, device=str(self.device))
-            self.model = TensorParallelModel(self.model, self.tp_group)
-        cap = int(max_pages * cache_fraction) if cache_fraction is not None else None
-        self.cache = RadixCache(self.pool, cap) if enable_prefix_cache else None
-        self.max_context = min(cfg.max_position, max_pages * page_size, max_context or cfg.max_position)
-        use_overlap = self.device.type == "cuda" if overlap is None else overlap
-        # Speculation drafts from each step's tokens on the host; overlap schedules step N+1 before
-        # step N's tokens are read back, so with overlap on requests decode one token per step.
-        self.speculative = spec
-        self.speculation = SpeculationCounters(enabled=not use_overlap)
-        drafter = NgramDrafter(spec, self.max_context).draft if not use_overlap else None
-        self.scheduler = Scheduler(self.pool, self.cache, max_running, max_batch_tokens, drafter)
-        self.compiled, self.compile_s = compiled_forward(self.model, self.device, compile, tp)
-        self.runner = ModelRunner(self.model, self.pool, self.tokenizer.eos_token_ids, attention_backend=backend,
-                                  cascade_attention=cascade_attention, compiled=self.compiled)
-        self.graph_report = self.runner.capture_cuda_graphs(max_running, self.max_context) if use_graphs else None
-        self._overlap = OverlapScheduler(self) if use_overlap else None
+        options = EngineOptions(
+            model=model, dtype=dtype, num_threads=num_threads, page_size=page_size, max_pages=max_pages,
+            memory_gb=memory_gb, max_running=max_running, max_batch_tokens=max_batch_tokens,
+            enable_prefix_cache=enable_prefix_cache, cache_fraction=cache_fraction, max_context=max_context,
+            debug_checks=debug_checks, quantization=quantization, device=device, attention_backend=attention_backend,
+            mem_fraction=mem_fraction, cuda_graph=cuda_graph, overlap=overlap, tp=tp, tp_timeout=tp_timeout,
+            speculative_ngram=speculative_ngram, speculative_num_draft=speculative_num_draft,
+            speculative_ngram_max=speculative_ngram_max, speculative_ngram_min=speculative_ngram_min,
+            cascade_attention=cascade_attention, compile=compile)
+        self._start(options, build_engine_parts(options))
+
+    def _start(self, options: EngineOptions, parts: EngineParts) -> None:
+        """Take over the built parts (engine_builder.py) and start the loop thread."""
+        self.options = options
+        self.device, self.dtype, self.tp, self.tp_group = parts.device, parts.dtype, parts.tp, parts.tp_group
+        self.model, self.tokenizer, self.model_path = parts.model, parts.tokenizer, parts.model_path
+        self.config, self.quantization, self.model_name = parts.config, parts.quantization, parts.config.name
+        self.pool, self.pool_budget, self.cache = parts.pool, parts.pool_budget, parts.cache
+        self.max_context, self.scheduler, self.runner = parts.max_context, parts.scheduler, parts.runner
+        self.speculative, self.speculation = parts.speculative, parts.speculation
+        self.compiled, self.compile_s, self.graph_report = parts.compiled, parts.compile_s, parts.graph_report
+        self._overlap = OverlapScheduler(self) if parts.use_overlap else None
         self.post = Postprocessor(self.tokenizer, self.max_context, self._finish)
-        self.debug_checks = debug_checks
+        self.debug_checks = options.debug_checks
         self.num_steps = 0
         self.step_time_total = 0.0
         self.forward_time_total = 0.0

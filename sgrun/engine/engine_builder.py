@@ -1,0 +1,154 @@
+"""Building an Engine: the options it is made from, and the parts made from them.
+
+`EngineOptions` holds `sgrun.Engine(...)`'s keyword arguments (same names, same defaults) and
+`build_engine_parts` turns them into what the running engine owns: the model (one process, or
+rank 0's shard plus the tensor-parallel workers), the KV page pool and radix cache, the
+scheduler with its n-gram drafter, the compiled decode forward and the model runner with its
+attention backend and CUDA graphs. engine.py only runs these parts; the order below is the
+order of the checks a user sees fail first (speculation, tp, device, dtype, then loading).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from sgrun.engine.attention_backend import default_backend
+from sgrun.engine.device import PoolBudget, compiled_forward, plan_pool, resolve_device, wants_cuda_graphs
+from sgrun.engine.model_runner import ModelRunner
+from sgrun.engine.ngram_draft import NgramDrafter, SpeculativeConfig
+from sgrun.engine.page_pool import PagePool
+from sgrun.engine.radix_cache import RadixCache
+from sgrun.engine.scheduler import Scheduler
+from sgrun.engine.stats import SpeculationCounters
+from sgrun.errors import InvalidRequestError
+from sgrun.models.loader import load_model, resolve_dtype
+
+if TYPE_CHECKING:   # type names only: the CUDA-graph runner imports Triton
+    from sgrun.engine.cuda_graph_runner import CaptureReport
+    from sgrun.models.config import ModelConfig
+    from sgrun.models.tokenizer import Tokenizer
+
+DEFAULT_KV_MEMORY_GB = 2.0
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """`sgrun.Engine(...)`'s keyword arguments, documented in docs/interfaces.md. A test keeps
+    these fields and defaults equal to Engine.__init__'s signature."""
+    model: str | os.PathLike | None = None
+    dtype: str | torch.dtype = "auto"
+    num_threads: int | None = None
+    page_size: int = 16
+    max_pages: int | None = None
+    memory_gb: float | None = None
+    max_running: int = 64
+    max_batch_tokens: int = 2048
+    enable_prefix_cache: bool = True
+    cache_fraction: float | None = None
+    max_context: int | None = None
+    debug_checks: bool = False
+    quantization: str = "auto"
+    device: str = "auto"
+    attention_backend: str | None = None
+    mem_fraction: float | None = None
+    cuda_graph: bool | None = None
+    overlap: bool | None = None
+    tp: int = 1
+    tp_timeout: float = 60.0
+    speculative_ngram: bool = False
+    speculative_num_draft: int = 6
+    speculative_ngram_max: int = 3
+    speculative_ngram_min: int = 2
+    cascade_attention: bool = True
+    compile: bool | None = None
+
+    def speculative_config(self) -> SpeculativeConfig:
+        return SpeculativeConfig(self.speculative_ngram, self.speculative_num_draft, self.speculative_ngram_max,
+                                 self.speculative_ngram_min).validated()
+
+    def checked_tp(self) -> int:
+        tp = self.tp
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise InvalidRequestError(f"tp must be a whole number >= 1, got {tp!r}", field="tp")
+        return tp
+
+
+@dataclass
+class EngineParts:
+    """Everything an Engine runs, built once at start-up (the Engine keeps these as attributes
+    of the same names)."""
+    device: torch.device
+    dtype: torch.dtype
+    tp: int
+    tp_group: Any            # tensor_parallel.TensorParallelGroup with tp > 1, else None
+    model: Any               # LlamaModel, or TensorParallelModel wrapping rank 0's shard
+    tokenizer: Tokenizer
+    model_path: str
+    config: ModelConfig      # the full model's (with tp, model.cfg is rank 0's shard's)
+    quantization: str
+    pool: PagePool
+    pool_budget: PoolBudget | None
+    cache: RadixCache | None
+    max_context: int
+    speculative: SpeculativeConfig
+    speculation: SpeculationCounters
+    scheduler: Scheduler
+    compiled: Any            # models.compiled_forward.CompiledForward or None
+    compile_s: float | None
+    runner: ModelRunner
+    graph_report: CaptureReport | None
+    use_overlap: bool
+
+
+def build_engine_parts(o: EngineOptions) -> EngineParts:
+    if o.num_threads is not None:
+        torch.set_num_threads(int(o.num_threads))
+    spec = o.speculative_config()
+    tp = o.checked_tp()
+    device = resolve_device(o.device)
+    dtype = resolve_dtype(o.dtype, device)
+    backend = o.attention_backend or default_backend(device)
+    use_graphs = wants_cuda_graphs(o.cuda_graph, device, backend) and tp == 1
+    quantization = o.quantization
+    if device.type != "cpu" and quantization == "auto":
+        quantization = "none"   # the int8/int4 linears are CPU kernels; GPUs run the dense dtype
+    if tp == 1:
+        model, tokenizer, model_path = load_model(o.model, dtype, quantization, device)
+        cfg = model.cfg
+    else:   # rank 0's shard; the pool below holds only its KV heads (tensor_parallel.py)
+        from sgrun.engine.tensor_parallel import load_rank0_shard
+        model, cfg, tokenizer, model_path, _ = load_rank0_shard(o.model, dtype, quantization, tp, device)
+    kv_heads = model.cfg.num_kv_heads          # this rank's (all of them without tp)
+    per_page = PagePool.bytes_per_page(cfg.num_layers, o.page_size, kv_heads, cfg.head_dim, dtype)
+    max_pages, pool_budget = plan_pool(model, device, o.page_size, per_page, o.max_pages, o.memory_gb,
+                                       o.mem_fraction, o.max_batch_tokens, backend, DEFAULT_KV_MEMORY_GB)
+    pool = PagePool(cfg.num_layers, max_pages, o.page_size, kv_heads, cfg.head_dim, dtype, device)
+    quantization = model.quantization
+    tp_group = None
+    if tp > 1:
+        from sgrun.engine.tensor_parallel import TensorParallelGroup, TensorParallelModel
+        tp_group = TensorParallelGroup(model_path, dtype, quantization, tp, max_pages, o.page_size,
+                                       o.num_threads, o.tp_timeout, device=str(device))
+        model = TensorParallelModel(model, tp_group)
+    cap = int(max_pages * o.cache_fraction) if o.cache_fraction is not None else None
+    cache = RadixCache(pool, cap) if o.enable_prefix_cache else None
+    max_context = min(cfg.max_position, max_pages * o.page_size, o.max_context or cfg.max_position)
+    use_overlap = device.type == "cuda" if o.overlap is None else o.overlap
+    # Speculation drafts from each step's tokens on the host; overlap schedules step N+1 before
+    # step N's tokens are read back, so with overlap on requests decode one token per step.
+    drafter = NgramDrafter(spec, max_context).draft if not use_overlap else None
+    scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens, drafter)
+    compiled, compile_s = compiled_forward(model, device, o.compile, tp)
+    runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
+                         cascade_attention=o.cascade_attention, compiled=compiled)
+    graph_report = runner.capture_cuda_graphs(o.max_running, max_context) if use_graphs else None
+    return EngineParts(device=device, dtype=dtype, tp=tp, tp_group=tp_group, model=model, tokenizer=tokenizer,
+                       model_path=model_path, config=cfg, quantization=quantization, pool=pool,
+                       pool_budget=pool_budget, cache=cache, max_context=max_context, speculative=spec,
+                       speculation=SpeculationCounters(enabled=not use_overlap), scheduler=scheduler,
+                       compiled=compiled, compile_s=compile_s, runner=runner, graph_report=graph_report,
+                       use_overlap=use_overlap)
