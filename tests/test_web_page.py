@@ -1,16 +1,19 @@
 """The web page at `/` in a real headless browser (Debian's chromium, driven by playwright):
 the page asks for the API key once, a chat message streams an answer with its token counts,
 TTFT and tok/s, a JSON Schema compiles (and an unsupported one is refused with its keyword
-named), its generated output is validated, and the engine view draws the radix tree and keeps
-updating. SGRUN_SCREENSHOT_DIR=docs/ also writes the screenshots the README shows."""
+named), its generated output is validated, a required tool call comes back with arguments that fit
+the tool's parameters, and the engine view draws the radix tree and keeps updating. SGRUN_SCREENSHOT_DIR=docs/ also writes the screenshots the README shows."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 import httpx
+import jsonschema
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
@@ -82,9 +85,24 @@ def test_page_in_a_headless_browser(page_server):
         page.click("#so-compile")
         expect(page.locator("#so-compile-result.ok")).to_contain_text("compiled", timeout=30_000)
         page.fill("#s-max_tokens", "128")
-        page.click("#so-generate")
+        page.click("#so-send")
         expect(page.locator("#so-validation")).to_contain_text("valid (checked by jsonschema", timeout=120_000)
         assert page.locator("#so-output").inner_text().startswith("{")
+        expect(page.locator("#so-stats")).to_contain_text("tokens in", timeout=5_000)
+
+        # Tool calls: the same form (requestForm in app.js) with the tools as its source; a required
+        # call comes back as a card with the function's name and arguments that fit its parameters.
+        page.click("nav button[data-tab=tools]")
+        expect(page.locator("#tc-source")).to_have_value(re.compile('"name": "get_weather"'))
+        page.select_option("#tc-option", "required")
+        page.click("#tc-send")
+        calls = page.locator("#tc-answer .call")
+        expect(calls.first.locator("b")).to_have_text("get_weather", timeout=120_000)
+        expect(page.locator("#tc-stats")).to_contain_text("finish: tool_calls")
+        tools = json.loads(page.locator("#tc-source").input_value())
+        for i in range(calls.count()):   # parallel calls are allowed: each one is a card
+            assert calls.nth(i).locator("b").inner_text() == "get_weather"
+            jsonschema.validate(json.loads(calls.nth(i).locator("pre").inner_text()), tools[0]["function"]["parameters"])
 
         # Engine view: cards, the KV bar and the radix tree (the chat left cached nodes), refreshing.
         page.click("nav button[data-tab=engine]")

@@ -180,6 +180,37 @@ $("chat-input").addEventListener("keydown", (e) => {
 $("chat-stop").onclick = () => chatAbort && chatAbort.abort();
 $("chat-clear").onclick = () => { history.length = 0; $("chat-log").innerHTML = ""; };
 
+// ---------------------------------------------------------------- request forms
+// The structured-output and tool-call tabs are one form: an option and a source (a constraint,
+// or the tools), the user's message, a send button with the usage line under it, the answer.
+// requestForm builds it into the tab from a spec, with ids `${prefix}-option`, `-source`,
+// `-prompt`, `-send`, `-stats`, `-answer`; `optionExtra`, `sourceExtra` and `answer` are a
+// tab's own markup beside the option, under the source and in the answer.
+function requestForm(tab, f) {
+  const p = f.prefix;
+  const options = f.options.map(([value, text]) => `<option value="${value}">${text}</option>`).join("");
+  $(`tab-${tab}`).innerHTML = `<div class="main-col">
+    <div class="row"><label>${f.optionLabel} <select id="${p}-option">${options}</select></label>${f.optionExtra || ""}</div>
+    <label>${f.sourceLabel} <textarea id="${p}-source" rows="${f.sourceRows}" spellcheck="false" class="mono"></textarea></label>
+    ${f.sourceExtra || ""}
+    <label>Message <textarea id="${p}-prompt" rows="2"></textarea></label>
+    <div class="row"><button id="${p}-send" type="button" class="primary">${f.send}</button><span id="${p}-stats" class="muted"></span></div>
+    <div id="${p}-answer">${f.answer || ""}</div></div>`;
+  $(`${p}-source`).value = f.source;
+  $(`${p}-prompt`).value = f.prompt;
+}
+
+// One chat completion from a request form (its message, the sampling panel, the tab's own
+// fields); the usage line goes under the send button.
+async function sendForm(p, fields) {
+  const t0 = performance.now();
+  const res = await apiJSON("/v1/chat/completions", { model, messages: [{ role: "user", content: $(`${p}-prompt`).value }],
+                                                      ...samplingParams(), ...fields });
+  $(`${p}-stats`).textContent = `${res.usage.completion_tokens} tokens in ${((performance.now() - t0) / 1000).toFixed(2)} s` +
+    ` · finish: ${res.choices[0].finish_reason}`;
+  return res;
+}
+
 // ---------------------------------------------------------------- structured output
 const EXAMPLES = {
   json_schema: JSON.stringify({ type: "object", properties: {
@@ -189,8 +220,18 @@ const EXAMPLES = {
   regex: "[A-Z][a-z]+ is [0-9]{1,3} years old\\.",
   grammar: 'start: person\nperson: NAME " is " AGE " years old."\nNAME: /[A-Z][a-z]+/\nAGE: /[0-9]{1,3}/',
 };
-$("so-kind").onchange = () => { $("so-source").value = EXAMPLES[$("so-kind").value]; showResult("so-compile-result", ""); };
-$("so-example").onclick = $("so-kind").onchange;
+requestForm("structured", {
+  prefix: "so", optionLabel: "Kind",
+  options: [["json_schema", "JSON Schema"], ["regex", "Regex"], ["grammar", "Grammar (Lark or GBNF)"]],
+  optionExtra: `<button id="so-example" type="button">Example</button>`,
+  sourceLabel: "Constraint", sourceRows: 10, source: EXAMPLES.json_schema,
+  sourceExtra: `<div class="row"><button id="so-compile" type="button" class="primary">Compile</button>` +
+               `<span id="so-compile-result" class="result"></span></div>`,
+  prompt: "Describe a fictional person.", send: "Generate",
+  answer: `<pre id="so-output" class="output mono"></pre><div id="so-validation" class="result"></div>`,
+});
+$("so-option").onchange = () => { $("so-source").value = EXAMPLES[$("so-option").value]; showResult("so-compile-result", ""); };
+$("so-example").onclick = $("so-option").onchange;
 
 function showResult(id, text, ok) {
   const el = $(id);
@@ -199,7 +240,7 @@ function showResult(id, text, ok) {
 }
 
 function constraintSource() {
-  const kind = $("so-kind").value, text = $("so-source").value;
+  const kind = $("so-option").value, text = $("so-source").value;
   if (kind !== "json_schema") return { kind, source: text };
   return { kind, source: JSON.parse(text) };   // a JSON syntax error is reported by the caller
 }
@@ -217,21 +258,17 @@ async function compileConstraint(text) {
 }
 $("so-compile").onclick = () => compileConstraint().catch((e) => showResult("so-compile-result", e.message, false));
 
-$("so-generate").onclick = async () => {
+$("so-send").onclick = async () => {
   $("so-output").textContent = "";
   showResult("so-validation", "");
   let req;
   try { req = constraintSource(); } catch (e) { showResult("so-compile-result", `not JSON: ${e.message}`, false); return; }
-  const body = { model, messages: [{ role: "user", content: $("so-prompt").value }], ...samplingParams() };
-  if (req.kind === "json_schema") body.response_format = { type: "json_schema", json_schema: { name: "schema", schema: req.source } };
-  else if (req.kind === "regex") body.regex = req.source;
-  else body.ebnf = req.source;
-  const t0 = performance.now();
+  const fields = req.kind === "json_schema" ? { response_format: { type: "json_schema", json_schema: { name: "schema", schema: req.source } } }
+    : req.kind === "regex" ? { regex: req.source } : { ebnf: req.source };
   try {
-    const out = await apiJSON("/v1/chat/completions", body);
+    const out = await sendForm("so", fields);
     const text = out.choices[0].message.content || "";
     $("so-output").textContent = text;
-    $("so-gen-stats").textContent = `${out.usage.completion_tokens} tokens in ${((performance.now() - t0) / 1000).toFixed(2)} s · finish: ${out.choices[0].finish_reason}`;
     const v = await compileConstraint(text);
     if (v) showResult("so-validation", v.valid ? `valid (checked by ${v.validator})` : `INVALID (${v.validator}): ${v.validation_error}`, !!v.valid);
   } catch (e) {
@@ -240,22 +277,24 @@ $("so-generate").onclick = async () => {
 };
 
 // ---------------------------------------------------------------- tool calls
-$("tc-tools").value = JSON.stringify([{ type: "function", function: {
-  name: "get_weather", description: "Current weather for a city",
-  parameters: { type: "object", properties: { city: { type: "string" }, unit: { type: "string", enum: ["celsius", "fahrenheit"] } },
-                required: ["city"] } } }], null, 2);
+requestForm("tools", {
+  prefix: "tc", optionLabel: "tool_choice", options: [["auto", "auto"], ["required", "required"], ["none", "none"]],
+  sourceLabel: 'Tools (OpenAI "tools" JSON)', sourceRows: 12,
+  source: JSON.stringify([{ type: "function", function: {
+    name: "get_weather", description: "Current weather for a city",
+    parameters: { type: "object", properties: { city: { type: "string" }, unit: { type: "string", enum: ["celsius", "fahrenheit"] } },
+                  required: ["city"] } } }], null, 2),
+  prompt: "What is the weather like in Paris today?", send: "Send",
+});
 
 $("tc-send").onclick = async () => {
-  const out = $("tc-result");
+  const out = $("tc-answer");
   out.innerHTML = "";
   let tools;
-  try { tools = JSON.parse($("tc-tools").value); } catch (e) { out.textContent = `tools are not JSON: ${e.message}`; return; }
-  const t0 = performance.now();
+  try { tools = JSON.parse($("tc-source").value); } catch (e) { out.textContent = `tools are not JSON: ${e.message}`; return; }
   try {
-    const res = await apiJSON("/v1/chat/completions", { model, tools, tool_choice: $("tc-choice").value,
-      messages: [{ role: "user", content: $("tc-prompt").value }], ...samplingParams() });
+    const res = await sendForm("tc", { tools, tool_choice: $("tc-option").value });
     const msg = res.choices[0].message;
-    $("tc-stats").textContent = `${res.usage.completion_tokens} tokens in ${((performance.now() - t0) / 1000).toFixed(2)} s · finish: ${res.choices[0].finish_reason}`;
     for (const call of msg.tool_calls || []) {
       const div = document.createElement("div");
       div.className = "call";
@@ -345,7 +384,6 @@ async function refreshEngine() {
 
 // ---------------------------------------------------------------- start-up
 (async function init() {
-  $("so-source").value = EXAMPLES.json_schema;
   try {
     const models = await apiJSON("/v1/models");
     model = models.data[0].id;
