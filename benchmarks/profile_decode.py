@@ -25,7 +25,7 @@ import sgrun
 
 CATEGORIES = {
     "matmul": ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
-               "aten::_weight_int4pack_mm_for_cpu", "sgrun::int4_mm", "sgrun::bf16_mm"),
+               "aten::_weight_int4pack_mm_for_cpu", "sgrun::int4_mm", "sgrun::bf16_mm", "sgrun::int8_mm_f32"),
     "attention gather": ("aten::index_select",),
     "attention math": ("aten::bmm", "aten::_softmax", "aten::softmax", "aten::scaled_dot_product_attention",
                        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::masked_fill_"),

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.models.compiled_forward import MAX_ROWS, _NoAttention, int8_rows_float32
+from sgrun.models.compiled_forward import _NoAttention, int8_rows_float32
 
 PROMPTS = ["The history of the Roman Empire", "def fibonacci(n):\n    ", "Paris is"]
 
@@ -63,7 +63,7 @@ def test_compiled_logits_equal_eager_forward_and_never_recompile(int8_engines):
     on, _ = int8_engines
     compiled, model = on.runner.compiled, on.model
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    for t in (1, 2, 5, MAX_ROWS):
+    for t in (1, 2, 5, compiled.max_rows):
         ids = torch.randint(0, model.cfg.vocab_size, (t,), generator=torch.Generator().manual_seed(t))
         pos = torch.arange(7, 7 + t)
         rows = torch.arange(t)
@@ -72,7 +72,7 @@ def test_compiled_logits_equal_eager_forward_and_never_recompile(int8_engines):
         # Logits reach |30|; 30 layers of float32 sums in another order differ by ~1e-4.
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames, "a batch size recompiled"
-    assert not compiled.eligible(MAX_ROWS + 1)
+    assert not compiled.eligible(compiled.max_rows + 1)
 
 
 def test_compile_switch_on_the_cli_and_a_clear_error(model_path):

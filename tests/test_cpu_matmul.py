@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sgrun.models import cpu_matmul
-from sgrun.models.quant_linear import KERNEL_MAX_ROWS, Int4Linear
+from sgrun.models.quant_linear import Int4Linear, Int8Linear
 
 pytestmark = pytest.mark.skipif(not cpu_matmul.available(), reason="the kernel needs a CPU with AVX512-BF16")
 
@@ -63,7 +63,7 @@ def test_int4_linear_uses_the_kernel_for_bf16_and_agrees_across_the_dense_switch
     lin = Int4Linear(w, torch.randn(192).bfloat16(), torch.bfloat16)
     assert lin.cpp
     dense = lin.dequantized().double()
-    for rows in (1, 6, KERNEL_MAX_ROWS, KERNEL_MAX_ROWS + 5):   # kernel below the switch, dense GEMM above
+    for rows in (1, 6, lin.max_rows, lin.max_rows + 5):   # kernel below the switch, dense GEMM above
         x = torch.randn(rows, 256).bfloat16()
         ref = x.double() @ dense.T + lin.bias.double()
         assert (lin(x).double() - ref).abs().max() < 0.02 * ref.abs().max()
@@ -98,3 +98,19 @@ def test_build_failure_falls_back_to_torchs_kernel(monkeypatch):
         monkeypatch.delenv(cpu_matmul.FORCE_BUILD_FAILURE_ENV)
         cpu_matmul.KERNEL.reset_for_tests()
     assert cpu_matmul.available()   # the real build loads again for later tests
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 6, 65])
+def test_int8_float32_head_matches_float64_and_keeps_rows_invariant(m):
+    torch.manual_seed(m)
+    w = torch.randn(1056, 200) * 0.05
+    head = Int8Linear(w, None, torch.float32)
+    assert head.cpp
+    x = torch.randn(m, 200)
+    y = head(x)
+    ref = x.double() @ head.dequantized().double().T
+    assert y.dtype == torch.float32 and (y.double() - ref).abs().max() < 1e-5 * max(1.0, ref.abs().max().item())
+    assert torch.equal(head(x[-1:].contiguous())[0], y[-1])
+    ids = torch.tensor([0, 17, 1055, 3])
+    assert torch.equal(head.rows(ids), head.dequantized()[ids])
+    assert torch.equal(head.codes(), torch.round(w / head.scale[:, None]).clamp(-127, 127).to(torch.int8))

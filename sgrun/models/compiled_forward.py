@@ -9,14 +9,16 @@ constants), so a step calls ~32 graphs, inductor fuses each residual-add + RMSNo
 RoPE and the SiLU*mul into one C++ loop each, and the weight-only GEMMs stay torch's kernels.
 Attention stays eager between the graphs: its backends do per-batch Python work.
 
-The lm_head is the largest single win: an int8 table with float32 activations (logits are never
-rounded to bf16) has no fast ATen kernel -- `_weight_int8pack_mm` in float32 takes ~9 ms at
-batch 1 for SmolLM2's 49152x576 head, against ~0.6 ms for the same dot products written as a
-reduction, which inductor turns into one vectorised pass over the int8 bytes.
+The lm_head (an int8 table with float32 activations: logits are never rounded to bf16) has no
+fast ATen kernel -- `_weight_int8pack_mm` in float32 takes ~9 ms at batch 1 for SmolLM2's
+49152x576 head. Where sgrun's C++ kernel serves (cpu_matmul.py) the head calls it; elsewhere the
+same dot products are written as a reduction, which inductor turns into one vectorised pass over
+the int8 bytes (~0.6 ms at batch 1, but it converts the table once per row, so it grows fast).
 
-Shapes: batch sizes up to `MAX_ROWS` (the weight-only kernels' range; prefill chunks above it
-are GEMM-bound and stay eager). Dynamo specialises T = 1 and compiles one dynamic-T graph for
-2..MAX_ROWS, so at most two graphs per block exist and nothing recompiles on the hot path; both
+Shapes: batch sizes up to `max_rows`, the smallest row limit of the model's weight-only kernels
+(48 for torch's, 256 for sgrun's C++ int4 kernel on a CPU without AMX: quant_linear.py); larger
+prefill chunks are GEMM-bound and stay eager. Dynamo specialises T = 1 and compiles one
+dynamic-T graph for 2..max_rows, so at most two graphs per block exist and nothing recompiles on the hot path; both
 are compiled by `warm_up` at engine start-up, which reports the seconds it took.
 """
 
@@ -30,8 +32,6 @@ import torch
 
 from sgrun.models.llama import LayerBlocks, LlamaModel, first_block, inner_block, layer_tail
 from sgrun.models.quant_linear import KERNEL_MAX_ROWS, Int8Linear
-
-MAX_ROWS = KERNEL_MAX_ROWS
 
 
 def int8_rows_float32(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -52,7 +52,7 @@ def compile_available() -> bool:
 
 
 class CompiledForward:
-    """LlamaModel.forward's twin for batches of at most MAX_ROWS tokens (CPU, no tensor
+    """LlamaModel.forward's twin for batches of at most `max_rows` tokens (CPU, no tensor
     parallelism). Same inputs, same outputs; the compiled graphs are shared by every engine
     that shares the model (loader.py caches models)."""
 
@@ -63,16 +63,17 @@ class CompiledForward:
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         self.blocks = LayerBlocks(*(torch.compile(f, dynamic=None) for f in (first_block, inner_block, layer_tail)))
         head = model.lm_head
-        if isinstance(head, Int8Linear) and head.scale.dtype == torch.float32:
+        if isinstance(head, Int8Linear) and head.scale.dtype == torch.float32 and not head.cpp:
             rows = torch.compile(int8_rows_float32, dynamic=None)
             self.lm_head: Callable = lambda x: rows(x, head.q, head.scale)
         else:
             self.lm_head = head
         self.warm_up_s: float | None = None
+        self.max_rows = min(getattr(lin, "max_rows", KERNEL_MAX_ROWS) for lw in model.layers
+                            for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
 
-    @staticmethod
-    def eligible(num_tokens: int) -> bool:
-        return num_tokens <= MAX_ROWS
+    def eligible(self, num_tokens: int) -> bool:
+        return num_tokens <= self.max_rows
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:

@@ -25,14 +25,17 @@ log = logging.getLogger("sgrun.engine")
 DEFAULT_FLAGS = ("-O3", "-fopenmp", "-march=native", "-std=c++17")
 
 
-def _cpu_key() -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_flags() -> str:
+    """The CPU's feature flags line from /proc/cpuinfo ("" where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
-            cpu += next((line for line in f if line.startswith("flags")), "")
+            return next((line for line in f if line.startswith("flags")), "")
     except OSError:
-        pass
-    return cpu
+        return ""
+
+
+def _cpu_key() -> str:
+    return (platform.processor() or platform.machine()) + cpu_flags()
 
 
 class CppKernel:

@@ -10,6 +10,7 @@
 //   int4: codes [N/16, K/2, 16] uint8, byte = code[n, 2p] | code[n, 2p+1] << 4;
 //         scales [N/16, K/32, 2, 16] fp16: 16 scales, then 16 minimums (w = scale * code + min).
 //   bf16: weights [N/16, K/2, 16, 2].
+//   int8 (float32 activations, the lm_head): weights [N/16, K, 16], one float32 scale per column.
 //
 // Row invariance: every row of x goes through the same instruction sequence whatever M is, how
 // rows are blocked and how columns are split over threads (no split-K), so a row's result is
@@ -158,6 +159,47 @@ void bf16_tile(const uint32_t* w, int64_t block_stride, const uint32_t* xpairs, 
                           reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_add_ps(even[r][b], odd[r][b]))));
 }
 
+// int8 weights (one scale per output column) times float32 activations, float32 out: the
+// lm_head, whose logits are never rounded to bf16. Two chains over even and odd k per
+// accumulator, as above; the column scale is applied once at the end.
+template <int R, int NB>
+void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const float* scale,
+                   float* y, int64_t n_total) {
+  __m512 even[R][NB], odd[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) even[r][b] = odd[r][b] = _mm512_setzero_ps();
+  auto column = [&](int b, int64_t kk) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * block_stride + kk * LANES))));
+  };
+  int64_t kk = 0;
+  for (; kk + 1 < k; kk += 2) {
+    __m512 w0[NB], w1[NB];
+    for (int b = 0; b < NB; ++b) {
+      w0[b] = column(b, kk);
+      w1[b] = column(b, kk + 1);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512 x0 = _mm512_set1_ps(x[r * k + kk]);
+      const __m512 x1 = _mm512_set1_ps(x[r * k + kk + 1]);
+      for (int b = 0; b < NB; ++b) {
+        even[r][b] = _mm512_fmadd_ps(w0[b], x0, even[r][b]);
+        odd[r][b] = _mm512_fmadd_ps(w1[b], x1, odd[r][b]);
+      }
+    }
+  }
+  if (kk < k) {
+    for (int r = 0; r < R; ++r) {
+      const __m512 x0 = _mm512_set1_ps(x[r * k + kk]);
+      for (int b = 0; b < NB; ++b) even[r][b] = _mm512_fmadd_ps(column(b, kk), x0, even[r][b]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      _mm512_storeu_ps(y + r * n_total + b * LANES,
+                       _mm512_mul_ps(_mm512_add_ps(even[r][b], odd[r][b]), _mm512_loadu_ps(scale + b * LANES)));
+}
+
 template <int V>
 using Const = std::integral_constant<int, V>;
 
@@ -266,43 +308,87 @@ at::Tensor bf16_mm(const at::Tensor& x, const at::Tensor& w, int64_t n) {
   return out;
 }
 
-// The int4 weight as a dense [N, K] bf16 matrix (prefill chunks multiply densely): w = s * c + min,
-// computed in float32 and rounded once.
-at::Tensor int4_dequantize(const at::Tensor& codes, const at::Tensor& scales, int64_t n, int64_t k) {
+at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a 2-D float32 tensor");
+  const int64_t m = x.size(0), k = x.size(1), n = scale.numel(), blocks = n / LANES;
+  TORCH_CHECK(n % LANES == 0 && q.scalar_type() == at::kChar && q.is_contiguous() && q.numel() == n * k,
+              "q does not match x and scale");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous(), "scale must be contiguous float32");
+  at::Tensor out = at::empty({m, n}, x.options());
+#ifdef SGRUN_BF16_DOT
+  at::Tensor xc = x.contiguous();
+  const float* xb = xc.data_ptr<float>();
+  const int8_t* qb = q.data_ptr<int8_t>();
+  const float* sb = scale.data_ptr<float>();
+  float* yb = out.data_ptr<float>();
+  const int64_t qs = k * LANES;
+  const int64_t units = (blocks + 1) / 2;
+  at::parallel_for(0, units, grain_for(m, k, 2), [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t b0 = u * 2;
+      const bool pair = b0 + 1 < blocks;
+      for (int64_t r = 0; r < m; r += ROW_BLOCK) {
+        auto tile = [&](auto rows, auto nb) {
+          int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(qb + b0 * qs, qs, xb + r * k, k, sb + b0 * LANES,
+                                                                   yb + r * n + b0 * LANES, n);
+        };
+        with_rows(m - r, pair, tile);
+      }
+    }
+  });
+#else
+  TORCH_CHECK(false, "int8_mm_f32 needs a CPU with AVX512-BF16");
+#endif
+  return out;
+}
+
+// The int4 weight as dense bf16 for prefill chunks (they multiply with oneDNN's GEMM): written
+// as W^T, [K, N], because then the 16 columns of one k are 32 contiguous bytes and no transpose
+// is needed; the caller hands F.linear its .t() view. w = s * c + min in float32, rounded once.
+at::Tensor int4_dequantize_t(const at::Tensor& codes, const at::Tensor& scales, int64_t n, int64_t k) {
   TORCH_CHECK(n % LANES == 0 && k % GROUP == 0, "n must be a multiple of 16 and k of 32");
-  TORCH_CHECK(codes.numel() == n * k / 2 && scales.numel() == n * k / GROUP * 2, "codes/scales do not match n, k");
-  at::Tensor out = at::empty({n, k}, codes.options().dtype(at::kBFloat16));
-  const uint8_t* cb = codes.contiguous().data_ptr<uint8_t>();
-  const at::Half* sb = scales.contiguous().data_ptr<at::Half>();
-  at::BFloat16* ob = out.data_ptr<at::BFloat16>();
+  TORCH_CHECK(codes.is_contiguous() && scales.is_contiguous() && codes.numel() == n * k / 2 &&
+              scales.numel() == n * k / GROUP * 2, "codes/scales do not match n, k");
+  at::Tensor out = at::empty({k, n}, codes.options().dtype(at::kBFloat16));
+#ifdef SGRUN_BF16_DOT
+  const uint8_t* cb = codes.data_ptr<uint8_t>();
+  const uint16_t* sb = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
+  uint16_t* ob = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const int64_t groups = k / GROUP, blocks = n / LANES;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
+    const __m512i low = _mm512_set1_epi32(15);
     for (int64_t blk = begin; blk < end; ++blk) {
       const uint8_t* c = cb + blk * (k / 2) * LANES;
-      const at::Half* s = sb + blk * groups * 2 * LANES;
-      for (int64_t j = 0; j < LANES; ++j) {
-        at::BFloat16* row = ob + (blk * LANES + j) * k;
-        for (int64_t g = 0; g < groups; ++g) {
-          const float sc = static_cast<float>(s[g * 2 * LANES + j]);
-          const float mn = static_cast<float>(s[g * 2 * LANES + LANES + j]);
-          for (int64_t p = 0; p < PAIRS_PER_GROUP; ++p) {
-            const uint8_t byte = c[(g * PAIRS_PER_GROUP + p) * LANES + j];
-            row[g * GROUP + 2 * p] = static_cast<at::BFloat16>(sc * static_cast<float>(byte & 15) + mn);
-            row[g * GROUP + 2 * p + 1] = static_cast<at::BFloat16>(sc * static_cast<float>(byte >> 4) + mn);
-          }
+      const uint16_t* sg = sb + blk * groups * 2 * LANES;
+      uint16_t* col = ob + blk * LANES;
+      for (int64_t g = 0; g < groups; ++g) {
+        const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sg + g * 2 * LANES)));
+        const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sg + g * 2 * LANES + LANES)));
+        for (int64_t p = 0; p < PAIRS_PER_GROUP; ++p) {
+          const int64_t pair = g * PAIRS_PER_GROUP + p;
+          const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c + pair * LANES)));
+          const __m512 lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(d, low)), s, mn);
+          const __m512 hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(d, 4)), s, mn);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(col + (2 * pair) * n), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(lo)));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(col + (2 * pair + 1) * n), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(hi)));
         }
       }
     }
   });
+#else
+  TORCH_CHECK(false, "int4_dequantize_t needs a CPU with AVX512-BF16");
+#endif
   return out;
 }
 
 TORCH_LIBRARY_FRAGMENT(sgrun, lib) {
   lib.def("int4_mm(Tensor x, Tensor codes, Tensor scales, int n) -> Tensor");
   lib.def("bf16_mm(Tensor x, Tensor w, int n) -> Tensor");
+  lib.def("int8_mm_f32(Tensor x, Tensor q, Tensor scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(sgrun, CPU, lib) {
   lib.impl("int4_mm", &int4_mm);
   lib.impl("bf16_mm", &bf16_mm);
+  lib.impl("int8_mm_f32", &int8_mm_f32);
 }

@@ -25,14 +25,14 @@ from pathlib import Path
 
 import torch
 
-from sgrun.models.cpp_build import CppKernel
+from sgrun.models.cpp_build import CppKernel, cpu_flags
 
 LANES = 16      # output columns per block (one 512-bit lane each)
 GROUP = 32      # int4 group along the input dim
 
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_MATMUL_FAIL"
 
-KERNEL = CppKernel("cpu_matmul", Path(__file__).with_name("cpu_matmul.cpp"), ["fast_path", "int4_dequantize"],
+KERNEL = CppKernel("cpu_matmul", Path(__file__).with_name("cpu_matmul.cpp"), ["fast_path", "int4_dequantize_t"],
                    what="The C++ small-batch matmul",
                    fallback="small batches use torch's weight-only kernels instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV)
@@ -61,6 +61,15 @@ def _register_fakes() -> None:
     def _bf16_mm_fake(x, w, n):
         return x.new_empty((x.shape[0], n))
 
+    @torch.library.register_fake("sgrun::int8_mm_f32")
+    def _int8_mm_f32_fake(x, q, scale):
+        return x.new_empty((x.shape[0], scale.shape[0]))
+
+
+def has_amx() -> bool:
+    """AMX tiles make oneDNN's dense bf16 GEMM ~2x faster than weight-only kernels from ~64 rows."""
+    return "amx_bf16" in cpu_flags().split()
+
 
 def fits(n: int, k: int) -> bool:
     """Shapes the column-block layout holds."""
@@ -79,12 +88,28 @@ def pack_int4(codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -
     return packed, sm.permute(0, 3, 2, 1).contiguous().to(torch.float16)
 
 
+def pack_int8(q: torch.Tensor) -> torch.Tensor:
+    """int8 [N, K] -> [N/16, K, 16]: 16 output columns of one k side by side."""
+    n, k = q.shape
+    return q.view(n // LANES, LANES, k).transpose(1, 2).contiguous()
+
+
+def int8_rows(blocked: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` of the [N, K] matrix that pack_int8 blocked (an embedding lookup)."""
+    return blocked[ids // LANES, :, ids % LANES]
+
+
+def int8_mm_f32(x: torch.Tensor, blocked: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return torch.ops.sgrun.int8_mm_f32(x, blocked, scale)
+
+
 def int4_mm(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, n: int) -> torch.Tensor:
     return torch.ops.sgrun.int4_mm(x, codes, scales, n)
 
 
 def int4_dequantize(codes: torch.Tensor, scales: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    """The packed weight as a dense [N, K] bf16 matrix (for prefill chunks)."""
+    """The packed weight as a dense [N, K] bf16 matrix (for prefill chunks): a transposed view of
+    a [K, N] buffer, which is how the kernel writes it fastest; F.linear takes it as it is."""
     module = KERNEL.load()
     assert module is not None, "int4_dequantize called without the kernel"
-    return module.int4_dequantize(codes, scales, n, k)
+    return module.int4_dequantize_t(codes, scales, n, k).t()

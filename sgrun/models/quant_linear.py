@@ -1,12 +1,13 @@
 """Linear layers whose weights stay quantized in memory (int8 per row, int4 in groups of 32).
 
-Small batches (decode) multiply with torch's CPU weight-only kernels, which read the int8/int4
-weights directly: at batch 1 that is ~4-10x faster than a bf16 `F.linear` on this model's
-shapes (benchmarks in docs/benchmarks.md), because the step is bound by weight bytes and
-oneDNN's small-M bf16 path has a high fixed cost. Large batches (prefill chunks) are compute-
-bound and the bf16 GEMM (AMX) beats the weight-only kernels there by ~2x, so above
-`KERNEL_MAX_ROWS` rows the weight is dequantized for that one call and multiplied densely;
-the dequantized copy is dropped after the call, so memory holds only the quantized form.
+Small batches (decode) multiply with weight-only kernels that read the int8/int4 weights
+directly: for int4 with bf16 activations sgrun's own C++ kernel (cpu_matmul.py: ~2x torch's,
+rows bit-identical at any batch size), otherwise torch's CPU kernels. At batch 1 that is ~4-10x
+faster than a bf16 `F.linear` on this model's shapes (docs/benchmarks.md), because the step is
+bound by weight bytes and oneDNN's small-M bf16 path has a high fixed cost. Large batches
+(prefill chunks) are compute-bound and the dense bf16 GEMM is as fast or faster there, so above a
+kernel's `max_rows` the weight is dequantized for that one call and multiplied densely; the
+dequantized copy is dropped after the call, so memory holds only the quantized form.
 """
 
 from __future__ import annotations
@@ -21,9 +22,13 @@ from sgrun.models import cpu_matmul
 QuantMode = Literal["none", "int8", "int4"]
 QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")
 
-# Rows (tokens) up to which the weight-only kernels run; above it, dequantize + dense GEMM.
+# Rows (tokens) up to which torch's weight-only kernels run; above it, dequantize + dense GEMM.
 # Measured crossover on the 2-core AMX machine for SmolLM2's shapes is between 16 and 64 rows.
 KERNEL_MAX_ROWS = 48
+# The same for sgrun's C++ int4 kernel: level with oneDNN's dense bf16 GEMM up to ~256 rows on
+# an AVX512-BF16 machine without AMX (benchmarks/bench_matmul.py), so decode batches and small
+# chunks never dequantize; with AMX tiles the dense GEMM wins from ~64 rows, as above.
+CPP_KERNEL_MAX_ROWS = KERNEL_MAX_ROWS if cpu_matmul.has_amx() else 256
 INT4_GROUP = 32
 # _weight_int4pack_mm_for_cpu packs weight rows in tiles of 64 (see _unpack_int4).
 _INT4_ROW_TILE = 64
@@ -53,31 +58,51 @@ class DenseLinear:
 
 
 class Int8Linear:
-    """Symmetric int8 with one scale per output row: w = q * scale[row]."""
+    """Symmetric int8 with one scale per output row: w = q * scale[row].
+
+    With float32 activations (the lm_head: logits are never rounded to bf16) on a CPU the C++
+    kernel serves, the codes are kept in its column-block layout and multiplied by it at any row
+    count; otherwise they stay [N, K] for torch's `_weight_int8pack_mm`."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
         w = weight.float()
         scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-        self.q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
         self.scale = scale.to(dtype)
         self.bias = None if bias is None else bias.to(dtype)
-        self.out_features = weight.shape[0]
+        self.out_features, self.in_features = weight.shape
+        self.cpp = (dtype == torch.float32 and weight.device.type == "cpu" and self.out_features % cpu_matmul.LANES == 0
+                    and cpu_matmul.available())
+        if self.cpp:
+            self.blocked = cpu_matmul.pack_int8(q)
+        else:
+            self.q = q.contiguous()
+
+    def codes(self) -> torch.Tensor:
+        """The int8 codes as [N, K] (a copy when they are kept in column blocks)."""
+        if self.cpp:
+            return self.blocked.transpose(1, 2).reshape(self.out_features, self.in_features)
+        return self.q
 
     def dequantized(self) -> torch.Tensor:
-        return self.q.to(self.scale.dtype) * self.scale[:, None]
+        return self.codes().to(self.scale.dtype) * self.scale[:, None]
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Dequantized rows (an embedding lookup without dequantizing the whole table)."""
-        return self.q[ids].to(self.scale.dtype) * self.scale[ids, None]
+        q = cpu_matmul.int8_rows(self.blocked, ids) if self.cpp else self.q[ids]
+        return q.to(self.scale.dtype) * self.scale[ids, None]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] > KERNEL_MAX_ROWS:
+        if self.cpp:
+            y = cpu_matmul.int8_mm_f32(x, self.blocked, self.scale)
+        elif x.shape[0] > KERNEL_MAX_ROWS:
             return F.linear(x, self.dequantized(), self.bias)
-        y = torch.ops.aten._weight_int8pack_mm(x, self.q, self.scale)
+        else:
+            y = torch.ops.aten._weight_int8pack_mm(x, self.q, self.scale)
         return y if self.bias is None else y + self.bias
 
     def nbytes(self) -> int:
-        return self.q.numel() + self.scale.numel() * self.scale.element_size()
+        return self.out_features * self.in_features + self.scale.numel() * self.scale.element_size()
 
 
 class Int4Linear:
@@ -101,6 +126,7 @@ class Int4Linear:
         # minimum per group); otherwise torch's int4 kernel and its layout. One copy either way.
         self.cpp = (dtype == torch.bfloat16 and weight.device.type == "cpu" and cpu_matmul.fits(n, k)
                     and _fp16_safe(scale, lo) and cpu_matmul.available())
+        self.max_rows = CPP_KERNEL_MAX_ROWS if self.cpp else KERNEL_MAX_ROWS
         if self.cpp:
             self.codes, self.group_scales = cpu_matmul.pack_int4(q, scale, lo)
         else:
@@ -132,7 +158,7 @@ class Int4Linear:
         return out.view(n, k)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] > KERNEL_MAX_ROWS:
+        if x.shape[0] > self.max_rows:
             return F.linear(x, self.dequantized(), self.bias)
         if self.cpp:
             y = cpu_matmul.int4_mm(x, self.codes, self.group_scales, self.out_features)

@@ -1,0 +1,79 @@
+"""Small-batch weight-only matmuls on SmolLM2's linear shapes, side by side in one process:
+
+    python benchmarks/bench_matmul.py [--threads 2] [--rows 1,2,4,7,16,32,64,128] [--reps 200]
+
+- sgrun int4: the C++ kernel (sgrun/models/cpu_matmul.cpp), codes and fp16 scales in column blocks;
+- torch int4: aten._weight_int4pack_mm_for_cpu on the same codes (bf16 scales);
+- sgrun dequantize + dense: what a chunk above KERNEL_MAX_ROWS pays (C++ dequantize, then F.linear);
+- dense bf16: F.linear on the dequantized weight (oneDNN), the weight already in memory.
+
+Each figure is the minimum over `--reps` calls (the machine is shared: the minimum is the least
+disturbed estimate of a call's own cost), in microseconds, with the load average. Weights are
+cold only on the first call: these are in-cache numbers, a bound on what a step can reach.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from sgrun.models import cpu_matmul  # noqa: E402
+
+SHAPES = {"qkv 960x576": (960, 576), "o 576x576": (576, 576), "gate_up 3072x576": (3072, 576),
+          "down 576x1536": (576, 1536)}
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def best_us(fn, reps: int) -> float:
+    for _ in range(5):
+        fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rows", default="1,2,4,7,16,32,64,128")
+    ap.add_argument("--reps", type=int, default=200)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    if not cpu_matmul.available():
+        raise SystemExit("the C++ kernel is not available on this machine (needs AVX512-BF16 and a compiler)")
+    print(f"{args.threads} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, load {load_avg()}")
+    g = torch.Generator().manual_seed(0)
+    for name, (n, k) in SHAPES.items():
+        codes = torch.randint(0, 16, (n, k), generator=g, dtype=torch.int32)
+        scale = torch.rand(n, k // 32, generator=g) * 0.02 + 1e-3
+        minimum = -torch.rand(n, k // 32, generator=g) * 0.15
+        packed, scales = cpu_matmul.pack_int4(codes, scale, minimum)
+        torch_packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 2)
+        sz = torch.stack([scale, minimum + 8 * scale], -1).transpose(0, 1).contiguous().bfloat16()
+        dense = cpu_matmul.int4_dequantize(packed, scales, n, k)
+        print(f"\n{name}  (load {load_avg()})")
+        print(f"  {'rows':>5} {'sgrun int4':>11} {'torch int4':>11} {'deq+dense':>11} {'dense bf16':>11}   sgrun vs torch")
+        for m in (int(r) for r in args.rows.split(",")):
+            x = torch.randn(m, k, generator=g).bfloat16()
+            ours = best_us(lambda: cpu_matmul.int4_mm(x, packed, scales, n), args.reps)
+            theirs = best_us(lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(x, torch_packed, 32, sz), args.reps)
+            deq = best_us(lambda: F.linear(x, cpu_matmul.int4_dequantize(packed, scales, n, k)), max(10, args.reps // 10))
+            den = best_us(lambda: F.linear(x, dense), max(10, args.reps // 4))
+            print(f"  {m:>5} {ours:>9.1f}us {theirs:>9.1f}us {deq:>9.1f}us {den:>9.1f}us   {theirs / ours:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
