@@ -89,15 +89,14 @@ void attend_portable(const T* q, int64_t q_stride, const T* kc, const T* vc, int
 
 #ifdef SG_PREFILL_BF16
 // ---------------------------------------------------------------- AVX512-BF16 path
-// 2^x for x <= 0 (x = -inf gives 0 after the caller's mask): 2^n * 2^f with n = round(x),
-// |f| <= 0.5, 2^f = e^(f ln 2) by a degree-6 Taylor series (relative error ~1e-7, far below
-// the bf16 rounding of the probabilities that follows).
+// 2^x for x <= 0 (x = -inf gives ~2^-127; callers mask such lanes to 0): 2^n * 2^f with
+// n = round(x), |f| <= 0.5, 2^f = e^(f ln 2) by a degree-5 Taylor series (relative error
+// ~3e-6, far below the bf16 rounding of the probabilities that follows).
 inline __m512 exp2_ps(__m512 x) {
   x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(0.6931471805599453f));
-  __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 120.0f));
+  __m512 p = _mm512_set1_ps(1.0f / 120.0f);
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
@@ -149,12 +148,14 @@ void attend_rows(const uint16_t* const* qrow, const int64_t* pos, int nrows, Pac
     max_pos = std::max(max_pos, pos[r]);
     min_pos = std::min(min_pos, pos[r]);
   }
-  float m[R], l[R], alpha[R];
+  static_assert(R <= 16, "one vector holds the tile's row maxima");
+  alignas(64) float m[16], alpha[16], bm[16];   // row max so far (raw scores), rescale factors
+  alignas(64) float l[R][16];                   // row sums, lane-wise (one horizontal sum at the end)
   alignas(64) float o[R][D];
   alignas(64) uint16_t pb[R][kKeyBlock];
+  for (int r = 0; r < 16; ++r) m[r] = bm[r] = r < R ? -std::numeric_limits<float>::infinity() : 0.0f;
   for (int r = 0; r < R; ++r) {
-    m[r] = -std::numeric_limits<float>::infinity();
-    l[r] = 0.0f;
+    for (int i = 0; i < 16; ++i) l[r][i] = 0.0f;
     for (int d = 0; d < D; ++d) o[r][d] = 0.0f;
   }
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
@@ -178,26 +179,35 @@ void attend_rows(const uint16_t* const* qrow, const int64_t* pos, int nrows, Pac
     // Online softmax in base 2 (the scale folds log2 e in); keys past a row's position masked.
     const int64_t key0 = kb * kKeyBlock;
     const bool masked = key0 + kKeyBlock - 1 > min_pos;
+    __mmask16 keep[R][4];
     for (int r = 0; r < R; ++r) {
-      __mmask16 keep[4];
-      __m512 s[4];
       for (int v = 0; v < 4; ++v) {
-        s[v] = _mm512_mul_ps(acc[r][v], _mm512_set1_ps(scale_log2));
-        keep[v] = 0xFFFF;
+        keep[r][v] = 0xFFFF;
         if (masked) {
           const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(key0 + 16 * v)));
-          keep[v] = _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(pos[r])));
-          s[v] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), keep[v], s[v]);
+          keep[r][v] = _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(pos[r])));
+          acc[r][v] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), keep[r][v],
+                                         acc[r][v]);
         }
       }
-      const float bm = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3])));
-      const float m_new = std::max(m[r], bm);   // finite: block 0 always holds key 0 <= pos
-      alpha[r] = std::exp2(m[r] - m_new);
-      m[r] = m_new;
-      const __m512 mv = _mm512_set1_ps(m_new);
+      bm[r] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(acc[r][0], acc[r][1]),
+                                                 _mm512_max_ps(acc[r][2], acc[r][3])));
+    }
+    {   // every row's new max and rescale factor at once; block 0 holds key 0 <= pos, so finite
+      const __m512 m_old = _mm512_load_ps(m), m_new = _mm512_max_ps(m_old, _mm512_load_ps(bm));
+      _mm512_store_ps(alpha, exp2_ps(_mm512_mul_ps(_mm512_sub_ps(m_old, m_new), _mm512_set1_ps(scale_log2))));
+      _mm512_store_ps(m, m_new);
+    }
+    const __m512 sl = _mm512_set1_ps(scale_log2);
+    for (int r = 0; r < R; ++r) {
+      const __m512 shift = _mm512_set1_ps(-m[r] * scale_log2);
       __m512 p[4];
-      for (int v = 0; v < 4; ++v) p[v] = _mm512_maskz_mov_ps(keep[v], exp2_ps(_mm512_sub_ps(s[v], mv)));
-      l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3])));
+      for (int v = 0; v < 4; ++v) {
+        p[v] = exp2_ps(_mm512_fmadd_ps(acc[r][v], sl, shift));
+        if (masked) p[v] = _mm512_maskz_mov_ps(keep[r][v], p[v]);
+      }
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
+      _mm512_store_ps(l[r], _mm512_fmadd_ps(_mm512_load_ps(l[r]), _mm512_set1_ps(alpha[r]), sum));
       _mm512_store_si512(pb[r], reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p[1], p[0])));
       _mm512_store_si512(pb[r] + 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p[3], p[2])));
     }
@@ -222,7 +232,7 @@ void attend_rows(const uint16_t* const* qrow, const int64_t* pos, int nrows, Pac
       for (int v = 0; v < ND; ++v) _mm512_store_ps(o[r] + 16 * v, ov[r][v]);
   }
   for (int r = 0; r < nrows; ++r) {
-    const __m512 inv = _mm512_set1_ps(1.0f / l[r]);
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_load_ps(l[r])));
     for (int v = 0; v < ND; ++v) {
       const __m256bh y = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(o[r] + 16 * v), inv));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(orow[r] + 16 * v), reinterpret_cast<__m256i>(y));
