@@ -1,0 +1,138 @@
+"""Where a prefill goes: torch.profiler over one whole-prompt prefill (max_new_tokens=1).
+
+    python benchmarks/profile_prefill.py [--lengths 512,2048] [--quantization int4,none] [--threads 2]
+                                         [--attention-backend cpp|torch]
+
+For each setting it prints the unprofiled TTFT (median of 3), then the profiled breakdown of
+the model forward: attention (everything inside the backend's per-layer call: KV writes and the
+prefill kernel or SDPA), the int4/int8 weight dequantization prefill pays per linear per chunk,
+the GEMMs, norm / RoPE / activation elementwise ops, other tensor ops, and Python (forward
+time not covered by any op).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+import sgrun
+from sgrun.models import quant_linear
+
+MATMUL = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
+          "aten::_weight_int4pack_mm_for_cpu")
+ELEMENTWISE = ("aten::rms_norm", "aten::_fused_rms_norm", "aten::mul", "aten::add", "aten::cat", "aten::neg",
+               "aten::silu", "aten::addcmul", "aten::sub", "aten::copy_", "aten::to", "aten::_to_copy")
+REGIONS = {"sgrun::attention": "attention (KV write + prefill attention)",
+           "sgrun::dequantize": "weight dequantization (per linear per chunk)"}
+
+
+def load_avg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def wrap(obj, name: str, region: str) -> None:
+    orig = getattr(obj, name)
+
+    def wrapped(*a, **k):
+        with record_function(region):
+            return orig(*a, **k)
+    setattr(obj, name, wrapped)
+
+
+def breakdown(prof) -> dict[str, float]:
+    """ms by category, from the event tree (self times, so nothing counts twice)."""
+    out: dict[str, float] = defaultdict(float)
+    forward_total = covered = 0.0
+    for ev in prof.events():
+        if ev.name == "sgrun::model_forward":
+            forward_total += ev.cpu_time_total / 1e3
+    for ev in prof.events():
+        if ev.name in REGIONS:
+            if _inside(ev, "sgrun::model_forward") and not _inside_any(ev, REGIONS):
+                out[REGIONS[ev.name]] += ev.cpu_time_total / 1e3
+                covered += ev.cpu_time_total / 1e3
+            continue
+        if not ev.name.startswith("aten::") or not _inside(ev, "sgrun::model_forward") or _inside_any(ev, REGIONS):
+            continue
+        top = ev.cpu_parent is None or not ev.cpu_parent.name.startswith("aten::")
+        if ev.name in MATMUL:
+            cat = "GEMMs (bf16, dense or dequantized weights)"
+        elif ev.name in ELEMENTWISE:
+            cat = "norm/RoPE/activation/casts"
+        else:
+            cat = "other tensor ops"
+        out[cat] += ev.self_cpu_time_total / 1e3
+        if top:
+            covered += ev.cpu_time_total / 1e3
+    out["Python / dispatch (forward time not inside any op)"] = forward_total - covered
+    out["_total"] = forward_total
+    return out
+
+
+def _inside(ev, name: str) -> bool:
+    p = ev.cpu_parent
+    while p is not None:
+        if p.name == name:
+            return True
+        p = p.cpu_parent
+    return False
+
+
+def _inside_any(ev, names) -> bool:
+    return any(_inside(ev, n) for n in names)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lengths", default="512,2048")
+    ap.add_argument("--quantization", default="int4,none")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
+    ap.add_argument("--top", type=int, default=0, help="also list the N ops with the most self time")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, load {load_avg()}")
+    for cls in (quant_linear.Int4Linear, quant_linear.Int8Linear):
+        wrap(cls, "dequantized", "sgrun::dequantize")
+    rng = random.Random(0)
+    for quant in args.quantization.split(","):
+        engine = sgrun.Engine(dtype="bfloat16", num_threads=args.threads, quantization=quant,
+                              attention_backend=args.attention_backend)
+        print(f"\nsgrun {quant}, attention backend {engine.runner.backend}")
+        wrap(engine.runner.model, "forward", "sgrun::model_forward")
+        wrap(engine.runner.attn, "forward", "sgrun::attention")
+        params = sgrun.SamplingParams(max_new_tokens=1, temperature=0)
+        for length in map(int, args.lengths.split(",")):
+            prompts = [[rng.randrange(100, 40000) for _ in range(length)] for _ in range(4)]
+            ttfts = []
+            for p in prompts[:3]:
+                engine.flush_cache()
+                ttfts.append(engine.generate([p], params)[0].ttft)
+            engine.flush_cache()
+            prof = profile(activities=[ProfilerActivity.CPU])
+            engine.run_on_loop(prof.__enter__)
+            t = time.perf_counter()
+            engine.generate([prompts[3]], params)
+            wall = time.perf_counter() - t
+            engine.run_on_loop(lambda: prof.__exit__(None, None, None))
+            parts = breakdown(prof)
+            total = parts.pop("_total")
+            print(f"[{quant}, {length} tokens] TTFT {statistics.median(ttfts) * 1e3:.0f} ms unprofiled (median of 3: "
+                  f"{', '.join(f'{x * 1e3:.0f}' for x in ttfts)}); profiled forward {total:.0f} ms, "
+                  f"request {wall * 1e3:.0f} ms  (load {load_avg()})")
+            for name, ms in sorted(parts.items(), key=lambda kv: -kv[1]):
+                print(f"  {name:<52} {ms:8.1f} ms  {100 * ms / total:5.1f}%")
+            if args.top:
+                print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top))
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()
