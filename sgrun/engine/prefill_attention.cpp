@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
@@ -252,9 +253,10 @@ void attend_bf16(const uint16_t* q, int64_t q_stride, const uint16_t* kc, const 
     keys[s] = (seg.ctx_len[s] + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
     base[s + 1] = base[s] + KV * keys[s] * D;   // words of K plus words of V, per segment
   }
-  std::vector<uint32_t> scratch(base[seg.count]);
+  // Uninitialized: pack_block writes every word, the padding included.
+  std::unique_ptr<uint32_t[]> scratch(new uint32_t[base[seg.count]]);
   auto packed = [&](int64_t s, int64_t kvh) {
-    uint32_t* k0 = scratch.data() + base[s] + kvh * keys[s] * D;
+    uint32_t* k0 = scratch.get() + base[s] + kvh * keys[s] * D;
     return Packed{k0, k0 + keys[s] * D / 2};
   };
   std::vector<int64_t> pack_first(seg.count + 1, 0);
@@ -325,6 +327,9 @@ void prefill_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_c
                ctx_lens.data_ptr<int64_t>(), q_starts.size(0)};
   const int64_t head_stride = k_cache.stride(0), page_stride = k_cache.stride(1);
   const float sc = static_cast<float>(scale);
+  // A 2,048-token chunk takes ~10 ms per layer: let the server's Python threads run meanwhile
+  // (torch's own ops release the GIL too; nothing below touches a Python object).
+  pybind11::gil_scoped_release no_gil;
 #ifdef SG_PREFILL_BF16
   if (!portable && q.scalar_type() == torch::kBFloat16 && (D == 32 || D == 64 || D == 96 || D == 128)) {
     auto* qp = reinterpret_cast<const uint16_t*>(q.data_ptr());
