@@ -16,7 +16,6 @@ interleaved prompt by prompt so machine load hits both alike), plus the load ave
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 
@@ -24,6 +23,7 @@ from sgrun.engine.teacher_forced import decode_trace, drift
 from sgrun.models.fetch import default_model_path
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model_files
+from bench_options import add_quantization, add_threads, load_avg
 
 # Thirty everyday chat requests of a new user: facts, arithmetic, definitions, short writing,
 # code. The first is the README's.
@@ -61,16 +61,12 @@ CHAT_PROMPTS = [
 ]
 
 
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=30)
     ap.add_argument("--steps", type=int, default=32, help="max tokens of each float32 greedy answer")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--quantization", default="none,int4", help="comma-separated: none, int8, int4")
+    add_threads(ap)
+    add_quantization(ap, "none,int4", several=True)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     loaded = load_model_files(default_model_path(), torch.float32)

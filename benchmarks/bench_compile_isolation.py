@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
 import torch
+
+from bench_options import uptime
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
@@ -84,7 +85,7 @@ def main() -> None:
     from sgrun.constrain.token_table import token_table
     tok = load_default_tokenizer()
     token_table(tok)
-    print("load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print("load:", uptime())
     from sgrun.constrain.compile_worker import start_workers
     start_workers()
     if True:
@@ -99,7 +100,7 @@ def main() -> None:
     print(f"{'mode':8} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'p50/alone':>10} {'mean/alone':>11}  compiles")
     for mode, p50, p99, mean, result in rows:
         print(f"{mode:8} {p50:8.2f} {p99:8.2f} {mean:8.2f} {p50 / base:10.2f} {mean / mean_alone:11.2f}  {result}")
-    print("load:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print("load:", uptime())
 
 
 if __name__ == "__main__":

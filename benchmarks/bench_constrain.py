@@ -355,7 +355,6 @@ def corpus_run(tok, n: int, realworld: bool = False) -> None:
 
 def main() -> None:
     import argparse
-    import subprocess
     import sys
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", type=int, default=150, help="schemas in the generated sample (0: skip)")
@@ -364,20 +363,21 @@ def main() -> None:
                     help="also run the hand-written real-world-like sample (benchmarks/realworld_corpus.py)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_options import uptime
     from sgrun.constrain.token_table import token_table
     from sgrun.constrain.vocab_index import vocab_index
     from sgrun.models.loader import load_tokenizer
     tok = load_tokenizer(None)
-    print("load before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print("load before:", uptime())
     t = time.perf_counter()
     vocab_index(token_table(tok))
     print(f"vocabulary trie + mask indexes build (once per tokenizer): {(time.perf_counter() - t) * 1e3:.0f} ms")
     if args.corpus:
         corpus_run(tok, args.corpus)
-        print("load after sample:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        print("load after sample:", uptime())
     if args.realworld:
         corpus_run(tok, 0, realworld=True)
-        print("load after real-world sample:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+        print("load after real-world sample:", uptime())
     if args.skip_masks:
         return
     lt = llg_tokenizer(tok)
@@ -414,7 +414,7 @@ def main() -> None:
         strategies.append(f"{name}: {s.get('strategies', '')}")
     print(f"cold = median over {COLD_RUNS} fresh compiles of each run's statistic; every p99 here is over the "
           f"calls after a walk's first one (that first mask is in 'first compile' for sgrun's warm-up)")
-    print("load after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print("load after:", uptime())
     print("masks computed by strategy in the last cold run (warm-up included):")
     for line in strategies:
         print("  " + line)

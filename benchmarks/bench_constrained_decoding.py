@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +30,7 @@ os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_constrain import TOOL  # noqa: E402
+from bench_options import add_dtype, add_rounds, uptime  # noqa: E402
 
 import sgrun  # noqa: E402
 
@@ -53,11 +53,11 @@ def run(engine, prompts: list[str], params: list[sgrun.SamplingParams]) -> tuple
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=3)
+    add_rounds(ap)
     ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--dtype", default="bfloat16")
+    add_dtype(ap, "bfloat16")
     args = ap.parse_args()
-    print("load before:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print("load before:", uptime())
     engine = sgrun.Engine(dtype=args.dtype, num_threads=2)
     tok = engine.tokenizer
     prompts = [tok.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": a}],
@@ -98,7 +98,7 @@ def main() -> None:
         results[key] = {"tokens": int(statistics.median(total)), "constrained_tps": statistics.median(tps_c),
                         "unconstrained_tps": statistics.median(tps_u), "calls_c": calls_c, "calls_u": calls_u,
                         "first_run_s": warm_s, "sample": warm[0].text}
-    print("load after:", subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print("load after:", uptime())
     print(f"{args.requests} requests, tool-call schema, greedy, dtype {args.dtype}, median of {args.rounds} rounds")
     print("| mode | output tokens | unconstrained tok/s | constrained tok/s | ratio | forward calls (unc. / con.) |")
     print("|---|---|---|---|---|---|")

@@ -21,10 +21,8 @@ radix-cache hit after the first) and differ in a 32-token user turn; cascade on 
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
-import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -33,10 +31,7 @@ import torch
 
 import sgrun
 from sgrun.engine.attention_torch import TorchPagedAttention
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from bench_options import add_dtype, add_quantization, add_threads, load_avg, uptime
 
 
 class AlternatingSteps:
@@ -103,11 +98,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8, help="measured steps per variant")
     ap.add_argument("--agent-requests", type=int, default=32)
     ap.add_argument("--agent-prefix", type=int, default=2048)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--quantization", default="auto")
+    add_threads(ap)
+    add_dtype(ap, "auto")
+    add_quantization(ap, "auto")
     args = ap.parse_args()
-    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(uptime())
     batches = [int(b) for b in args.batches.split(",")]
     max_b = max(batches + [args.agent_requests])
     tokens = max_b * (args.context + 4 * args.steps + 8) + args.agent_requests * (32 + 4 * args.steps) + args.agent_prefix
@@ -172,7 +167,7 @@ def main() -> None:
     (ons, ona), (offs, offa) = agent["cascade on"], agent["cascade off"]
     print(f"  agent: step {offs:.1f} -> {ons:.1f} ms ({offs / ons:.2f}x); attention {offa:.1f} -> {ona:.1f} ms "
           f"({offa / max(ona, 1e-9):.2f}x) with cascade on")
-    print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
+    print(uptime())
 
 
 def kv_bytes_per_token(elem: int) -> int:

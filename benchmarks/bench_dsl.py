@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -32,6 +31,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sgrun  # noqa: E402
+from bench_options import add_dtype, add_json_output, uptime, write_json  # noqa: E402
 
 TOOLS = [
     ("web_search", "Search the web and return the top results.", {"query": "string", "num_results": "integer"}),
@@ -227,16 +227,16 @@ def main() -> None:
     parser.add_argument("--num-inputs", type=int, default=32)
     parser.add_argument("--modes", default="a,b,c", help="comma-separated subset of a,b,c")
     parser.add_argument("--port", type=int, default=31870)
-    parser.add_argument("--dtype", default="float32")
+    add_dtype(parser, "float32")
     parser.add_argument("--num-threads", type=int, default=None, help="torch threads of the server")
-    parser.add_argument("--json", dest="json_out", default=None, help="also write results to this file")
+    add_json_output(parser)
     args = parser.parse_args()
 
     questions = (QUESTIONS * (args.num_inputs // len(QUESTIONS) + 1))[: args.num_inputs]
     from sgrun.models.loader import load_tokenizer
     prompt_tokens = len(load_tokenizer(None).encode(SYSTEM))
     print(f"system prompt: {prompt_tokens} tokens; {len(questions)} inputs x 5 calls", flush=True)
-    print(f"uptime: {os.popen('uptime').read().strip()}", flush=True)
+    print(f"uptime: {uptime()}", flush=True)
 
     results: dict[str, dict] = {}
     for mode in args.modes.split(","):
@@ -251,14 +251,12 @@ def main() -> None:
         print(f"({mode}) {r['seconds']:.1f} s  prompt tokens {r['prompt_tokens']}  cached {r['cached_tokens']}  "
               f"errors {len(r['errors'])}  sample {r['sample']}", flush=True)
 
-    print(f"uptime: {os.popen('uptime').read().strip()}")
+    print(f"uptime: {uptime()}")
     if "a" in results and "b" in results:
         print(f"(b)/(a) = {results['b']['seconds'] / results['a']['seconds']:.2f}x  (target >= 3)")
     if "a" in results and "c" in results:
         print(f"(a)/(c) = {results['a']['seconds'] / results['c']['seconds']:.2f}x  (target <= 1.2)")
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"system_prompt_tokens": prompt_tokens, "inputs": len(questions),
-                                                   "results": results}, indent=2))
+    write_json(args.json_out, {"system_prompt_tokens": prompt_tokens, "inputs": len(questions), "results": results})
 
 
 if __name__ == "__main__":

@@ -34,10 +34,7 @@ import torch  # noqa: E402
 
 import sgrun  # noqa: E402
 from sgrun.models.fetch import default_model_path  # noqa: E402
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from bench_options import add_quantization, add_rounds, add_threads, load_avg  # noqa: E402
 
 
 def dense_folder(gguf: Path) -> Path:
@@ -210,11 +207,11 @@ def bench_overhead(engine, rng) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=2)
+    add_threads(ap)
     ap.add_argument("--parts", default="decode,ttft,throughput,overhead")
-    ap.add_argument("--quantization", default="none,int8,int4", help="sgrun settings compared in the decode part")
+    add_quantization(ap, "none,int8,int4", several=True, help="sgrun settings compared in the decode part")
     ap.add_argument("--compile", default="on", help="sgrun's compile switch in the decode part: on, off or off,on")
-    ap.add_argument("--rounds", type=int, default=3)
+    add_rounds(ap)
     ap.add_argument("--ttft-lengths", default="512,2048")
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--sequential-sample", type=int, default=8)

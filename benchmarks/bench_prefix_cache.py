@@ -22,10 +22,7 @@ import torch
 import sgrun
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.radix_cache import RadixCache
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from bench_options import add_dtype, add_threads, load_avg
 
 
 def ids(rng: random.Random, n: int) -> list[int]:
@@ -101,8 +98,8 @@ def bench_tree(rng) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--threads", type=int, default=2)
+    add_dtype(ap, "bfloat16")
+    add_threads(ap)
     ap.add_argument("--plot", default=None, metavar="OUT.png", help="also sweep TTFT vs cached prefix length and draw it")
     args = ap.parse_args()
     if args.plot:

@@ -23,6 +23,7 @@ import torch  # noqa: E402
 
 import sgrun  # noqa: E402
 from sgrun.models.fetch import resolve_model_path  # noqa: E402
+from bench_options import add_threads, load_avg  # noqa: E402
 
 TEXT = Path(__file__).parent / "data" / "perplexity_text.txt"
 
@@ -53,13 +54,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None)
     ap.add_argument("--tokens", type=int, default=512)
-    ap.add_argument("--threads", type=int, default=2)
+    add_threads(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model = resolve_model_path(args.model)
     from sgrun.models.loader import load_tokenizer
     ids = load_tokenizer(model).encode(TEXT.read_text(), add_bos=False)[: args.tokens]
-    print(f"{model.name}, {len(ids)} tokens of {TEXT.name}, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{model.name}, {len(ids)} tokens of {TEXT.name}, load {load_avg()}")
     for dtype, quant in (("float32", "none"), ("bfloat16", "none"), ("bfloat16", "int8"), ("bfloat16", "int4")):
         print(f"  sgrun {dtype:<8} weights {quant:<5}: perplexity {sgrun_ppl(model, ids, quant, dtype):.3f}")
     lc = llama_cpp_ppl(model, ids, args.threads)

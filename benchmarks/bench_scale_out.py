@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
 import subprocess
@@ -40,6 +39,7 @@ import httpx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from sgrun.server.replicas import free_port  # noqa: E402
+from bench_options import add_json_output, add_threads, write_json  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 WORDS = ("cargo manifest vessel harbour customs invoice pallet freight route tariff container crane berth "
@@ -206,14 +206,14 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--replica-tokens", type=int, default=8000, help="KV pool of each DP replica, in tokens")
-    ap.add_argument("--threads", type=int, default=2, help="threads in all (DP=2 gives each replica half)")
+    add_threads(ap, help="threads in all (DP=2 gives each replica half)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--configs", default="dp1,dp2-cache_aware,dp2-round_robin")
     ap.add_argument("--tp-batch", type=int, default=8, help="tp2: requests decoding at once")
     ap.add_argument("--tp-tokens", type=int, default=48, help="tp2: tokens each request decodes")
     ap.add_argument("--wire-ctx", type=int, default=1500, help="tp2-wire: context tokens of each sequence")
     ap.add_argument("--wire-iters", type=int, default=300, help="tp2-wire: messages each way")
-    ap.add_argument("--json", dest="json_out", default=None)
+    add_json_output(ap)
     args = ap.parse_args()
 
     results = {}
@@ -253,9 +253,7 @@ def main() -> None:
               f"{ca['output_tok_s'] / max(one['output_tok_s'], 1e-9):.2f}x")
     if ca and rr:
         print(f"cache-aware / round-robin hit rate: {ca['hit_rate'] / max(rr['hit_rate'], 1e-9):.2f}x (target >= 2x)")
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(results, f, indent=2)
+    write_json(args.json_out, results)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import httpx
 from sgrun.models.fetch import resolve_model_path
 from sgrun.server.background import free_port
 from sgrun.bench import BenchConfig, print_report, run_benchmark
+from bench_options import add_dtype, add_json_output, add_threads, load_avg, write_json
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 600) -> None:
@@ -82,16 +82,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="GGUF path (default: the default SmolLM2 GGUF)")
     ap.add_argument("--llama-python", default=sys.executable, help="python that has llama-cpp-python[server]")
-    ap.add_argument("--threads", type=int, default=2)
+    add_threads(ap)
     ap.add_argument("--chat-requests", type=int, default=48)
     ap.add_argument("--agents-requests", type=int, default=16)
-    ap.add_argument("--dtype", default="float32")
+    add_dtype(ap, "float32")
     ap.add_argument("--only", choices=["sgrun", "llama"], default=None)
     ap.add_argument("--workloads", default="chat,agents", help="comma-separated subset of chat,agents")
-    ap.add_argument("--json", dest="json_out", default=None)
+    add_json_output(ap)
     args = ap.parse_args()
     gguf = str(resolve_model_path(args.model))
-    print(f"model {gguf}; load: {os.getloadavg()}")
+    print(f"model {gguf}; load: {load_avg()}")
     results: dict[str, dict] = {}
 
     if args.only in (None, "sgrun"):
@@ -136,9 +136,7 @@ def main() -> int:
               f"{l['chat']['output_token_throughput']:.1f} -> {tok_ratio:.2f}x (target >= 2.0x)")
         print(f"agents c1 TTFT p50: sgrun {s['agents']['ttft_p50_ms']:.0f} ms vs llama-cpp-python "
               f"{l['agents']['ttft_p50_ms']:.0f} ms -> {ttft_ratio:.2f}x (target <= 0.3x)")
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(results, f, indent=2)
+    write_json(args.json_out, results)
     return 0
 
 

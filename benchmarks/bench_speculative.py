@@ -25,6 +25,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 import sgrun  # noqa: E402
+from bench_options import add_dtype, add_quantization, add_rounds, add_threads, load_avg  # noqa: E402
 
 ORDER = {"order_id": "A-1042", "customer": {"name": "Alice Smith", "email": "alice.smith@example.com"},
          "status": "shipped", "carrier": "DHL", "tracking": "JD014600006281234567",
@@ -66,15 +67,15 @@ def agent_turns() -> list[tuple[str, list[dict], dict]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
+    add_threads(ap)
+    add_rounds(ap)
     ap.add_argument("--max-tokens", type=int, default=160)
     ap.add_argument("--num-draft", type=int, default=6)
     ap.add_argument("--ngram-max", type=int, default=3)
     ap.add_argument("--ngram-min", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=0.0)
-    ap.add_argument("--quantization", default="auto")
-    ap.add_argument("--dtype", default="auto")
+    add_quantization(ap, "auto")
+    add_dtype(ap, "auto")
     args = ap.parse_args()
     engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=args.quantization,
                           speculative_num_draft=args.num_draft, speculative_ngram_max=args.ngram_max,
@@ -88,7 +89,7 @@ def main() -> None:
         for spec in (False, True):
             engine.generate(prompt, sgrun.SamplingParams(max_new_tokens=8, temperature=0, speculative_ngram=spec,
                                                          **extra))
-    load_before = os.getloadavg()
+    load_before = load_avg()
     totals = {False: [0, 0.0], True: [0, 0.0]}
     per_turn: dict[str, dict[bool, list[float]]] = {}
     spec_drafted = spec_accepted = spec_steps = 0
@@ -117,7 +118,7 @@ def main() -> None:
                     spec_steps += after["spec_verify_steps"] - before["spec_verify_steps"]
             if args.temperature == 0 and outs[False] != outs[True]:
                 mismatches.append(name)
-    load_after = os.getloadavg()
+    load_after = load_avg()
     for name, arms in per_turn.items():
         off, on = (arms[s][0] / arms[s][1] for s in (False, True))
         print(f"  {name:13s} off {off:6.1f} tok/s  on {on:6.1f} tok/s  x{on / off:.2f}  "
@@ -128,7 +129,7 @@ def main() -> None:
     print(f"single-stream decode: off {off:.1f} tok/s, on {on:.1f} tok/s, speed-up x{on / off:.2f}")
     print(f"acceptance: {spec_accepted}/{spec_drafted} draft tokens = {rate:.1%}; "
           f"{spec_accepted / max(spec_steps, 1):.2f} accepted per verify step ({spec_steps} steps)")
-    print(f"load before {' '.join(f'{x:.2f}' for x in load_before)}  after {' '.join(f'{x:.2f}' for x in load_after)}")
+    print(f"load before {load_before}  after {load_after}")
     if args.temperature == 0:
         print("greedy outputs identical on and off" if not mismatches else f"MISMATCH in {mismatches}")
     engine.close()

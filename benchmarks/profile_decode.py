@@ -22,6 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import sgrun
+from bench_options import add_dtype, add_quantization, add_threads, load_avg
 
 CATEGORIES = {
     "matmul": ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
@@ -34,10 +35,6 @@ CATEGORIES = {
     "norm/RoPE/activation": ("aten::rms_norm", "aten::_fused_rms_norm", "aten::mul", "aten::add", "aten::cat",
                              "aten::neg", "aten::silu", "aten::addcmul", "aten::sub"),
 }
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def bandwidth_gbs(threads: int) -> float:
@@ -164,10 +161,10 @@ def breakdown(prof, steps: int) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quantization", default="none,int4")
+    add_quantization(ap, "none,int4", several=True)
     ap.add_argument("--batches", default="1,32")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--dtype", default="bfloat16")
+    add_threads(ap)
+    add_dtype(ap, "bfloat16")
     ap.add_argument("--compile", default="on", help="on, off or on,off: the engine's compile switch")
     ap.add_argument("--context", type=int, default=64, help="prompt tokens per request")
     ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
