@@ -49,31 +49,75 @@ def reference(q, k_cache, v_cache, table, lens, scale):
     return out, lse
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("head_dim,page_size", [(64, 16), (16, 5), (24, 3)])
-def test_kernel_matches_reference(op, dtype, head_dim, page_size):
+def decode(op, q, k_cache, v_cache, table, lens, scale, starts=None, out=None, lse=None):
+    """paged_decode into fresh (out [R, KV, G, D], lse [R, KV, G]), no cascade prefix unless given."""
+    R, KV = q.shape[0], k_cache.shape[0]
+    G, D = q.shape[1] // KV, q.shape[2]
+    out = torch.empty(R, KV, G, D) if out is None else out
+    lse = torch.empty(R, KV, G) if lse is None else lse
+    op.paged_decode(q, k_cache, v_cache, table, lens, torch.zeros_like(lens) if starts is None else starts,
+                    scale, out, lse)
+    return out, lse
+
+
+@pytest.mark.parametrize("dtype,q_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                           (torch.bfloat16, torch.float32)])
+@pytest.mark.parametrize("head_dim,page_size", [(64, 16), (16, 5), (24, 3), (128, 7)])
+def test_kernel_matches_reference(op, dtype, q_dtype, head_dim, page_size):
     """Random (shuffled) pages, GQA (3 query heads per kv head), ragged lengths including an
-    empty context and one past a page boundary; head dims on the vector path and not."""
+    empty context, one past a page boundary and several over more than one chunk (folded by
+    log-sum-exp); head dims on the vector paths (the bf16 one: multiples of 32) and not; a
+    float32 query against a bf16 cache (split into bf16 parts on the bf16 path, nothing lost)."""
     gen = torch.Generator().manual_seed(head_dim * 100 + page_size)
-    kv, g, num_pages = 2, 3, 80
+    kv, g, num_pages = 2, 3, 800
+    chunk = op.chunk_tokens()
     k_cache = (3 * torch.randn(kv, num_pages, page_size, head_dim, generator=gen)).to(dtype)
     v_cache = torch.randn(kv, num_pages, page_size, head_dim, generator=gen).to(dtype)
-    lens = torch.tensor([1, page_size + 1, 37, 0, 2 * page_size, 70 * page_size // 2])
+    lens = torch.tensor([1, page_size + 1, 37, 0, 2 * page_size, 70 * page_size // 2, chunk, 2 * chunk + 17, 600])
     width = -(-int(lens.max()) // page_size)
     table = torch.stack([torch.randperm(num_pages, generator=gen)[:width] for _ in lens])
     q = torch.randn(len(lens), kv, g, head_dim, generator=gen)
     qkv = torch.cat([q.view(len(lens), kv * g, head_dim), torch.randn(len(lens), 2, head_dim)], 1)
-    q_rows = qkv[:, : kv * g].to(dtype)   # a strided view, as the model passes it; read in place
-    out, lse = op.paged_decode(q_rows, k_cache, v_cache, table, lens, head_dim ** -0.5)
+    q_rows = qkv[:, : kv * g].to(q_dtype)   # a strided view, as the model passes it; read in place
+    out, lse = decode(op, q_rows, k_cache, v_cache, table, lens, head_dim ** -0.5)
     want_out, want_lse = reference(q_rows.float().view(q.shape), k_cache, v_cache, table, lens, head_dim ** -0.5)
     torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(lse, want_lse, atol=2e-5, rtol=1e-5)
     assert torch.all(lse[3] == float("-inf")) and torch.all(out[3] == 0)
 
 
-def _pools_and_batch(dtype, page_size=4, shared_pages=6):
-    """Two identical pools and a mixed batch: 3 decodes sharing `shared_pages` leading pages
-    (a radix-cache hit), 1 unrelated decode, 1 prefill chunk over a cached prefix, 1 fresh prefill."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_rows_are_invariant_to_batch_and_threads(op, dtype):
+    """A row's result is bitwise the same alone (few rows: its chunks run as separate work items
+    and are folded afterwards), in a batch of many (each item folds its own chunks), and at 1 or
+    2 threads: what lets a speculative verify row match the plain decode at its position."""
+    gen = torch.Generator().manual_seed(3)
+    kv, g, d, ps, num_pages = 3, 3, 64, 16, 700
+    k_cache = torch.randn(kv, num_pages, ps, d, generator=gen).to(dtype)
+    v_cache = torch.randn(kv, num_pages, ps, d, generator=gen).to(dtype)
+    lens = torch.tensor([700, 5, 256, 1000, 33] * 3)
+    table = torch.stack([torch.randperm(num_pages, generator=gen)[:63] for _ in lens])
+    q = torch.randn(len(lens), kv * g, d, generator=gen).to(dtype)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        out, lse = decode(op, q, k_cache, v_cache, table, lens, d ** -0.5)
+        torch.set_num_threads(1)
+        out1, lse1 = decode(op, q, k_cache, v_cache, table, lens, d ** -0.5)
+        torch.set_num_threads(2)
+        alone = [decode(op, q[r:r + 1], k_cache, v_cache, table[r:r + 1], lens[r:r + 1], d ** -0.5)
+                 for r in range(len(lens))]
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(out, out1) and torch.equal(lse, lse1)
+    for r, (o, l) in enumerate(alone):
+        assert torch.equal(o[0], out[r]) and torch.equal(l[0], lse[r]), f"row {r} differs alone"
+
+
+def _pools_and_batch(dtype, page_size=16, shared_pages=17):
+    """Three identical pools and a mixed batch: 3 decodes sharing `shared_pages` leading pages
+    (a radix-cache hit; a cascade takes the whole chunks of them), 1 unrelated decode, 1 prefill
+    chunk over a cached prefix, 1 fresh prefill."""
     gen = torch.Generator().manual_seed(7)
     layers, heads, kv_heads, head_dim = 2, 6, 2, 16
     num_pages = 64
@@ -105,19 +149,18 @@ def test_backend_and_cascade_match_the_gather_path(op, dtype):
     gather = TorchPagedAttention(pools[0], *shape)
     plain = CppPagedAttention(pools[1], *shape, op, cascade=False)
     cascade = CppPagedAttention(pools[2], *shape, op, cascade=True)
-    cascade.min_saved_pages = 4   # this batch's 3 x 6 shared pages are below the production threshold
     for b in (gather, plain, cascade):
         b.prepare(wp, wo, segments)
     assert cascade.prefixes and cascade.prefixes[0].members.tolist() == [0, 1, 2]
+    assert cascade.prefixes[0].tokens == op.chunk_tokens()   # 17 shared pages: one whole chunk
     assert not plain.prefixes and cascade.cascade_steps == 1
     for layer, (q, k, v) in enumerate(qkv):
         want, got_plain, got_cascade = (b.forward(layer, q, k, v) for b in (gather, plain, cascade))
         # The gather path rounds probabilities to bf16 before P.V; the kernel stays in float32.
         tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(got_plain.float(), want.float(), **tol)
-        # Cascade against the plain kernel path: the same math split in two, float rounding only.
-        torch.testing.assert_close(got_cascade.float(), got_plain.float(),
-                                   **(dict(atol=2e-6, rtol=1e-5) if dtype == torch.float32 else dict(atol=8e-3, rtol=8e-3)))
+        # Cascade against the plain kernel path: bitwise (the prefix ends on a chunk boundary).
+        assert torch.equal(got_cascade, got_plain)
         assert torch.equal(pools[0].k[layer], pools[2].k[layer])
 
 
@@ -134,34 +177,41 @@ def test_shared_prefix_detection():
     assert p.pages.tolist() == [1, 2]
     assert find_shared_prefixes(table, lens, ps, min_saved_pages=7) == []   # not worth it
     assert find_shared_prefixes(table[3:], lens[3:], ps, min_saved_pages=1) == []
+    # Aligned to 8 tokens (2 pages): {a, b} at 4 pages saves 4, {a, b, c} at 2 pages saves 4 too.
+    (p,) = find_shared_prefixes(table, lens, ps, min_saved_pages=1, align_tokens=8)
+    assert p.members.tolist() == [0, 1] and p.pages.tolist() == [1, 2, 3, 4] and p.tokens == 16
+    # An alignment that is no multiple of the page size: lcm(4, 6) = 12 tokens, 3 pages.
+    (p,) = find_shared_prefixes(table, lens, ps, min_saved_pages=1, align_tokens=6)
+    assert p.members.tolist() == [0, 1, 2] and p.tokens == 12
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cascade_prefix_merge_equals_attention_over_the_whole_context(op, dtype):
-    """Suffix by paged_decode, shared prefix by cascade_prefix (members' queries stacked), merged
-    in place: the float64 reference over prefix + suffix. A member with an empty suffix and a
-    row that is not a member keep their exact values."""
+def test_cascade_prefix_then_own_tokens_equals_the_plain_kernel_bitwise(op, dtype):
+    """The shared prefix (two chunks) by cascade_prefix with the members' queries stacked, then
+    each member's own tokens by paged_decode folded onto it (starts = prefix tokens): bitwise the
+    plain kernel over each whole context, and the float64 reference. A member whose context is
+    exactly the prefix, and a row that is no member, are covered."""
     gen = torch.Generator().manual_seed(11)
-    kv, g, d, ps, num_pages = 3, 3, 64, 16, 40
+    kv, g, d, ps, num_pages = 3, 3, 64, 16, 80
+    chunk = op.chunk_tokens()
     k_cache = (2 * torch.randn(kv, num_pages, ps, d, generator=gen)).to(dtype)
     v_cache = torch.randn(kv, num_pages, ps, d, generator=gen).to(dtype)
-    prefix = torch.tensor([5, 9, 2, 30, 7])                       # 5 shared pages = 80 tokens
-    own = [torch.tensor([11, 12]), torch.tensor([], dtype=torch.long), torch.tensor([20]), torch.tensor([21, 22, 23])]
-    suffix_lens = torch.tensor([20, 0, 3, 40])
+    prefix = torch.randperm(num_pages, generator=gen)[: 2 * chunk // ps]
+    own = [torch.tensor([60, 61]), torch.tensor([], dtype=torch.long), torch.tensor([70]), torch.tensor([71, 72, 73])]
+    lens = torch.tensor([2 * chunk + 20, 2 * chunk, 2 * chunk + 3, 40])
     members = torch.tensor([0, 1, 2])                            # row 3 does not share the prefix
-    q = torch.randn(4, kv * g, d, generator=gen).to(dtype)
-    table = torch.nn.utils.rnn.pad_sequence([o if len(o) else torch.zeros(1, dtype=torch.long) for o in own],
+    table = torch.nn.utils.rnn.pad_sequence([torch.cat([prefix, own[i]]) for i in range(3)] + [own[3]],
                                             batch_first=True)
-    out, lse = op.paged_decode(q, k_cache, v_cache, table, suffix_lens, d ** -0.5)
-    before = out[3].clone(), lse[3].clone()
-    op.cascade_prefix(q, k_cache, v_cache, prefix, int(len(prefix) * ps), members, d ** -0.5, out, lse)
-    full = [torch.cat([prefix, own[i]]) for i in range(3)]
-    want_out, want_lse = reference(q[:3].float().view(3, kv, g, d), k_cache, v_cache,
-                                   torch.nn.utils.rnn.pad_sequence(full, batch_first=True),
-                                   len(prefix) * ps + suffix_lens[:3], d ** -0.5)
-    torch.testing.assert_close(out[:3], want_out, atol=2e-5, rtol=1e-5)
-    torch.testing.assert_close(lse[:3], want_lse, atol=2e-5, rtol=1e-5)
-    assert torch.equal(out[3], before[0]) and torch.equal(lse[3], before[1])
+    q = torch.randn(4, kv * g, d, generator=gen).to(dtype)
+    plain = decode(op, q, k_cache, v_cache, table, lens, d ** -0.5)
+    out, lse = torch.empty(4, kv, g, d), torch.empty(4, kv, g)
+    op.cascade_prefix(q, k_cache, v_cache, prefix, 2 * chunk, members, d ** -0.5, out, lse)
+    starts = torch.tensor([2 * chunk] * 3 + [0])
+    decode(op, q, k_cache, v_cache, table, lens, d ** -0.5, starts, out, lse)
+    assert torch.equal(out, plain[0]) and torch.equal(lse, plain[1])
+    want_out, want_lse = reference(q.float().view(4, kv, g, d), k_cache, v_cache, table, lens, d ** -0.5)
+    torch.testing.assert_close(out, want_out, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(lse, want_lse, atol=2e-5, rtol=1e-5)
 
 
 _FALLBACK_CHECK = """

@@ -3,9 +3,12 @@ with cascade attention over prefixes that several decoding requests share (casca
 
 The KV writes and everything else are TorchPagedAttention's (attention_torch.py); the
 single-token segments change: one kernel call per layer covers every decode of the batch
-through its page table, with no gather, no padding and no mask. With `prefill_op` (bf16 pools
-on a CPU with avx512_bf16, prefill_attention_cpp.py) the prefill chunks likewise take one
-C++ call per layer that reads their context from the pages; without it they go through SDPA.
+through its page table, with no gather, no padding and no mask. A decode row's result depends on
+its own query and context alone (not on the batch, the thread count or a cascade), so the rows
+of a speculative verify step get exactly what plain decodes at their positions would. With
+`prefill_op` (bf16 pools on a CPU with avx512_bf16, prefill_attention_cpp.py) the prefill chunks
+likewise take one C++ call per layer that reads their context from the pages; without it they
+go through SDPA.
 """
 
 from __future__ import annotations
@@ -43,20 +46,21 @@ class CppPagedAttention(TorchPagedAttention):
         n = len(decodes)
         # All-decode batches are rows 0..B-1 in order: slice, don't index.
         self.rows_are_prefix = bool(self.decode_rows[-1].item() == n - 1)
-        table = pad_sequence([s.pages.long() for s in decodes], batch_first=True)
+        self.table = pad_sequence([s.pages.long() for s in decodes], batch_first=True).contiguous()
         lens = [s.ctx_len for s in decodes]
+        self.lens = torch.tensor(lens, dtype=torch.long)
+        self.starts = torch.zeros(n, dtype=torch.long)   # tokens a cascade prefix covers, per row
         if self.cascade:
-            self.prefixes = find_shared_prefixes(table, lens, ps, self.min_saved_pages)
+            # Prefixes end on the kernel's chunk boundaries: a member's result is then bitwise
+            # what it would be without the cascade (paged_decode.cpp).
+            self.prefixes = find_shared_prefixes(self.table, lens, ps, self.min_saved_pages, self.op.chunk_tokens())
+        for p in self.prefixes:
+            self.starts[p.members] = p.tokens
         if self.prefixes:
             self.cascade_steps += 1
-            table = table.clone()
-            for p in self.prefixes:   # members keep only their own suffix in the main call
-                k = p.pages.shape[0]
-                for i in p.members.tolist():
-                    table[i, : table.shape[1] - k] = table[i, k:].clone()
-                    lens[i] -= k * ps
-        self.table = table.contiguous()
-        self.lens = torch.tensor(lens, dtype=torch.long)
+        # Kernel outputs, reused by every layer of the step (each layer's is copied out at once).
+        self.o = torch.empty(n, self.H * self.D, dtype=torch.float32)
+        self.lse = torch.empty(n, self.H, dtype=torch.float32)
 
     def _attend_decodes(self, layer: int, q: torch.Tensor, out: torch.Tensor) -> None:
         if self.decode_rows is None:
@@ -66,9 +70,10 @@ class CppPagedAttention(TorchPagedAttention):
         if qd.stride(2) != 1 or qd.stride(1) != self.D:   # the kernel reads rows of contiguous [H, D]
             qd = qd.contiguous()
         k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
-        o, lse = self.op.paged_decode(qd, k_cache, v_cache, self.table, self.lens, self.scale)
-        for p in self.prefixes:
+        o, lse = self.o, self.lse
+        for p in self.prefixes:   # each member's state after the shared prefix, then its own tokens onto it
             self.op.cascade_prefix(qd, k_cache, v_cache, p.pages, p.tokens, p.members, self.scale, o, lse)
+        self.op.paged_decode(qd, k_cache, v_cache, self.table, self.lens, self.starts, self.scale, o, lse)
         if self.rows_are_prefix:
             out[:n] = o.view(n, self.H, self.D)
         else:

@@ -4,11 +4,14 @@ all of them, with their queries stacked, and each request's own suffix separatel
 partial results are merged by their log-sum-exp (softmax over a union of key sets).
 
 `find_shared_prefixes` detects sharing from the page tables each step; attention_cpp.py runs
-the kernel's `cascade_prefix` (paged_decode.cpp) on what it finds, which also does the merge.
+the kernel's `cascade_prefix` (paged_decode.cpp) on what it finds. The kernel folds a context
+chunk by chunk at fixed positions, so a prefix that ends on a chunk boundary (`align_tokens`)
+gives every member bitwise the result it would get without the cascade.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -29,17 +32,20 @@ class SharedPrefix:
 
 
 def find_shared_prefixes(table: torch.Tensor, lens: list[int], page_size: int,
-                         min_saved_pages: int = MIN_SAVED_PAGES) -> list[SharedPrefix]:
+                         min_saved_pages: int = MIN_SAVED_PAGES, align_tokens: int = 1) -> list[SharedPrefix]:
     """Shared prefixes worth a cascade among decode rows with page table `table` ([B, P], rows
-    padded past their pages) and context lengths `lens`.
+    padded past their pages) and context lengths `lens`; every prefix is a multiple of
+    `align_tokens` (and of whole pages).
 
     Rows are grouped by their first page; within a group each row's shared length with the
     group's first row is the run of equal leading pages, capped at the whole pages of its own
-    context (so padding never counts, and the prefix is context for every member). The member
-    set is the one that saves the most reads: the k rows sharing most, at the k-th length."""
+    context (so padding never counts, and the prefix is context for every member) and rounded
+    down to the alignment. The member set is the one that saves the most reads: the k rows
+    sharing most, at the k-th length."""
     out: list[SharedPrefix] = []
     if table.shape[0] < 2:
         return out
+    align = math.lcm(page_size, align_tokens) // page_size   # in pages
     groups: dict[int, list[int]] = defaultdict(list)
     for i, first in enumerate(table[:, 0].tolist()):
         groups[first].append(i)
@@ -49,7 +55,7 @@ def find_shared_prefixes(table: torch.Tensor, lens: list[int], page_size: int,
         rows = table[idx]
         same = (rows == rows[0]).long().cumprod(dim=1).sum(dim=1)
         cap = torch.tensor([lens[i] // page_size for i in idx])
-        shared = torch.minimum(same, torch.minimum(cap, cap[0])).tolist()
+        shared = (torch.minimum(same, torch.minimum(cap, cap[0])) // align * align).tolist()
         order = sorted(range(len(idx)), key=lambda j: -shared[j])
         best_k, best_saved = 0, 0
         for k in range(2, len(order) + 1):

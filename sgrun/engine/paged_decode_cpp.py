@@ -2,14 +2,20 @@
 torch's extension mechanism (torch.utils.cpp_extension.load_inline) on first use, cached on disk.
 
 `paged_decode` attends each decoding row's query heads over its context through its page
-table. One work item is (row, kv head, chunk of that head's query heads): it walks the context
-in blocks of 16 tokens, converts each block's K and V to float32 once and uses them for every
-query head of the GQA group, with an online softmax (exp in vectorizable arithmetic), so
-nothing is gathered, padded or masked. It returns float32 outputs and log-sum-exps.
-`cascade_prefix` attends one shared prefix for the stacked queries of every row that shares
-it (one K/V read for all of them) and merges that into paged_decode's results by log-sum-exp.
-Work items are spread with at::parallel_for (torch's OpenMP pool: torch.set_num_threads
-governs it); small problems run on the calling thread.
+table, writing float32 outputs and log-sum-exps. The context is cut into chunks of
+`chunk_tokens()` tokens at fixed positions; a chunk is walked in blocks of 16 tokens, each
+block's keys and values used by every query head of the GQA group at once, with an online
+softmax, and the chunks are folded left to right by log-sum-exp (paged_chunk_attention.cpp,
+paged_decode.cpp). On a CPU with AVX512-BF16 and a bf16 pool, q.k runs on the bf16 keys with
+dpbf16ps; elsewhere a portable path converts each block to float32. The next blocks' rows are
+prefetched across pages. Nothing is gathered, padded or masked.
+Work items are (row, kv head) when there are enough of them, else (row, kv head, chunk) with the
+fold afterwards, spread with at::parallel_for (torch's OpenMP pool: torch.set_num_threads
+governs it); small problems run on the calling thread. Either way a row gets bitwise the same
+result: it depends on its own query and context alone, not on the batch or the thread count.
+`cascade_prefix` attends one shared prefix (whole chunks) for the stacked queries of every row
+that shares it (one K/V read for all of them) and writes their state after it, onto which
+`paged_decode` folds each row's own chunks: bitwise what the plain call gives.
 
 Where the build fails (no compiler, no headers, a broken toolchain) `load_kernel` returns None
 and says so once in the log; the caller then uses the gather path (attention_torch.py).
@@ -20,19 +26,22 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from sgrun.models.cpp_build import CppKernel
+from sgrun.models.cpp_build import DEFAULT_FLAGS, CppKernel
 
 # Tests set this to simulate a machine where the build fails.
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_ATTENTION_FAIL"
 
-KERNEL = CppKernel("paged_decode", Path(__file__).with_name("paged_decode.cpp"), ["paged_decode", "cascade_prefix"],
-                   what="C++ paged decode attention",
+# The per-chunk math first: the driver uses it. -ffp-contract=off: no multiply-add is fused behind
+# the code's back, so every query head runs the same instructions in any inlining context (the
+# row invariance the kernel promises).
+KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in ("paged_chunk_attention.cpp", "paged_decode.cpp")),
+                   ["paged_decode", "cascade_prefix", "chunk_tokens"], what="C++ paged decode attention",
                    fallback="decode attention gathers pages with the torch path instead",
-                   fail_env=FORCE_BUILD_FAILURE_ENV)
+                   fail_env=FORCE_BUILD_FAILURE_ENV, flags=DEFAULT_FLAGS + ("-ffp-contract=off",))
 
 
 def load_kernel() -> ModuleType | None:
-    """The compiled module (`paged_decode`, `cascade_prefix`), built on first use; None (logged
+    """The compiled module (`paged_decode`, `cascade_prefix`, `chunk_tokens`), built on first use; None (logged
     once) where it cannot be built."""
     return KERNEL.load()
 

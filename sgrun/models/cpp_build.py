@@ -39,22 +39,27 @@ def _cpu_key() -> str:
 
 
 class CppKernel:
-    """One C++ source file built into a Python module exposing `functions`.
+    """One C++ source file (or several, compiled as one translation unit in the order given)
+    built into a Python module exposing `functions`.
 
     `what`: how the log names it; `fallback`: what the caller does instead, for the log line;
     `fail_env`: an environment variable that, when set, makes the build fail (tests use it to
     simulate a machine without a compiler)."""
 
-    def __init__(self, name: str, source: Path, functions: list[str], what: str, fallback: str,
+    def __init__(self, name: str, source: Path | tuple[Path, ...], functions: list[str], what: str, fallback: str,
                  fail_env: str, flags: tuple[str, ...] = DEFAULT_FLAGS):
-        self.name, self.source, self.functions = name, source, functions
+        self.name, self.functions = name, functions
+        self.sources = source if isinstance(source, tuple) else (source,)
         self.what, self.fallback, self.fail_env, self.flags = what, fallback, fail_env, flags
         self._lock = threading.Lock()
         self._loaded = False
         self._module: ModuleType | None = None
 
+    def source_text(self) -> str:
+        return "\n".join(path.read_text() for path in self.sources)
+
     def build_name(self) -> str:
-        key = "\n".join([self.source.read_text(), " ".join(self.flags), torch.__version__, _cpu_key()])
+        key = "\n".join([self.source_text(), " ".join(self.flags), torch.__version__, _cpu_key()])
         return f"sgrun_{self.name}_" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
     def build_dir(self) -> str:
@@ -73,7 +78,7 @@ class CppKernel:
                 if os.environ.get(self.fail_env):
                     raise RuntimeError(f"build disabled by {self.fail_env}")
                 from torch.utils.cpp_extension import load_inline
-                module = load_inline(self.build_name(), cpp_sources=self.source.read_text(),
+                module = load_inline(self.build_name(), cpp_sources=self.source_text(),
                                      functions=self.functions, extra_cflags=list(self.flags),
                                      extra_ldflags=["-fopenmp"], build_directory=self.build_dir(), verbose=False)
             except Exception as exc:  # any build or load failure: the caller's torch path still works
