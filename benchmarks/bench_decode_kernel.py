@@ -6,13 +6,15 @@ side by side in one run.
                                              [--layers 30] [--baseline REV] [--repeats 5]
 
 It fills a pool shaped like SmolLM2-135M's (3 kv heads, 9 query heads, head dim 64, pages of 16
-tokens, bf16) with random K/V, gives every row its own shuffled pages (so nothing is read twice,
-as in a batch of unrelated requests), and times one call per layer over `--layers` separate
-layer caches (1.5 GB at 64 x 1k, far beyond any cache), as a decode step does. The roofline is
+tokens, bf16) with random K/V, gives every row its own pages (so nothing is read twice, as in a
+batch of unrelated requests), and times one call per layer over `--layers` separate layer
+caches (1.5 GB at 64 x 1k, far beyond any cache), as a decode step does. Two page layouts:
+each row's pages in order (a fresh engine's prefill allocates them so) and shuffled over the
+whole pool (a long-running server's fragmented pool: no hardware prefetcher helps). The roofline is
 the K/V bytes over the read bandwidth measured here with the same thread count. With
 `--baseline REV` the kernel source of that revision (e.g. `main`) is built too and the two are
 timed alternately, so load from the machine's other tenants hits both alike.
-Also timed: the cascade detection a decode step runs on the host (CppPagedAttention's
+Also timed: the decode preparation a step runs on the host with its cascade detection (CppPagedAttention's
 `_prepare_decodes`) at this batch, with unrelated rows and with rows sharing a prefix.
 """
 
@@ -80,8 +82,8 @@ def decode_call(op, q, table, lens, d):
 
 
 def time_cascade_detection(batch: int, context: int, page_size: int = 16) -> dict[str, float]:
-    """ms per call of CppPagedAttention._prepare_decodes (table build + cascade detection +
-    table rewrite) for `batch` decodes: unrelated rows, and rows sharing 3/4 of their pages."""
+    """ms per call of CppPagedAttention._prepare_decodes (page table, lengths and cascade detection)
+    for `batch` decodes: unrelated rows, and rows sharing 3/4 of their pages."""
     from sgrun.engine.attention_backend import Segment
     from sgrun.engine.attention_cpp import CppPagedAttention
     from sgrun.engine.page_pool import PagePool
@@ -128,7 +130,8 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
     caches = [(torch.randn(kv, num_pages, ps, d, generator=gen).to(torch.bfloat16),
                torch.randn(kv, num_pages, ps, d, generator=gen).to(torch.bfloat16)) for _ in range(args.layers)]
-    table = torch.randperm(num_pages, generator=gen).view(args.batch, pages_per_row).contiguous()
+    tables = {"in order": torch.arange(num_pages).view(args.batch, pages_per_row),
+              "shuffled": torch.randperm(num_pages, generator=gen).view(args.batch, pages_per_row).contiguous()}
     lens = torch.full((args.batch,), args.context, dtype=torch.long)
     qkv = torch.randn(args.batch, kv * g + 2 * kv, d, generator=gen).to(torch.bfloat16)
     q = qkv[:, : kv * g]   # a strided view, as the model passes it
@@ -138,30 +141,31 @@ def main() -> None:
     print(f"{args.threads} threads, read bandwidth {bw:.1f} GB/s; batch {args.batch} x {args.context} tokens, "
           f"{args.layers} layers: {kv_bytes / 1e9:.2f} GB of bf16 K/V per step -> roofline "
           f"{kv_bytes / bw / 1e6:.1f} ms/step = {kv_bytes / bw / 1e6 / args.layers:.2f} ms/layer")
-    calls = {name: decode_call(op, q, table, lens, d) for name, op in kernels.items()}
-    for call in calls.values():   # warm-up (first touch, thread pool)
-        for kc, vc in caches[:2]:
-            call(kc, vc)
-    times: dict[str, list[float]] = {name: [] for name in kernels}
-    for _ in range(args.repeats):
-        for name, call in calls.items():
-            t = time.perf_counter()
-            for kc, vc in caches:
+    per_layer_bytes = kv_bytes / args.layers
+    for layout, table in tables.items():
+        calls = {name: decode_call(op, q, table, lens, d) for name, op in kernels.items()}
+        for call in calls.values():   # warm-up (first touch, thread pool)
+            for kc, vc in caches[:2]:
                 call(kc, vc)
-            times[name].append((time.perf_counter() - t) / args.layers)
-    if len(kernels) > 1:
-        ref = calls[args.baseline](*caches[0])
-        new = calls["this tree"](*caches[0])
-        print(f"max |this tree - {args.baseline}|: out {(ref[0] - new[0]).abs().max().item():.2e}, "
-              f"lse {(ref[1] - new[1]).abs().max().item():.2e}")
-    for name, ts in times.items():
-        ms = statistics.median(ts) * 1e3
-        per_layer_bytes = kv_bytes / args.layers
-        print(f"  {name:<12} {ms:6.2f} ms/layer ({ms * args.layers:6.1f} ms/step), {per_layer_bytes / ms / 1e6:5.1f} GB/s "
-              f"= {100 * per_layer_bytes / ms / 1e6 / bw:4.0f}% of the measured bandwidth   (load {load_avg()})")
+        times: dict[str, list[float]] = {name: [] for name in kernels}
+        for _ in range(args.repeats):
+            for name, call in calls.items():
+                t = time.perf_counter()
+                for kc, vc in caches:
+                    call(kc, vc)
+                times[name].append((time.perf_counter() - t) / args.layers)
+        if len(kernels) > 1:
+            ref, new = calls[args.baseline](*caches[0]), calls["this tree"](*caches[0])
+            print(f"pages {layout}: max |this tree - {args.baseline}|: out {(ref[0] - new[0]).abs().max().item():.2e}, "
+                  f"lse {(ref[1] - new[1]).abs().max().item():.2e}")
+        for name, ts in times.items():
+            ms = statistics.median(ts) * 1e3
+            print(f"  pages {layout:<9} {name:<12} {ms:6.2f} ms/layer ({ms * args.layers:6.1f} ms/step), "
+                  f"{per_layer_bytes / ms / 1e6:5.1f} GB/s = {100 * per_layer_bytes / ms / 1e6 / bw:4.0f}% of the "
+                  f"measured bandwidth   (median of {args.repeats}, best {min(ts) * 1e3:.2f}; load {load_avg()})")
     det = time_cascade_detection(args.batch, args.context)
     for label in ("unrelated rows", "3/4 of the pages shared"):
-        print(f"  cascade detection + table rewrite ({label}, {int(det[label + ' prefixes'])} prefixes): "
+        print(f"  decode prep with cascade detection ({label}, {int(det[label + ' prefixes'])} prefixes): "
               f"{det[label]:.2f} ms per step   (load {load_avg()})")
 
 

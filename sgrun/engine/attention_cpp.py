@@ -49,15 +49,17 @@ class CppPagedAttention(TorchPagedAttention):
         self.table = pad_sequence([s.pages.long() for s in decodes], batch_first=True).contiguous()
         lens = [s.ctx_len for s in decodes]
         self.lens = torch.tensor(lens, dtype=torch.long)
-        self.starts = torch.zeros(n, dtype=torch.long)   # tokens a cascade prefix covers, per row
+        starts = [0] * n   # tokens a cascade prefix covers, per row
         if self.cascade:
             # Prefixes end on the kernel's chunk boundaries: a member's result is then bitwise
             # what it would be without the cascade (paged_decode.cpp).
             self.prefixes = find_shared_prefixes(self.table, lens, ps, self.min_saved_pages, self.op.chunk_tokens())
         for p in self.prefixes:
-            self.starts[p.members] = p.tokens
+            for i in p.members.tolist():
+                starts[i] = p.tokens
         if self.prefixes:
             self.cascade_steps += 1
+        self.starts = torch.tensor(starts, dtype=torch.long)
         # Kernel outputs, reused by every layer of the step (each layer's is copied out at once).
         self.o = torch.empty(n, self.H * self.D, dtype=torch.float32)
         self.lse = torch.empty(n, self.H, dtype=torch.float32)

@@ -15,6 +15,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # A shared prefix is attended on its own only when that saves at least this many page reads per
@@ -46,16 +47,19 @@ def find_shared_prefixes(table: torch.Tensor, lens: list[int], page_size: int,
     if table.shape[0] < 2:
         return out
     align = math.lcm(page_size, align_tokens) // page_size   # in pages
+    # numpy, not torch: these are a few tiny ops per step, and torch's would wake its thread pool.
+    tab = table.numpy()
+    whole_pages = np.asarray(lens, dtype=np.int64) // page_size
     groups: dict[int, list[int]] = defaultdict(list)
-    for i, first in enumerate(table[:, 0].tolist()):
+    for i, first in enumerate(tab[:, 0].tolist()):
         groups[first].append(i)
     for idx in groups.values():
         if len(idx) < 2:
             continue
-        rows = table[idx]
-        same = (rows == rows[0]).long().cumprod(dim=1).sum(dim=1)
-        cap = torch.tensor([lens[i] // page_size for i in idx])
-        shared = (torch.minimum(same, torch.minimum(cap, cap[0])) // align * align).tolist()
+        rows = tab[idx]
+        same = np.cumprod(rows == rows[0], axis=1).sum(axis=1)
+        cap = whole_pages[idx]
+        shared = (np.minimum(same, np.minimum(cap, cap[0])) // align * align).tolist()
         order = sorted(range(len(idx)), key=lambda j: -shared[j])
         best_k, best_saved = 0, 0
         for k in range(2, len(order) + 1):
@@ -66,5 +70,5 @@ def find_shared_prefixes(table: torch.Tensor, lens: list[int], page_size: int,
             continue
         n = shared[order[best_k - 1]]
         members = torch.tensor(sorted(idx[j] for j in order[:best_k]), dtype=torch.long)
-        out.append(SharedPrefix(members, rows[0, :n].contiguous(), n * page_size))
+        out.append(SharedPrefix(members, torch.from_numpy(rows[0, :n].copy()), n * page_size))
     return out
