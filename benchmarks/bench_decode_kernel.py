@@ -20,15 +20,20 @@ Also timed: the decode preparation a step runs on the host with its cascade dete
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import subprocess
-import tempfile
-import time
-from pathlib import Path
 
-import torch
+# Worker threads sleep between parallel regions instead of spinning: on a machine shared with
+# other processes, spinning threads steal the cores the next region needs (as bench_engine.py).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
 
 
 def load_avg() -> str:
@@ -77,7 +82,7 @@ def decode_call(op, q, table, lens, d):
 
     def call(kc, vc):
         op.paged_decode(q, kc, vc, table, lens, starts, d ** -0.5, out, lse)
-        return out.view(r, kc.shape[0], -1, d).clone(), lse.view(r, kc.shape[0], -1).clone()
+        return out.view(r, kc.shape[0], -1, d), lse.view(r, kc.shape[0], -1)   # reused by the next call
     return call
 
 
@@ -138,7 +143,7 @@ def main() -> None:
     kv_bytes = 2 * args.batch * args.context * kv * d * 2 * args.layers
     bw = bandwidth_gbs()
     print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
-    print(f"{args.threads} threads, read bandwidth {bw:.1f} GB/s; batch {args.batch} x {args.context} tokens, "
+    print(f"{args.threads} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, read bandwidth {bw:.1f} GB/s; batch {args.batch} x {args.context} tokens, "
           f"{args.layers} layers: {kv_bytes / 1e9:.2f} GB of bf16 K/V per step -> roofline "
           f"{kv_bytes / bw / 1e6:.1f} ms/step = {kv_bytes / bw / 1e6 / args.layers:.2f} ms/layer")
     per_layer_bytes = kv_bytes / args.layers
@@ -155,7 +160,8 @@ def main() -> None:
                     call(kc, vc)
                 times[name].append((time.perf_counter() - t) / args.layers)
         if len(kernels) > 1:
-            ref, new = calls[args.baseline](*caches[0]), calls["this tree"](*caches[0])
+            ref = [x.clone() for x in calls[args.baseline](*caches[0])]
+            new = calls["this tree"](*caches[0])
             print(f"pages {layout}: max |this tree - {args.baseline}|: out {(ref[0] - new[0]).abs().max().item():.2e}, "
                   f"lse {(ref[1] - new[1]).abs().max().item():.2e}")
         for name, ts in times.items():

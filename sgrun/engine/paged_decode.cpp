@@ -8,6 +8,7 @@
 // in the batch, and whether a cascade attended its leading chunks (cascade_prefix writes the
 // state after the shared prefix; paged_decode folds the row's own chunks onto it).
 #include <ATen/Parallel.h>
+#include <atomic>
 #include <vector>
 
 namespace {
@@ -74,9 +75,25 @@ void attend_chunks(const QRows& q, int64_t gn, QRowOf qrow, const T* k, const T*
 
 inline int64_t chunks_of(int64_t tokens) { return (tokens + kChunk - 1) / kChunk; }
 
-// Small problems run on the calling thread: waking the pool costs more than they do (and far
-// more on a loaded machine).
-inline int64_t grain_for(int64_t work, int64_t items) { return work < (1 << 15) ? std::max<int64_t>(items, 1) : 1; }
+// Runs body(item, work) for items [0, n) with one Work per thread. Threads take the next item
+// from a shared counter rather than a fixed share, so a thread the OS deschedules on a loaded
+// machine does not hold the others up at the end (which thread runs an item changes nothing in
+// its result). Small problems (`work` below ~32k token-heads) run on the calling thread: waking
+// the pool costs more than they do, and far more on a loaded machine.
+template <typename MakeWork, typename Body>
+void for_items(int64_t n, int64_t work, MakeWork make_work, Body body) {
+  if (n <= 0) return;
+  if (work < (1 << 15) || n == 1 || at::get_num_threads() == 1) {
+    auto w = make_work();
+    for (int64_t i = 0; i < n; ++i) body(i, w);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(n, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+    auto w = make_work();
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) body(i, w);
+  });
+}
 
 template <typename T>
 void decode_kernel(const QRows& q, const T* k, const T* v, const int64_t* table, const int64_t* lens,
@@ -95,13 +112,10 @@ void decode_kernel(const QRows& q, const T* k, const T* v, const int64_t* table,
     return [=](int64_t j) { const int64_t i = (r * KV + h) * G + j; return std::pair<float*, float*>{out + i * D, lse + i}; };
   };
   if (R * KV >= 4 * threads || max_chunks <= 1) {   // enough (row, kv head) items: each folds its chunks itself
-    at::parallel_for(0, R * KV, grain_for(work, R * KV), [&](int64_t begin, int64_t end) {
-      Work w(D, G);
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t r = item / KV, h = item % KV;
-        attend_chunks<T>(q, G, qrow(r, h), k + h * N * ps * D, v + h * N * ps * D, table + r * P, lens[r],
-                         starts[r] / kChunk, chunks_of(lens[r]), ps, D, scale, w, state(r, h));
-      }
+    for_items(R * KV, work, [&] { return Work(D, G); }, [&](int64_t item, Work& w) {
+      const int64_t r = item / KV, h = item % KV;
+      attend_chunks<T>(q, G, qrow(r, h), k + h * N * ps * D, v + h * N * ps * D, table + r * P, lens[r],
+                       starts[r] / kChunk, chunks_of(lens[r]), ps, D, scale, w, state(r, h));
     });
     return;
   }
@@ -110,18 +124,15 @@ void decode_kernel(const QRows& q, const T* k, const T* v, const int64_t* table,
   // state is the chunk's normalised result, so this is the same arithmetic as the loop above.
   const int64_t items = R * KV * max_chunks;
   std::vector<float> part_m(items * G), part_l(items * G), part_acc(items * G * D);
-  at::parallel_for(0, items, grain_for(work, items), [&](int64_t begin, int64_t end) {
-    Work w(D, G);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t c = item % max_chunks, h = (item / max_chunks) % KV, r = item / (max_chunks * KV);
-      const int64_t chunk = starts[r] / kChunk + c;
-      if (chunk >= chunks_of(lens[r])) continue;
-      for (int64_t j = 0; j < G; ++j) q.load(r, (h * G + j) * D, D, w.q.data() + j * D);
-      const ChunkSource<T> src{k + h * N * ps * D, v + h * N * ps * D, table + r * P, ps, chunk * kChunk,
-                               std::min(lens[r], (chunk + 1) * kChunk), lens[r], D};
-      attend_chunk<T>(w.q.data(), G, q.exact_bf16(), src, scale, w.chunk, part_m.data() + item * G,
-                      part_l.data() + item * G, part_acc.data() + item * G * D);
-    }
+  for_items(items, work, [&] { return Work(D, G); }, [&](int64_t item, Work& w) {
+    const int64_t c = item % max_chunks, h = (item / max_chunks) % KV, r = item / (max_chunks * KV);
+    const int64_t chunk = starts[r] / kChunk + c;
+    if (chunk >= chunks_of(lens[r])) return;
+    for (int64_t j = 0; j < G; ++j) q.load(r, (h * G + j) * D, D, w.q.data() + j * D);
+    const ChunkSource<T> src{k + h * N * ps * D, v + h * N * ps * D, table + r * P, ps, chunk * kChunk,
+                             std::min(lens[r], (chunk + 1) * kChunk), lens[r], D};
+    attend_chunk<T>(w.q.data(), G, q.exact_bf16(), src, scale, w.chunk, part_m.data() + item * G,
+                    part_l.data() + item * G, part_acc.data() + item * G * D);
   });
   for (int64_t r = 0; r < R; ++r)
     for (int64_t h = 0; h < KV; ++h)
@@ -147,24 +158,21 @@ void prefix_kernel(const QRows& q, const T* k, const T* v, const int64_t* pages,
   int64_t parts = 1;
   if (KV < 2 * threads && rows > 8) parts = std::min<int64_t>((rows + 3) / 4, (2 * threads + KV - 1) / KV);
   const int64_t per_part = (rows + parts - 1) / parts;
-  at::parallel_for(0, KV * parts, grain_for(n * KV * rows, KV * parts), [&](int64_t begin, int64_t end) {
-    Work w(D, per_part);
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t c = item % parts, h = item / parts;
-      const int64_t j0 = c * per_part, jn = std::min(rows, j0 + per_part) - j0;
-      if (jn <= 0) continue;
-      const auto qrow = [&](int64_t j) {
-        const int64_t mem = (j0 + j) / G, g = (j0 + j) % G;
-        return std::pair<int64_t, int64_t>{members[mem], (h * G + g) * D};
-      };
-      const auto state = [&](int64_t j) {
-        const int64_t mem = (j0 + j) / G, g = (j0 + j) % G;
-        const int64_t i = (members[mem] * KV + h) * G + g;
-        return std::pair<float*, float*>{out + i * D, lse + i};
-      };
-      attend_chunks<T>(q, jn, qrow, k + h * N * ps * D, v + h * N * ps * D, pages, n, 0, n / kChunk, ps, D, scale,
-                       w, state);
-    }
+  for_items(KV * parts, n * KV * rows, [&] { return Work(D, per_part); }, [&](int64_t item, Work& w) {
+    const int64_t c = item % parts, h = item / parts;
+    const int64_t j0 = c * per_part, jn = std::min(rows, j0 + per_part) - j0;
+    if (jn <= 0) return;
+    const auto qrow = [&](int64_t j) {
+      const int64_t mem = (j0 + j) / G, g = (j0 + j) % G;
+      return std::pair<int64_t, int64_t>{members[mem], (h * G + g) * D};
+    };
+    const auto state = [&](int64_t j) {
+      const int64_t mem = (j0 + j) / G, g = (j0 + j) % G;
+      const int64_t i = (members[mem] * KV + h) * G + g;
+      return std::pair<float*, float*>{out + i * D, lse + i};
+    };
+    attend_chunks<T>(q, jn, qrow, k + h * N * ps * D, v + h * N * ps * D, pages, n, 0, n / kChunk, ps, D, scale,
+                     w, state);
   });
 }
 
