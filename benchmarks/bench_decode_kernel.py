@@ -34,10 +34,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+from bench_options import add_threads, load_avg, uptime  # noqa: E402
 
 
 def bandwidth_gbs() -> float:
@@ -118,7 +115,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--context", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=2)
+    add_threads(ap)
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--repeats", type=int, default=5, help="timed passes over all layers per kernel")
     ap.add_argument("--baseline", default=None, help="a git revision whose kernel is timed alongside")
@@ -142,7 +139,7 @@ def main() -> None:
     q = qkv[:, : kv * g]   # a strided view, as the model passes it
     kv_bytes = 2 * args.batch * args.context * kv * d * 2 * args.layers
     bw = bandwidth_gbs()
-    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    print(f"uptime: {uptime()}")
     print(f"{args.threads} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, read bandwidth {bw:.1f} GB/s; batch {args.batch} x {args.context} tokens, "
           f"{args.layers} layers: {kv_bytes / 1e9:.2f} GB of bf16 K/V per step -> roofline "
           f"{kv_bytes / bw / 1e6:.1f} ms/step = {kv_bytes / bw / 1e6 / args.layers:.2f} ms/layer")

@@ -16,9 +16,9 @@ and through the compiled T = 1 / dynamic-T graphs' `first_block`.
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
+from bench_options import add_dtype, add_quantization, add_threads, load_avg
 
 from sgrun.engine.attention_backend import Segment, make_attention_backend
 from sgrun.engine.page_pool import PagePool
@@ -56,19 +56,19 @@ def prefill(model, pool: PagePool, prompt: list[int]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quantization", default="none,int4")
+    add_quantization(ap, "none,int4", several=True)
     ap.add_argument("--compile", default="on,off")
-    ap.add_argument("--dtype", default="bfloat16")
+    add_dtype(ap, "bfloat16")
     ap.add_argument("--context", type=int, default=300)
     ap.add_argument("--rows", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
+    add_threads(ap)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(100, 40000, (args.context,), generator=gen).tolist()
     tokens = torch.randint(100, 40000, (args.rows,), generator=gen).tolist()
-    print(f"load {os.getloadavg()[0]:.2f}, {args.threads} threads, dtype {args.dtype}, context {args.context}, "
+    print(f"load {load_avg()}, {args.threads} threads, dtype {args.dtype}, context {args.context}, "
           f"{args.rows} rows")
     for quant in args.quantization.split(","):
         model, _, _ = load_model(None, dtype, quant, torch.device("cpu"))
