@@ -34,6 +34,9 @@ from sgrun.errors import EngineFatalError, SgrunError
 from sgrun.models.llama import LlamaModel
 from sgrun.models.tensor_parallel import ShardPlan, plan_shard, shard_weights
 
+# How long a failed collective waits for a peer's exit to show, so the error names the dead rank.
+EXIT_GRACE_S = 2.0
+
 
 class TensorParallelFailure(EngineFatalError):
     """A tensor-parallel rank died or stopped answering; the engine cannot go on."""
@@ -239,11 +242,19 @@ class TensorParallelGroup:
                 raise TensorParallelFailure(f"tensor-parallel rank {rank} could not start: {error}")
             pending.discard(rank)
 
-    def dead_ranks(self) -> list[tuple[int, int | None]]:
-        return [(i + 1, p.exitcode) for i, p in enumerate(self.procs) if not p.is_alive()]
+    def dead_ranks(self, grace_s: float = 0.0) -> list[tuple[int, int | None]]:
+        """(rank, exit code) of the workers that exited. `grace_s`: after a collective failed, wait
+        up to that long for one to show as exited: a killed peer's sockets close, and rank 0's
+        collective fails, a moment before its exit can be read (seen under load)."""
+        deadline = time.monotonic() + grace_s
+        while True:
+            dead = [(i + 1, p.exitcode) for i, p in enumerate(self.procs) if not p.is_alive()]
+            if dead or time.monotonic() >= deadline:
+                return dead
+            time.sleep(0.02)
 
     def describe(self, dead: list[tuple[int, int | None]] | None = None, cause: BaseException | None = None) -> str:
-        dead = self.dead_ranks() if dead is None else dead
+        dead = self.dead_ranks(EXIT_GRACE_S if cause is not None else 0.0) if dead is None else dead
         if dead:
             rank, code = dead[0]
             return (f"tensor-parallel rank {rank} exited (code {code}); the engine has stopped: "
@@ -329,7 +340,7 @@ class TensorParallelModel:
         except Exception as exc:
             # A collective inside the layers failed (a rank died or timed out): fatal. Any other
             # error is the model's own and goes up unchanged.
-            if isinstance(exc, getattr(dist, "DistError", ())) or self.group.dead_ranks():
+            if isinstance(exc, getattr(dist, "DistError", ())) or self.group.dead_ranks(EXIT_GRACE_S):
                 raise TensorParallelFailure(self.group.describe(cause=exc)) from exc
             raise
 
