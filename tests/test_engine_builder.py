@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import multiprocessing
 
 import pytest
 
@@ -43,3 +44,11 @@ def test_bad_options_fail_before_loading(options, field):
     with pytest.raises(InvalidRequestError) as err:
         sgrun.Engine("no-such-model.gguf", **options)
     assert err.value.field == field
+
+
+def test_a_start_that_fails_after_the_workers_started_stops_them():
+    # compile is refused with tp > 1 only once the model is sharded and rank 1 runs.
+    with pytest.raises(InvalidRequestError) as err:
+        sgrun.Engine("random:tiny", dtype="float32", memory_gb=0.05, tp=2, compile=True)
+    assert err.value.field == "compile"
+    assert not [p for p in multiprocessing.active_children() if p.is_alive()]

@@ -134,18 +134,23 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         tp_group = TensorParallelGroup(model_path, dtype, quantization, tp, max_pages, o.page_size,
                                        o.num_threads, o.tp_timeout, device=str(device))
         model = TensorParallelModel(model, tp_group)
-    cap = int(max_pages * o.cache_fraction) if o.cache_fraction is not None else None
-    cache = RadixCache(pool, cap) if o.enable_prefix_cache else None
-    max_context = min(cfg.max_position, max_pages * o.page_size, o.max_context or cfg.max_position)
-    use_overlap = device.type == "cuda" if o.overlap is None else o.overlap
-    # Speculation drafts from each step's tokens on the host; overlap schedules step N+1 before
-    # step N's tokens are read back, so with overlap on requests decode one token per step.
-    drafter = NgramDrafter(spec, max_context).draft if not use_overlap else None
-    scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens, drafter)
-    compiled, compile_s = compiled_forward(model, device, o.compile, tp)
-    runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
-                         cascade_attention=o.cascade_attention, compiled=compiled)
-    graph_report = runner.capture_cuda_graphs(o.max_running, max_context) if use_graphs else None
+    try:
+        cap = int(max_pages * o.cache_fraction) if o.cache_fraction is not None else None
+        cache = RadixCache(pool, cap) if o.enable_prefix_cache else None
+        max_context = min(cfg.max_position, max_pages * o.page_size, o.max_context or cfg.max_position)
+        use_overlap = device.type == "cuda" if o.overlap is None else o.overlap
+        # Speculation drafts from each step's tokens on the host; overlap schedules step N+1 before
+        # step N's tokens are read back, so with overlap on requests decode one token per step.
+        drafter = NgramDrafter(spec, max_context).draft if not use_overlap else None
+        scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens, drafter)
+        compiled, compile_s = compiled_forward(model, device, o.compile, tp)
+        runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
+                             cascade_attention=o.cascade_attention, compiled=compiled)
+        graph_report = runner.capture_cuda_graphs(o.max_running, max_context) if use_graphs else None
+    except BaseException:
+        if tp_group is not None:   # e.g. compile=True with tp=2: the started workers must not outlive it
+            tp_group.close()
+        raise
     return EngineParts(device=device, dtype=dtype, tp=tp, tp_group=tp_group, model=model, tokenizer=tokenizer,
                        model_path=model_path, config=cfg, quantization=quantization, pool=pool,
                        pool_budget=pool_budget, cache=cache, max_context=max_context, speculative=spec,
