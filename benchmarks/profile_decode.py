@@ -159,6 +159,18 @@ def breakdown(prof, steps: int) -> dict[str, float]:
     return {k: v / steps for k, v in out.items()}
 
 
+def top_events(prof, steps: int, n: int) -> list[tuple[str, float]]:
+    """Self CPU time per step by event name, over every event inside a step."""
+    totals: dict[str, float] = defaultdict(float)
+    for ev in prof.events():
+        parent = ev.cpu_parent
+        while parent is not None and parent.name != "sgrun::step":
+            parent = parent.cpu_parent
+        if parent is not None:
+            totals[ev.name] += ev.self_cpu_time_total / 1e3 / steps
+    return sorted(totals.items(), key=lambda kv: -kv[1])[:n]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     add_quantization(ap, "none,int4", several=True)
@@ -168,6 +180,7 @@ def main() -> None:
     ap.add_argument("--compile", default="on", help="on, off or on,off: the engine's compile switch")
     ap.add_argument("--context", type=int, default=64, help="prompt tokens per request")
     ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
+    ap.add_argument("--top", type=int, default=0, help="also print the N events with the most self time per step")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     bw = bandwidth_gbs(args.threads)
@@ -193,6 +206,10 @@ def main() -> None:
                   f"  (load {load_avg()})")
             for name, ms in sorted(parts.items(), key=lambda kv_: -kv_[1]):
                 print(f"  {name:<50} {ms:7.2f} ms  {100 * ms / total:5.1f}%")
+            if args.top:
+                print(f"  top {args.top} events by self time per step (any name, incl. compiled graphs):")
+                for name, ms in top_events(r["prof"], r["steps"], args.top):
+                    print(f"    {name[:70]:<70} {ms:7.2f} ms")
         engine.close()
 
 

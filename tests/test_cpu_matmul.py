@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from sgrun.models import cpu_matmul
-from sgrun.models.quant_linear import Int4Linear, Int8Linear
+from sgrun.models.quant_linear import DenseLinear, Int4Linear, Int8Linear
 
 pytestmark = pytest.mark.skipif(not cpu_matmul.available(), reason="the kernel needs a CPU with AVX512-BF16")
 
@@ -114,3 +114,19 @@ def test_int8_float32_head_matches_float64_and_keeps_rows_invariant(m):
     ids = torch.tensor([0, 17, 1055, 3])
     assert torch.equal(head.rows(ids), head.dequantized()[ids])
     assert torch.equal(head.codes(), torch.round(w / head.scale[:, None]).clamp(-127, 127).to(torch.int8))
+
+
+def test_dense_bf16_linear_packs_once_and_matches_across_the_switch():
+    torch.manual_seed(0)
+    w = (torch.randn(96, 130) * 0.05).bfloat16()
+    lin = DenseLinear(w, torch.randn(96).bfloat16())
+    assert lin.cpp and not hasattr(lin, "weight")     # one copy, in the kernel's layout
+    assert torch.equal(lin.dequantized(), w)
+    x = torch.randn(lin.max_rows + 9, 130).bfloat16()
+    full = lin(x[: lin.max_rows].contiguous())
+    for rows in (1, 2, 7, lin.max_rows):
+        part = lin(x[:rows].contiguous())
+        assert torch.equal(part, full[:rows]), rows                  # rows invariant
+    ref = x.double() @ w.double().T + lin.bias.double()
+    assert (lin(x).double() - ref).abs().max() < 0.02 * ref.abs().max()   # above max_rows: oneDNN on the unpacked weight
+    assert not DenseLinear(w.float()).cpp

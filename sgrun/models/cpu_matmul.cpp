@@ -1,5 +1,6 @@
 // Weight-only matmuls for small batches on the CPU: y[M, N] = x[M, K] (bf16) @ W[N, K]^T, W kept
-// as int4 codes in groups of 32 (a scale and a minimum per group, fp16) or as dense bf16.
+// as int4 codes in groups of 32 (a scale and a minimum per group, fp16) or as dense bf16; and the
+// int8 lm_head with float32 activations.
 // Built by cpu_matmul.py; see that file for why and for the layouts.
 //
 // Layout ("column blocks"): W's output columns are cut into blocks of 16 (one AVX-512 lane per
@@ -122,82 +123,101 @@ void int4_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_strid
                           reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[r][b])));
 }
 
+// Dense bf16: the same walk without decoding. Sums run in blocks of 32 k (16 pairs) added into
+// the total, as the int4 groups are: sequential float32 sums over K ~ 1,536 lost ~3x more bits
+// than oneDNN's blocked GEMM on real activations (outlier features cancel), which showed as
+// drift against the float32 model.
 template <int R, int NB>
 void bf16_tile(const uint32_t* w, int64_t block_stride, const uint32_t* xpairs, int64_t k, uint16_t* y,
                int64_t n_total) {
   const int64_t kp = k / 2;
-  __m512 even[R][NB], odd[R][NB];
+  __m512 acc[R][NB];
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) even[r][b] = odd[r][b] = _mm512_setzero_ps();
-  int64_t p = 0;
-  for (; p + 1 < kp; p += 2) {
-    __m512i w0[NB], w1[NB];
-    for (int b = 0; b < NB; ++b) {
-      w0[b] = _mm512_loadu_si512(w + b * block_stride + p * LANES);
-      w1[b] = _mm512_loadu_si512(w + b * block_stride + (p + 1) * LANES);
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xpairs[r * kp + p]));
-      const __m512i x1 = _mm512_set1_epi32(static_cast<int>(xpairs[r * kp + p + 1]));
+    for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();
+  for (int64_t p0 = 0; p0 < kp; p0 += PAIRS_PER_GROUP) {
+    const int64_t p_end = p0 + PAIRS_PER_GROUP < kp ? p0 + PAIRS_PER_GROUP : kp;
+    __m512 even[R][NB], odd[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) even[r][b] = odd[r][b] = _mm512_setzero_ps();
+    int64_t p = p0;
+    for (; p + 1 < p_end; p += 2) {
+      __m512i w0[NB], w1[NB];
       for (int b = 0; b < NB; ++b) {
-        even[r][b] = _mm512_dpbf16_ps(even[r][b], as_bh(w0[b]), as_bh(x0));
-        odd[r][b] = _mm512_dpbf16_ps(odd[r][b], as_bh(w1[b]), as_bh(x1));
+        w0[b] = _mm512_loadu_si512(w + b * block_stride + p * LANES);
+        w1[b] = _mm512_loadu_si512(w + b * block_stride + (p + 1) * LANES);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xpairs[r * kp + p]));
+        const __m512i x1 = _mm512_set1_epi32(static_cast<int>(xpairs[r * kp + p + 1]));
+        for (int b = 0; b < NB; ++b) {
+          even[r][b] = _mm512_dpbf16_ps(even[r][b], as_bh(w0[b]), as_bh(x0));
+          odd[r][b] = _mm512_dpbf16_ps(odd[r][b], as_bh(w1[b]), as_bh(x1));
+        }
       }
     }
-  }
-  if (p < kp) {   // an odd number of pairs
-    for (int r = 0; r < R; ++r) {
-      const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xpairs[r * kp + p]));
-      for (int b = 0; b < NB; ++b)
-        even[r][b] = _mm512_dpbf16_ps(even[r][b], as_bh(_mm512_loadu_si512(w + b * block_stride + p * LANES)),
-                                      as_bh(x0));
+    if (p < p_end) {   // an odd number of pairs in the last block
+      for (int r = 0; r < R; ++r) {
+        const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xpairs[r * kp + p]));
+        for (int b = 0; b < NB; ++b)
+          even[r][b] = _mm512_dpbf16_ps(even[r][b], as_bh(_mm512_loadu_si512(w + b * block_stride + p * LANES)),
+                                        as_bh(x0));
+      }
     }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_add_ps(acc[r][b], _mm512_add_ps(even[r][b], odd[r][b]));
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * n_total + b * LANES),
-                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_add_ps(even[r][b], odd[r][b]))));
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[r][b])));
 }
 
 // int8 weights (one scale per output column) times float32 activations, float32 out: the
-// lm_head, whose logits are never rounded to bf16. Two chains over even and odd k per
-// accumulator, as above; the column scale is applied once at the end.
+// lm_head, whose logits are never rounded to bf16. Two chains over even and odd k, blocked sums
+// as bf16_tile; the column scale is applied once at the end.
 template <int R, int NB>
 void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const float* scale,
                    float* y, int64_t n_total) {
-  __m512 even[R][NB], odd[R][NB];
+  __m512 acc[R][NB];
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b) even[r][b] = odd[r][b] = _mm512_setzero_ps();
+    for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();
   auto column = [&](int b, int64_t kk) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * block_stride + kk * LANES))));
   };
-  int64_t kk = 0;
-  for (; kk + 1 < k; kk += 2) {
-    __m512 w0[NB], w1[NB];
-    for (int b = 0; b < NB; ++b) {
-      w0[b] = column(b, kk);
-      w1[b] = column(b, kk + 1);
-    }
-    for (int r = 0; r < R; ++r) {
-      const __m512 x0 = _mm512_set1_ps(x[r * k + kk]);
-      const __m512 x1 = _mm512_set1_ps(x[r * k + kk + 1]);
+  for (int64_t k0 = 0; k0 < k; k0 += GROUP) {   // blocked sums, as bf16_tile
+    const int64_t k_end = k0 + GROUP < k ? k0 + GROUP : k;
+    __m512 even[R][NB], odd[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) even[r][b] = odd[r][b] = _mm512_setzero_ps();
+    int64_t kk = k0;
+    for (; kk + 1 < k_end; kk += 2) {
+      __m512 w0[NB], w1[NB];
       for (int b = 0; b < NB; ++b) {
-        even[r][b] = _mm512_fmadd_ps(w0[b], x0, even[r][b]);
-        odd[r][b] = _mm512_fmadd_ps(w1[b], x1, odd[r][b]);
+        w0[b] = column(b, kk);
+        w1[b] = column(b, kk + 1);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512 x0 = _mm512_set1_ps(x[r * k + kk]);
+        const __m512 x1 = _mm512_set1_ps(x[r * k + kk + 1]);
+        for (int b = 0; b < NB; ++b) {
+          even[r][b] = _mm512_fmadd_ps(w0[b], x0, even[r][b]);
+          odd[r][b] = _mm512_fmadd_ps(w1[b], x1, odd[r][b]);
+        }
       }
     }
-  }
-  if (kk < k) {
-    for (int r = 0; r < R; ++r) {
-      const __m512 x0 = _mm512_set1_ps(x[r * k + kk]);
-      for (int b = 0; b < NB; ++b) even[r][b] = _mm512_fmadd_ps(column(b, kk), x0, even[r][b]);
+    if (kk < k_end) {
+      for (int r = 0; r < R; ++r) {
+        const __m512 x0 = _mm512_set1_ps(x[r * k + kk]);
+        for (int b = 0; b < NB; ++b) even[r][b] = _mm512_fmadd_ps(column(b, kk), x0, even[r][b]);
+      }
     }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_add_ps(acc[r][b], _mm512_add_ps(even[r][b], odd[r][b]));
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b)
-      _mm512_storeu_ps(y + r * n_total + b * LANES,
-                       _mm512_mul_ps(_mm512_add_ps(even[r][b], odd[r][b]), _mm512_loadu_ps(scale + b * LANES)));
+      _mm512_storeu_ps(y + r * n_total + b * LANES, _mm512_mul_ps(acc[r][b], _mm512_loadu_ps(scale + b * LANES)));
 }
 
 template <int V>
@@ -377,6 +397,37 @@ at::Tensor int4_dequantize_t(const at::Tensor& codes, const at::Tensor& scales, 
   });
 #else
   TORCH_CHECK(false, "int4_dequantize_t needs a CPU with AVX512-BF16");
+#endif
+  return out;
+}
+
+// The dense bf16 weight back as W^T, [K, N], for chunks above the kernel's row limit (oneDNN's
+// GEMM takes the .t() view): each (block, pair) holds 16 interleaved (even k, odd k) pairs, one
+// permute splits them into the 16 columns of k and of k + 1.
+at::Tensor bf16_unpack_t(const at::Tensor& w, int64_t n, int64_t k) {
+  TORCH_CHECK(n % LANES == 0 && k % 2 == 0 && w.is_contiguous() && w.numel() == n * k, "w does not match n, k");
+  at::Tensor out = at::empty({k, n}, w.options());
+#ifdef SGRUN_BF16_DOT
+  const uint16_t* wb = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+  uint16_t* ob = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const int64_t blocks = n / LANES, kp = k / 2;
+  alignas(64) int16_t order[32];
+  for (int i = 0; i < 16; ++i) {
+    order[i] = static_cast<int16_t>(2 * i);           // even k of lane i
+    order[16 + i] = static_cast<int16_t>(2 * i + 1);  // odd k of lane i
+  }
+  const __m512i idx = _mm512_load_si512(order);
+  at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t blk = begin; blk < end; ++blk) {
+      for (int64_t p = 0; p < kp; ++p) {
+        const __m512i v = _mm512_permutexvar_epi16(idx, _mm512_loadu_si512(wb + (blk * kp + p) * 2 * LANES));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ob + (2 * p) * n + blk * LANES), _mm512_castsi512_si256(v));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ob + (2 * p + 1) * n + blk * LANES), _mm512_extracti64x4_epi64(v, 1));
+      }
+    }
+  });
+#else
+  TORCH_CHECK(false, "bf16_unpack_t needs a CPU with AVX512-BF16");
 #endif
   return out;
 }

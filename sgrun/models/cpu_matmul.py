@@ -32,7 +32,7 @@ GROUP = 32      # int4 group along the input dim
 
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_MATMUL_FAIL"
 
-KERNEL = CppKernel("cpu_matmul", Path(__file__).with_name("cpu_matmul.cpp"), ["fast_path", "int4_dequantize_t"],
+KERNEL = CppKernel("cpu_matmul", Path(__file__).with_name("cpu_matmul.cpp"), ["fast_path", "int4_dequantize_t", "bf16_unpack_t"],
                    what="The C++ small-batch matmul",
                    fallback="small batches use torch's weight-only kernels instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV)
@@ -72,7 +72,7 @@ def has_amx() -> bool:
 
 
 def fits(n: int, k: int) -> bool:
-    """Shapes the column-block layout holds."""
+    """Shapes the int4 column-block layout holds (bf16 needs only n % 16 and an even k)."""
     return n % LANES == 0 and k % GROUP == 0
 
 
@@ -113,3 +113,20 @@ def int4_dequantize(codes: torch.Tensor, scales: torch.Tensor, n: int, k: int) -
     module = KERNEL.load()
     assert module is not None, "int4_dequantize called without the kernel"
     return module.int4_dequantize_t(codes, scales, n, k).t()
+
+
+def pack_bf16(w: torch.Tensor) -> torch.Tensor:
+    """bf16 [N, K] -> [N/16, K/2, 16, 2]: per column block and input pair, 16 (even, odd) pairs."""
+    n, k = w.shape
+    return w.view(n // LANES, LANES, k // 2, 2).permute(0, 2, 1, 3).contiguous()
+
+
+def bf16_mm(x: torch.Tensor, packed: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.ops.sgrun.bf16_mm(x, packed, n)
+
+
+def bf16_unpack(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """The packed weight as [N, K] (a transposed view of a [K, N] buffer, as int4_dequantize)."""
+    module = KERNEL.load()
+    assert module is not None, "bf16_unpack called without the kernel"
+    return module.bf16_unpack_t(packed, n, k).t()
