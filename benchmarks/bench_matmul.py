@@ -5,7 +5,8 @@
 - sgrun int4: the C++ kernel (sgrun/models/cpu_matmul.cpp), codes and fp16 scales in column blocks;
 - torch int4: aten._weight_int4pack_mm_for_cpu on the same codes (bf16 scales);
 - sgrun dequantize + dense: what a chunk above KERNEL_MAX_ROWS pays (C++ dequantize, then F.linear);
-- dense bf16: F.linear on the dequantized weight (oneDNN), the weight already in memory.
+- dense bf16: F.linear on the dequantized weight (oneDNN), the weight already in memory;
+- sgrun bf16: the same dense bf16 weight through the C++ kernel (DenseLinear's path).
 
 Each figure is the minimum over `--reps` calls (the machine is shared: the minimum is the least
 disturbed estimate of a call's own cost), in microseconds, with the load average. Weights are
@@ -24,14 +25,12 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from bench_options import add_threads, load_avg  # noqa: E402
+
 from sgrun.models import cpu_matmul  # noqa: E402
 
 SHAPES = {"qkv 960x576": (960, 576), "o 576x576": (576, 576), "gate_up 3072x576": (3072, 576),
           "down 576x1536": (576, 1536)}
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def best_us(fn, reps: int) -> float:
@@ -47,7 +46,7 @@ def best_us(fn, reps: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--threads", type=int, default=2)
+    add_threads(ap)
     ap.add_argument("--rows", default="1,2,4,7,16,32,64,128")
     ap.add_argument("--reps", type=int, default=200)
     args = ap.parse_args()
@@ -64,15 +63,18 @@ def main() -> None:
         torch_packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, 2)
         sz = torch.stack([scale, minimum + 8 * scale], -1).transpose(0, 1).contiguous().bfloat16()
         dense = cpu_matmul.int4_dequantize(packed, scales, n, k)
+        dense_packed = cpu_matmul.pack_bf16(dense.contiguous())
         print(f"\n{name}  (load {load_avg()})")
-        print(f"  {'rows':>5} {'sgrun int4':>11} {'torch int4':>11} {'deq+dense':>11} {'dense bf16':>11}   sgrun vs torch")
+        print(f"  {'rows':>5} {'sgrun int4':>11} {'torch int4':>11} {'deq+dense':>11} {'dense bf16':>11} {'sgrun bf16':>11}   sgrun vs torch")
         for m in (int(r) for r in args.rows.split(",")):
             x = torch.randn(m, k, generator=g).bfloat16()
             ours = best_us(lambda: cpu_matmul.int4_mm(x, packed, scales, n), args.reps)
             theirs = best_us(lambda: torch.ops.aten._weight_int4pack_mm_for_cpu(x, torch_packed, 32, sz), args.reps)
             deq = best_us(lambda: F.linear(x, cpu_matmul.int4_dequantize(packed, scales, n, k)), max(10, args.reps // 10))
             den = best_us(lambda: F.linear(x, dense), max(10, args.reps // 4))
-            print(f"  {m:>5} {ours:>9.1f}us {theirs:>9.1f}us {deq:>9.1f}us {den:>9.1f}us   {theirs / ours:5.2f}x")
+            ours_bf16 = best_us(lambda: cpu_matmul.bf16_mm(x, dense_packed, n), args.reps)
+            print(f"  {m:>5} {ours:>9.1f}us {theirs:>9.1f}us {deq:>9.1f}us {den:>9.1f}us {ours_bf16:>9.1f}us"
+                  f"   {theirs / ours:5.2f}x")
 
 
 if __name__ == "__main__":
