@@ -13,6 +13,10 @@ median time spent inside decode attention (`_attend_decodes`: for the gather pat
 gathers, masks and bmm/softmax; for the kernel the kernel calls and cascade merges), and that
 time's share of the step. The load average is printed with every line.
 
+`--against REV` alternates the in-place kernel with the decode kernel of git revision REV
+instead of the gather path (same backend, pool and engine; an older kernel runs without cascade).
+`--agent-requests 0` skips the agent part. OMP_WAIT_POLICY=PASSIVE unless set (as bench_engine.py).
+
 Batch sizes after the first reuse its prompts from the radix cache (no second prefill).
 The agent part: `--agent-requests` requests share a `--agent-prefix`-token system prompt (a
 radix-cache hit after the first) and differ in a 32-token user turn; cascade on vs off.
@@ -20,18 +24,22 @@ radix-cache hit after the first) and differ in a 32-token user turn; cascade on 
 
 from __future__ import annotations
 
-import argparse
-import random
-import statistics
-import time
-from collections import defaultdict
-from collections.abc import Callable
+import os
 
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")   # spinning workers steal the shared cores
 
-import sgrun
-from sgrun.engine.attention_torch import TorchPagedAttention
-from bench_options import add_dtype, add_quantization, add_threads, load_avg, uptime
+import argparse  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+import torch  # noqa: E402
+
+import sgrun  # noqa: E402
+from sgrun.engine.attention_torch import TorchPagedAttention  # noqa: E402
+from bench_options import add_dtype, add_quantization, add_threads, load_avg, uptime  # noqa: E402
 
 
 class AlternatingSteps:
@@ -98,6 +106,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8, help="measured steps per variant")
     ap.add_argument("--agent-requests", type=int, default=32)
     ap.add_argument("--agent-prefix", type=int, default=2048)
+    ap.add_argument("--against", default="gather",
+                    help="what the in-place kernel is alternated with: 'gather' (the torch path) or a git revision "
+                         "whose decode kernel is built and run in the same backend (e.g. 5e46349, the kernel "
+                         "before chunk folding and AVX512-BF16)")
     add_threads(ap)
     add_dtype(ap, "auto")
     add_quantization(ap, "auto")
@@ -113,7 +125,15 @@ def main() -> None:
                           memory_gb=1.2 * tokens * kv_bytes_per_token(elem) / 2**30)
     cpp = engine.runner.attn
     assert type(cpp).__name__ == "CppPagedAttention", f"the C++ kernel did not build: {engine.runner.backend}"
-    gather = TorchPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D)
+    if args.against == "gather":
+        other, other_name = TorchPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D), "torch (gather)"
+    else:
+        from bench_decode_kernel import build_revision
+        from sgrun.engine.attention_cpp import CppPagedAttention
+        op = build_revision(args.against)
+        other = CppPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D, op if hasattr(op, "chunk_tokens") else OlderKernel(op),
+                                  cascade=False, prefill_op=cpp.prefill_op)
+        other_name = f"kernel {args.against}"[:14]
     print(f"engine: dtype {engine.dtype}, quantization {engine.quantization}, {args.threads} threads, "
           f"page size {engine.pool.page_size}, torch {torch.__version__}")
     rng = random.Random(0)
@@ -130,9 +150,9 @@ def main() -> None:
         # Requests admitted first decode while later ones still prefill: they must not finish
         # before the whole batch is decoding (one prefill chunk of max_batch_tokens per step).
         steps = 2 * args.steps + 4 + batch * args.context // engine.scheduler.max_batch_tokens
-        alt = AlternatingSteps(engine, {"cpp (in place)": use(cpp), "torch (gather)": use(gather)}, batch)
+        alt = AlternatingSteps(engine, {"cpp (in place)": use(cpp), other_name: use(other)}, batch)
         cpp._attend_decodes = alt.timed(cpp._attend_decodes)
-        gather._attend_decodes = alt.timed(gather._attend_decodes)
+        other._attend_decodes = alt.timed(other._attend_decodes)
         try:
             t = time.perf_counter()
             engine.generate(prompts[:batch], sgrun.SamplingParams(max_new_tokens=steps, temperature=0, ignore_eos=True))
@@ -140,8 +160,43 @@ def main() -> None:
             results[batch] = report(f"batch {batch} x {args.context}", alt.times)
         finally:
             alt.close()
-            del cpp._attend_decodes, gather._attend_decodes
+            del cpp._attend_decodes, other._attend_decodes
 
+    agent = None
+    if args.agent_requests > 0:
+        agent = agent_part(engine, cpp, use, rng, args)
+    engine.close()
+
+    print(f"\nsummary (medians; ratios from steps alternated in this run; {other_name} -> cpp (in place))")
+    for batch, r in results.items():
+        (cs, ca), (ts, ta) = r["cpp (in place)"], r[other_name]
+        print(f"  batch {batch:>3} x {args.context}: step {ts:.1f} -> {cs:.1f} ms ({ts / cs:.2f}x); attention "
+              f"{ta:.1f} -> {ca:.1f} ms ({ta / max(ca, 1e-9):.1f}x); share {100 * ta / ts:.1f}% -> {100 * ca / cs:.1f}%")
+    if agent is not None:
+        (ons, ona), (offs, offa) = agent["cascade on"], agent["cascade off"]
+        print(f"  agent: step {offs:.1f} -> {ons:.1f} ms ({offs / ons:.2f}x); attention {offa:.1f} -> {ona:.1f} ms "
+              f"({offa / max(ona, 1e-9):.2f}x) with cascade on")
+    print(uptime())
+
+
+class OlderKernel:
+    """A kernel from before chunk folding (its paged_decode returns (out, lse)) behind today's call.
+    It never runs a cascade: its prefix contract differs (chunk_tokens is beyond any context)."""
+
+    def __init__(self, op):
+        self.op = op
+
+    def chunk_tokens(self) -> int:
+        return 1 << 40
+
+    def paged_decode(self, q, k_cache, v_cache, table, lens, starts, scale, out, lse) -> None:
+        o, l_ = self.op.paged_decode(q, k_cache, v_cache, table, lens, scale)
+        out.copy_(o.view_as(out))
+        lse.copy_(l_.view_as(lse))
+
+
+def agent_part(engine, cpp, use, rng, args) -> dict:
+    """Requests sharing a long system prompt (a radix-cache hit after the first): cascade on vs off."""
     system = [rng.randrange(100, 40000) for _ in range(args.agent_prefix)]
     engine.generate([system + [7]], sgrun.SamplingParams(max_new_tokens=1))   # the system prompt into the cache
     agents = [system + [rng.randrange(100, 40000) for _ in range(32)] for _ in range(args.agent_requests)]
@@ -153,21 +208,10 @@ def main() -> None:
         engine.generate(agents, sgrun.SamplingParams(max_new_tokens=2 * args.steps + 4, temperature=0, ignore_eos=True))
         print(f"agent: {args.agent_requests} requests sharing a {args.agent_prefix}-token system prompt "
               f"(cascade used in {cpp.cascade_steps - steps0} prepared batches)")
-        agent = report(f"agent {args.agent_requests} x {args.agent_prefix}+32", alt.times)
+        return report(f"agent {args.agent_requests} x {args.agent_prefix}+32", alt.times)
     finally:
         alt.close()
         del cpp._attend_decodes
-    engine.close()
-
-    print("\nsummary (medians; ratios from steps alternated in this run)")
-    for batch, r in results.items():
-        (cs, ca), (ts, ta) = r["cpp (in place)"], r["torch (gather)"]
-        print(f"  batch {batch:>3} x {args.context}: step {ts:.1f} -> {cs:.1f} ms ({ts / cs:.2f}x); attention "
-              f"{ta:.1f} -> {ca:.1f} ms ({ta / max(ca, 1e-9):.1f}x); share {100 * ta / ts:.1f}% -> {100 * ca / cs:.1f}%")
-    (ons, ona), (offs, offa) = agent["cascade on"], agent["cascade off"]
-    print(f"  agent: step {offs:.1f} -> {ons:.1f} ms ({offs / ons:.2f}x); attention {offa:.1f} -> {ona:.1f} ms "
-          f"({offa / max(ona, 1e-9):.2f}x) with cascade on")
-    print(uptime())
 
 
 def kv_bytes_per_token(elem: int) -> int:

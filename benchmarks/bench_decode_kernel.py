@@ -49,12 +49,12 @@ def bandwidth_gbs() -> float:
 
 
 def build_revision(rev: str):
-    """The decode kernel of git revision `rev`, built under its own name (its sources are
-    paged_chunk_attention.cpp + paged_decode.cpp where the first exists, else paged_decode.cpp)."""
+    """The decode kernel of git revision `rev`, built under its own name (from whichever of its
+    source files that revision has, in build order)."""
     from sgrun.models.cpp_build import DEFAULT_FLAGS, CppKernel
     folder = Path(tempfile.mkdtemp(prefix="sgrun_kernel_rev_"))
     names = []
-    for name in ("paged_chunk_attention.cpp", "paged_decode.cpp"):
+    for name in ("paged_rows.cpp", "paged_chunk_attention.cpp", "paged_decode.cpp"):
         got = subprocess.run(["git", "show", f"{rev}:sgrun/engine/{name}"], capture_output=True, text=True)
         if got.returncode == 0:
             (folder / name).write_text(got.stdout)

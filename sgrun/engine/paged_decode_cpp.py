@@ -31,10 +31,11 @@ from sgrun.models.cpp_build import DEFAULT_FLAGS, CppKernel
 # Tests set this to simulate a machine where the build fails.
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_ATTENTION_FAIL"
 
-# The per-chunk math first: the driver uses it. -ffp-contract=off: no multiply-add is fused behind
+# The paged walk, then the per-chunk math, then the driver that uses them. -ffp-contract=off: no multiply-add is fused behind
 # the code's back, so every query head runs the same instructions in any inlining context (the
 # row invariance the kernel promises).
-KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in ("paged_chunk_attention.cpp", "paged_decode.cpp")),
+KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in (
+                       "paged_rows.cpp", "paged_chunk_attention.cpp", "paged_decode.cpp")),
                    ["paged_decode", "cascade_prefix", "chunk_tokens"], what="C++ paged decode attention",
                    fallback="decode attention gathers pages with the torch path instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV, flags=DEFAULT_FLAGS + ("-ffp-contract=off",))
