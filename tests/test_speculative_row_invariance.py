@@ -5,9 +5,14 @@ whose result depends on a row's own query and context alone (paged_decode.cpp: f
 folded in order, whatever the batch, the threads or a cascade), and the int4 linears compute
 every row alike at any row count (cpu_matmul.py).
 
-Real SmolLM2 weights, int4 with bf16 activations, compiled forward: the CPU default. The prefix
-cache is off in this engine: a cache hit prefills a prompt's tail at another row count, which
-changes its rounding whether speculation is on or not.
+Real SmolLM2 weights, int4 with bf16 activations, compiled forward (the CPU default), and dense
+bf16 weights (eager, to keep the test short). With dense weights the layers are row-invariant too
+(the same C++ kernel), but the float32 lm_head goes through torch's GEMM, whose rows differ at
+~4e-5 between one row and several: its greedy outputs agree, its logits are not bitwise, so only
+the int4 engine is held to bitwise rows. The kernels that make rows invariant need AVX512-BF16
+(cpu_matmul.available()); elsewhere torch's kernels run and promise nothing of the kind. The
+prefix cache is off: a cache hit prefills a prompt's tail at another row count, which changes
+its rounding whether speculation is on or not.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import torch
 
 import sgrun
 from sgrun.engine.attention_backend import Segment
+from sgrun.models import cpu_matmul
+
+pytestmark = pytest.mark.skipif(not cpu_matmul.available(), reason="the row-invariant linears need AVX512-BF16")
 
 TOOL_RESULT = ('{"order_id": "A-1042", "customer": "Alice Smith", "email": "alice.smith@example.com", '
                '"tracking": "JD014600006281234567", "city": "Paris"}')
@@ -26,6 +34,14 @@ TOOL_RESULT = ('{"order_id": "A-1042", "customer": "Alice Smith", "email": "alic
 def bf16_engine(model_path):
     engine = sgrun.Engine(str(model_path), dtype="bfloat16", num_threads=2, memory_gb=0.5, quantization="int4",
                           compile=True, enable_prefix_cache=False)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def dense_bf16_engine(model_path):
+    engine = sgrun.Engine(str(model_path), dtype="bfloat16", num_threads=2, memory_gb=0.5, quantization="none",
+                          compile=False, enable_prefix_cache=False)
     yield engine
     engine.close()
 
@@ -77,9 +93,11 @@ def test_verify_rows_are_bitwise_the_decodes_at_their_positions(bf16_engine):
     assert all(torch.equal(a, b) for a, b in zip(*kv))
 
 
-def test_greedy_outputs_identical_with_speculation_on_and_off_in_bf16(bf16_engine, chat_prompt):
+@pytest.mark.parametrize("which", ["int4", "dense"])
+def test_greedy_outputs_identical_with_speculation_on_and_off_in_bf16(which, request, chat_prompt):
     """A prompt that copies a tool result (long accepted drafts), code that repeats itself, and
     a free answer (drafts mostly rejected): the same tokens, text and finish with speculation on."""
+    bf16_engine = request.getfixturevalue("bf16_engine" if which == "int4" else "dense_bf16_engine")
     prompts = [chat_prompt(f"Tool result of get_order:\n{TOOL_RESULT}\n\nRepeat the tool result exactly, as JSON."),
                "def area(width, height):\n    return width * height\n\n\ndef area(width, height):\n",
                chat_prompt("Why is the sky blue? Answer in two sentences.")]
