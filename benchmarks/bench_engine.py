@@ -160,6 +160,15 @@ def bench_ttft(engine, hf, llm, rng, rounds: int, lengths: tuple[int, ...]) -> N
         results: dict[str, list[float]] = {"sgrun": [], "transformers dense bf16": []}
         if llm is not None:
             results["llama.cpp (GGUF Q4_1)"] = []
+        # One untimed prompt per system first: the first prefill at a new length pays one-off
+        # costs (oneDNN primitive creation for the new GEMM shapes, first-touch of KV pages)
+        # that with --rounds 2 would be half of the reported median.
+        warm = random_ids(rng, length)
+        engine.flush_cache()
+        engine.generate([warm], sgrun.SamplingParams(max_new_tokens=1, temperature=0))
+        hf_generate(hf, [warm], 1)
+        if llm is not None:
+            lc_ttft(llm, warm)
         for _ in range(rounds):
             prompt = random_ids(rng, length)
             engine.flush_cache()

@@ -1,13 +1,15 @@
 """Where a prefill goes: torch.profiler over one whole-prompt prefill (max_new_tokens=1).
 
     python benchmarks/profile_prefill.py [--lengths 512,2048] [--quantization int4,none] [--threads 2]
-                                         [--attention-backend cpp|torch]
+                                         [--attention-backend cpp|torch] [--top N] [--compare-sdpa]
 
 For each setting it prints the unprofiled TTFT (median of 3), then the profiled breakdown of
 the model forward: attention (everything inside the backend's per-layer call: KV writes and the
 prefill kernel or SDPA), the int4/int8 weight dequantization prefill pays per linear per chunk,
 the GEMMs, norm / RoPE / activation elementwise ops, other tensor ops, and Python (forward
-time not covered by any op).
+time not covered by any op). With --compare-sdpa it only times TTFT with the C++ prefill
+kernel against SDPA in the same engine (longer prompts than max_batch_tokens are chunked
+prefills, whose later chunks attend the earlier ones in the pages).
 """
 
 from __future__ import annotations
@@ -89,6 +91,34 @@ def _inside_any(ev, names) -> bool:
     return any(_inside(ev, n) for n in names)
 
 
+def compare_sdpa(engine: sgrun.Engine, lengths: list[int], rng: random.Random, params) -> None:
+    """TTFT with the backend's prefill kernel and with SDPA (prefill_op None), 3 interleaved
+    rounds after one warm-up each; prompts over max_batch_tokens run as chunked prefills."""
+    attn = engine.runner.attn
+    kernel = getattr(attn, "prefill_op", None)
+    if kernel is None:
+        print("  this backend has no C++ prefill kernel (not built, or no avx512_bf16): nothing to compare")
+        return
+    try:
+        for length in lengths:
+            times: dict[str, list[float]] = {"C++ prefill kernel": [], "SDPA": []}
+            for i in range(4):
+                prompt = [rng.randrange(100, 40000) for _ in range(length)]
+                for name, op in (("C++ prefill kernel", kernel), ("SDPA", None)):
+                    attn.prefill_op = op
+                    engine.flush_cache()
+                    t = engine.generate([prompt], params)[0].ttft
+                    if i:   # round 0 is the warm-up
+                        times[name].append(t)
+            med = {k: statistics.median(v) for k, v in times.items()}
+            print(f"[{length} tokens, chunks of {engine.scheduler.max_batch_tokens}] TTFT median of 3: "
+                  + ", ".join(f"{k} {v * 1e3:.0f} ms ({', '.join(f'{x * 1e3:.0f}' for x in times[k])})"
+                              for k, v in med.items())
+                  + f" -> {med['C++ prefill kernel'] / med['SDPA']:.2f}x  (load {load_avg()})")
+    finally:
+        attn.prefill_op = kernel
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="512,2048")
@@ -96,6 +126,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
     ap.add_argument("--top", type=int, default=0, help="also list the N ops with the most self time")
+    ap.add_argument("--compare-sdpa", action="store_true",
+                    help="only time TTFT with the C++ prefill kernel and with SDPA, interleaved, in one engine")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, load {load_avg()}")
@@ -109,6 +141,10 @@ def main() -> None:
         wrap(engine.runner.model, "forward", "sgrun::model_forward")
         wrap(engine.runner.attn, "forward", "sgrun::attention")
         params = sgrun.SamplingParams(max_new_tokens=1, temperature=0)
+        if args.compare_sdpa:
+            compare_sdpa(engine, [int(x) for x in args.lengths.split(",")], rng, params)
+            engine.close()
+            continue
         for length in map(int, args.lengths.split(",")):
             prompts = [[rng.randrange(100, 40000) for _ in range(length)] for _ in range(4)]
             ttfts = []
