@@ -2,6 +2,7 @@
 
     python benchmarks/profile_prefill.py [--lengths 512,2048] [--quantization int4,none] [--threads 2]
                                          [--attention-backend cpp|torch] [--top N] [--compare-sdpa]
+                                         [--kernel]
 
 For each setting it prints the unprofiled TTFT (median of 3), then the profiled breakdown of
 the model forward: attention (everything inside the backend's per-layer call: KV writes and the
@@ -9,7 +10,8 @@ prefill kernel or SDPA), the int4/int8 weight dequantization prefill pays per li
 the GEMMs, norm / RoPE / activation elementwise ops, other tensor ops, and Python (forward
 time not covered by any op). With --compare-sdpa it only times TTFT with the C++ prefill
 kernel against SDPA in the same engine (longer prompts than max_batch_tokens are chunked
-prefills, whose later chunks attend the earlier ones in the pages).
+prefills, whose later chunks attend the earlier ones in the pages); with --kernel it times the
+kernel alone against SDPA on one layer's random inputs.
 """
 
 from __future__ import annotations
@@ -91,6 +93,39 @@ def _inside_any(ev, names) -> bool:
     return any(_inside(ev, n) for n in names)
 
 
+def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 64), page_size: int = 16) -> None:
+    """One layer's causal prefill of `length` tokens (no earlier context), bf16: the C++ kernel
+    and SDPA, best of 7, as wall time and as CPU time per thread (time.process_time / threads,
+    which other tenants' load does not inflate the way it does wall time)."""
+    import torch.nn.functional as F
+    from sgrun.engine.prefill_attention_cpp import load_kernel
+    op = load_kernel()
+    H, KV, D = heads
+    pages = -(-length // page_size)
+    k_cache = torch.randn(KV, pages, page_size, D).bfloat16()
+    v_cache = torch.randn(KV, pages, page_size, D).bfloat16()
+    q = torch.randn(length, H, D).bfloat16()
+    out = torch.empty_like(q)
+    meta = [torch.tensor([x]) for x in (0, length, length)]
+    table = torch.arange(pages)[None]
+    ks, vs = (c.reshape(KV, -1, D)[:, :length][None] for c in (k_cache, v_cache))
+    calls = {"SDPA": lambda: F.scaled_dot_product_attention(q.transpose(0, 1)[None], ks, vs, is_causal=True,
+                                                            enable_gqa=True)}
+    if op is not None:
+        calls["C++ prefill kernel"] = lambda: op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5,
+                                                                   out, False)
+    flop = H * length * (length + 1) / 2 * D * 4
+    for name, call in calls.items():
+        call()
+        wall = cpu = float("inf")
+        for _ in range(7):
+            t, c = time.perf_counter(), time.process_time()
+            call()
+            wall, cpu = min(wall, time.perf_counter() - t), min(cpu, (time.process_time() - c) / threads)
+        print(f"[{length} tokens, {H}/{KV} heads x {D}] {name:<20} wall {wall * 1e3:7.2f} ms, CPU per thread "
+              f"{cpu * 1e3:7.2f} ms ({flop / cpu / threads / 1e9:.0f} GFLOP/s per thread)  (load {load_avg()})")
+
+
 def compare_sdpa(engine: sgrun.Engine, lengths: list[int], rng: random.Random, params) -> None:
     """TTFT with the backend's prefill kernel and with SDPA (prefill_op None), 3 interleaved
     rounds after one warm-up each; prompts over max_batch_tokens run as chunked prefills."""
@@ -126,6 +161,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
     ap.add_argument("--top", type=int, default=0, help="also list the N ops with the most self time")
+    ap.add_argument("--kernel", action="store_true",
+                    help="only time the prefill kernel alone (one layer, SmolLM2's heads) against SDPA")
     ap.add_argument("--compare-sdpa", action="store_true",
                     help="only time TTFT with the C++ prefill kernel and with SDPA, interleaved, in one engine")
     args = ap.parse_args()
@@ -134,6 +171,10 @@ def main() -> None:
     for cls in (quant_linear.Int4Linear, quant_linear.Int8Linear):
         wrap(cls, "dequantized", "sgrun::dequantize")
     rng = random.Random(0)
+    if args.kernel:
+        for length in map(int, args.lengths.split(",")):
+            time_kernel(length, args.threads)
+        return
     for quant in args.quantization.split(","):
         engine = sgrun.Engine(dtype="bfloat16", num_threads=args.threads, quantization=quant,
                               attention_backend=args.attention_backend)
