@@ -79,8 +79,8 @@ class EngineOptions:
 
 @dataclass
 class EngineParts:
-    """Everything an Engine runs, built once at start-up (the Engine keeps these as attributes
-    of the same names)."""
+    """Everything an Engine runs, built once at start-up. The Engine keeps these as attributes of
+    the same names; `use_overlap` becomes its OverlapScheduler (which needs the engine itself)."""
     device: torch.device
     dtype: torch.dtype
     tp: int
