@@ -28,6 +28,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import sgrun
 from sgrun.models import quant_linear
+from bench_options import add_quantization, add_threads, load_avg
 
 MATMUL = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
           "aten::_weight_int4pack_mm_for_cpu")
@@ -35,10 +36,6 @@ ELEMENTWISE = ("aten::rms_norm", "aten::_fused_rms_norm", "aten::mul", "aten::ad
                "aten::silu", "aten::addcmul", "aten::sub", "aten::copy_", "aten::to", "aten::_to_copy")
 REGIONS = {"sgrun::attention": "attention (KV write + prefill attention)",
            "sgrun::dequantize": "weight dequantization (per linear per chunk)"}
-
-
-def load_avg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def wrap(obj, name: str, region: str) -> None:
@@ -157,8 +154,8 @@ def compare_sdpa(engine: sgrun.Engine, lengths: list[int], rng: random.Random, p
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="512,2048")
-    ap.add_argument("--quantization", default="int4,none")
-    ap.add_argument("--threads", type=int, default=2)
+    add_quantization(ap, "int4,none", several=True)
+    add_threads(ap)
     ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
     ap.add_argument("--top", type=int, default=0, help="also list the N ops with the most self time")
     ap.add_argument("--kernel", action="store_true",
