@@ -41,6 +41,14 @@ def int8_rows_float32(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> 
     return (x[:, None, :] * q.to(x.dtype)[None]).sum(-1) * scale
 
 
+# The fused loops run on the calling thread: at decode sizes (576-3072 elements a row) each is a
+# few microseconds of work, while every OpenMP region in them wakes the pool's sleeping workers
+# (~10-30 us each). Dynamic-T graphs cannot see that T is small, so with the default they opened
+# a parallel region per loop: batch-2 steps took 20.6 ms on two threads against 11.5 ms on one.
+# The matmuls inside the graphs are sgrun's kernels, which split across threads themselves.
+_INDUCTOR_OPTIONS = {"cpp.threads": 1}
+
+
 def compile_available() -> bool:
     """torch.compile's CPU backend needs a C++ compiler at run time."""
     from torch._inductor.cpp_builder import get_cpp_compiler
@@ -61,7 +69,8 @@ class CompiledForward:
         # Every model (dtype, quantization) adds two graphs per block; dynamo's default limit
         # of 8 would quietly run a process's fourth model eagerly.
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-        self.blocks = LayerBlocks(*(torch.compile(f, dynamic=None) for f in (first_block, inner_block, layer_tail)))
+        self.blocks = LayerBlocks(*(torch.compile(f, dynamic=None, options=_INDUCTOR_OPTIONS)
+                                    for f in (first_block, inner_block, layer_tail)))
         head = model.lm_head
         if isinstance(head, Int8Linear) and head.scale.dtype == torch.float32 and not head.cpp:
             rows = torch.compile(int8_rows_float32, dynamic=None)
