@@ -40,13 +40,14 @@ void check_x(const at::Tensor& x, int64_t k_multiple) {
   TORCH_CHECK(x.size(1) % k_multiple == 0, "x's inner dim must be a multiple of ", k_multiple);
 }
 
-// Work split: units of `unit_blocks` column blocks, and enough multiply-adds per thread (~2M,
-// ~30 us on one core) that waking a second thread pays: a worker asleep under
+// Work split: units of `unit_blocks` column blocks, and enough multiply-adds per thread (~8M,
+// ~100 us on one core) that waking a second thread pays: a worker asleep under
 // OMP_WAIT_POLICY=PASSIVE (or descheduled on a shared machine) takes ~10-30 us to join, which at
-// one row is as long as a whole layer's matmul. Measured: a batch-1 step took 9.5 ms with one
-// thread and 11.4 ms with two when every matmul above ~55k multiply-adds was split.
+// one row is as long as a whole layer's matmul. Measured on two threads at load ~1.1 (median
+// step): splitting from 0.5M per thread gave 11.6 ms at batch 1, from 2M 9.0 / 12.3 / 14.9 /
+// 19.8 / 29.3 ms at batch 1 / 2 / 4 / 8 / 16, from 8M 9.2 / 11.4 / 12.5 / 16.8 / 24.3 ms.
 int64_t grain_for(int64_t m, int64_t k, int64_t unit_blocks) {
-  constexpr int64_t kMinWorkPerThread = 2 << 20;
+  constexpr int64_t kMinWorkPerThread = 8 << 20;
   const int64_t work = m * k * LANES * unit_blocks;
   const int64_t g = (kMinWorkPerThread + work - 1) / (work > 0 ? work : 1);
   return g > 0 ? g : 1;
