@@ -33,7 +33,7 @@ namespace {
 constexpr int64_t LANES = 16;   // columns per block
 constexpr int64_t GROUP = 32;   // int4 group along K
 constexpr int64_t PAIRS_PER_GROUP = GROUP / 2;
-constexpr int ROW_BLOCK = 4;    // rows per pass over a column block (registers: 6 per row)
+constexpr int ROW_BLOCK = 8;    // rows per pass over a column block (3 accumulators a row)
 
 void check_x(const at::Tensor& x, int64_t k_multiple) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kBFloat16, "x must be a 2-D bf16 tensor");
@@ -228,19 +228,32 @@ void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_
 template <int V>
 using Const = std::integral_constant<int, V>;
 
-// Calls tile(rows, blocks) with compile-time constants: min(left, ROW_BLOCK) rows, 2 column
-// blocks or 1. Any row count runs the same per-row instruction sequence.
+// Calls tile(rows, blocks, first) with compile-time rows and blocks: min(left, ROW_BLOCK) rows
+// over the unit's 2 column blocks (or its 1). Two blocks at once give one or two rows enough
+// independent chains; from 3 rows the rows do, and 2 blocks x 3 accumulators a row would not fit
+// the 32 vector registers (with 4 rows the spills made 7 rows cost 7x one row), so the blocks then
+// go one at a time. Any row count runs the same per-row instruction sequence.
 template <class Tile>
 inline void with_rows(int64_t left, bool two_blocks, Tile&& tile) {
   const int rows = left < ROW_BLOCK ? static_cast<int>(left) : ROW_BLOCK;
   auto blocks = [&](auto r) {
-    if (two_blocks) tile(r, Const<2>{});
-    else tile(r, Const<1>{});
+    if (!two_blocks) {
+      tile(r, Const<1>{}, 0);
+    } else if constexpr (decltype(r)::value <= 2) {
+      tile(r, Const<2>{}, 0);
+    } else {
+      tile(r, Const<1>{}, 0);
+      tile(r, Const<1>{}, 1);
+    }
   };
   switch (rows) {
     case 1: blocks(Const<1>{}); break;
     case 2: blocks(Const<2>{}); break;
     case 3: blocks(Const<3>{}); break;
+    case 4: blocks(Const<4>{}); break;
+    case 5: blocks(Const<5>{}); break;
+    case 6: blocks(Const<6>{}); break;
+    case 7: blocks(Const<7>{}); break;
     default: blocks(Const<ROW_BLOCK>{}); break;
   }
 }
@@ -281,14 +294,13 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
     for (int64_t u = begin; u < end; ++u) {
       const int64_t b0 = u * 2;
       const bool pair = b0 + 1 < blocks;
-      const uint8_t* c = cb + b0 * cs;
-      const uint16_t* s = sb + b0 * ss;
       for (int64_t r = 0; r < m; r += ROW_BLOCK) {
         const uint32_t* xr = xp + r * (k / 2);
         const float* xsr = xs.data() + r * groups;
-        uint16_t* yr = yb + r * n + b0 * LANES;
-        auto tile = [&](auto rows, auto nb) {
-          int4_tile<decltype(rows)::value, decltype(nb)::value>(c, s, cs, ss, xr, k, xsr, groups, yr, n);
+        auto tile = [&](auto rows, auto nb, int64_t first) {
+          const int64_t b = b0 + first;
+          int4_tile<decltype(rows)::value, decltype(nb)::value>(cb + b * cs, sb + b * ss, cs, ss, xr, k, xsr, groups,
+                                                                yb + r * n + b * LANES, n);
         };
         with_rows(m - r, pair, tile);
       }
@@ -318,10 +330,10 @@ at::Tensor bf16_mm(const at::Tensor& x, const at::Tensor& w, int64_t n) {
     for (int64_t u = begin; u < end; ++u) {
       const int64_t b0 = u * 2;
       const bool pair = b0 + 1 < blocks;
-      const uint32_t* wu = wb + b0 * ws;
       for (int64_t r = 0; r < m; r += ROW_BLOCK) {
-        auto tile = [&](auto rows, auto nb) {
-          bf16_tile<decltype(rows)::value, decltype(nb)::value>(wu, ws, xp + r * (k / 2), k, yb + r * n + b0 * LANES, n);
+        auto tile = [&](auto rows, auto nb, int64_t first) {
+          const int64_t b = b0 + first;
+          bf16_tile<decltype(rows)::value, decltype(nb)::value>(wb + b * ws, ws, xp + r * (k / 2), k, yb + r * n + b * LANES, n);
         };
         with_rows(m - r, pair, tile);
       }
@@ -353,9 +365,10 @@ at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tenso
       const int64_t b0 = u * 2;
       const bool pair = b0 + 1 < blocks;
       for (int64_t r = 0; r < m; r += ROW_BLOCK) {
-        auto tile = [&](auto rows, auto nb) {
-          int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(qb + b0 * qs, qs, xb + r * k, k, sb + b0 * LANES,
-                                                                   yb + r * n + b0 * LANES, n);
+        auto tile = [&](auto rows, auto nb, int64_t first) {
+          const int64_t b = b0 + first;
+          int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(qb + b * qs, qs, xb + r * k, k, sb + b * LANES,
+                                                                   yb + r * n + b * LANES, n);
         };
         with_rows(m - r, pair, tile);
       }
