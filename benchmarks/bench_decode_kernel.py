@@ -34,18 +34,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from bench_options import add_threads, load_avg, uptime  # noqa: E402
-
-
-def bandwidth_gbs() -> float:
-    """Read bandwidth at torch's current thread count: best of 8 sums over 256 MiB."""
-    x = torch.ones(64 << 20, dtype=torch.float32)
-    best = float("inf")
-    for _ in range(8):
-        t = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t)
-    return x.numel() * 4 / best / 1e9
+from bench_options import add_threads, load_avg, read_bandwidth_gbs, uptime  # noqa: E402
 
 
 def build_revision(rev: str):
@@ -138,7 +127,7 @@ def main() -> None:
     qkv = torch.randn(args.batch, kv * g + 2 * kv, d, generator=gen).to(torch.bfloat16)
     q = qkv[:, : kv * g]   # a strided view, as the model passes it
     kv_bytes = 2 * args.batch * args.context * kv * d * 2 * args.layers
-    bw = bandwidth_gbs()
+    bw = read_bandwidth_gbs()
     print(f"uptime: {uptime()}")
     print(f"{args.threads} threads, OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}, read bandwidth {bw:.1f} GB/s; batch {args.batch} x {args.context} tokens, "
           f"{args.layers} layers: {kv_bytes / 1e9:.2f} GB of bf16 K/V per step -> roofline "

@@ -54,3 +54,18 @@ def load_avg() -> str:
 def uptime() -> str:
     """`uptime`'s line (time, users, load averages)."""
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def read_bandwidth_gbs() -> float:
+    """Memory read bandwidth at torch's current thread count: best of 8 sums over a 256 MiB
+    float32 tensor (far larger than any cache), in GB/s; the roofline benchmarks divide by it."""
+    import time
+
+    import torch
+    x = torch.ones(64 << 20, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(8):
+        t = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t)
+    return x.numel() * 4 / best / 1e9

@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import sgrun
-from bench_options import add_dtype, add_quantization, add_threads, load_avg
+from bench_options import add_dtype, add_quantization, add_threads, load_avg, read_bandwidth_gbs
 
 CATEGORIES = {
     "matmul": ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
@@ -35,17 +35,6 @@ CATEGORIES = {
     "norm/RoPE/activation": ("aten::rms_norm", "aten::_fused_rms_norm", "aten::mul", "aten::add", "aten::cat",
                              "aten::neg", "aten::silu", "aten::addcmul", "aten::sub"),
 }
-
-
-def bandwidth_gbs(threads: int) -> float:
-    """Read bandwidth: best of 8 sums over a 256 MiB float32 tensor (far larger than cache)."""
-    x = torch.ones(64 << 20, dtype=torch.float32)
-    best = float("inf")
-    for _ in range(8):
-        t = time.perf_counter()
-        x.sum()
-        best = min(best, time.perf_counter() - t)
-    return x.numel() * 4 / best / 1e9
 
 
 def category(name: str) -> str:
@@ -183,7 +172,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=0, help="also print the N events with the most self time per step")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    bw = bandwidth_gbs(args.threads)
+    bw = read_bandwidth_gbs()
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, "
           f"measured read bandwidth {bw:.1f} GB/s, load {load_avg()}")
     batches = [int(b) for b in args.batches.split(",")]

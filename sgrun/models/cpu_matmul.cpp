@@ -258,6 +258,20 @@ inline void with_rows(int64_t left, bool two_blocks, Tile&& tile) {
   }
 }
 
+// Runs tile(rows, blocks, first block, first row) over every tile of an M x N output: units of two
+// column blocks split across threads (grain_for), rows in blocks of ROW_BLOCK (with_rows).
+template <class Tile>
+void for_each_tile(int64_t m, int64_t k, int64_t blocks, Tile&& tile) {
+  const int64_t units = (blocks + 1) / 2;
+  at::parallel_for(0, units, grain_for(m, k, 2), [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t b0 = u * 2;
+      for (int64_t r = 0; r < m; r += ROW_BLOCK)
+        with_rows(m - r, b0 + 1 < blocks, [&](auto rows, auto nb, int64_t first) { tile(rows, nb, b0 + first, r); });
+    }
+  });
+}
+
 #endif  // SGRUN_BF16_DOT
 
 }  // namespace
@@ -289,22 +303,9 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   const uint16_t* sb = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
   uint16_t* yb = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const int64_t cs = k / 2 * LANES, ss = groups * 2 * LANES;
-  const int64_t units = (blocks + 1) / 2;
-  at::parallel_for(0, units, grain_for(m, k, 2), [&](int64_t begin, int64_t end) {
-    for (int64_t u = begin; u < end; ++u) {
-      const int64_t b0 = u * 2;
-      const bool pair = b0 + 1 < blocks;
-      for (int64_t r = 0; r < m; r += ROW_BLOCK) {
-        const uint32_t* xr = xp + r * (k / 2);
-        const float* xsr = xs.data() + r * groups;
-        auto tile = [&](auto rows, auto nb, int64_t first) {
-          const int64_t b = b0 + first;
-          int4_tile<decltype(rows)::value, decltype(nb)::value>(cb + b * cs, sb + b * ss, cs, ss, xr, k, xsr, groups,
-                                                                yb + r * n + b * LANES, n);
-        };
-        with_rows(m - r, pair, tile);
-      }
-    }
+  for_each_tile(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+    int4_tile<decltype(rows)::value, decltype(nb)::value>(cb + b * cs, sb + b * ss, cs, ss, xp + r * (k / 2), k,
+                                                          xs.data() + r * groups, groups, yb + r * n + b * LANES, n);
   });
 #else
   TORCH_CHECK(false, "int4_mm needs a CPU with AVX512-BF16");
@@ -325,19 +326,8 @@ at::Tensor bf16_mm(const at::Tensor& x, const at::Tensor& w, int64_t n) {
   const uint32_t* wb = reinterpret_cast<const uint32_t*>(w.data_ptr<at::BFloat16>());
   uint16_t* yb = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   const int64_t ws = k / 2 * LANES;   // 32-bit pairs per column block
-  const int64_t units = (blocks + 1) / 2;
-  at::parallel_for(0, units, grain_for(m, k, 2), [&](int64_t begin, int64_t end) {
-    for (int64_t u = begin; u < end; ++u) {
-      const int64_t b0 = u * 2;
-      const bool pair = b0 + 1 < blocks;
-      for (int64_t r = 0; r < m; r += ROW_BLOCK) {
-        auto tile = [&](auto rows, auto nb, int64_t first) {
-          const int64_t b = b0 + first;
-          bf16_tile<decltype(rows)::value, decltype(nb)::value>(wb + b * ws, ws, xp + r * (k / 2), k, yb + r * n + b * LANES, n);
-        };
-        with_rows(m - r, pair, tile);
-      }
-    }
+  for_each_tile(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+    bf16_tile<decltype(rows)::value, decltype(nb)::value>(wb + b * ws, ws, xp + r * (k / 2), k, yb + r * n + b * LANES, n);
   });
 #else
   TORCH_CHECK(false, "bf16_mm needs a CPU with AVX512-BF16");
@@ -359,20 +349,9 @@ at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   const float* sb = scale.data_ptr<float>();
   float* yb = out.data_ptr<float>();
   const int64_t qs = k * LANES;
-  const int64_t units = (blocks + 1) / 2;
-  at::parallel_for(0, units, grain_for(m, k, 2), [&](int64_t begin, int64_t end) {
-    for (int64_t u = begin; u < end; ++u) {
-      const int64_t b0 = u * 2;
-      const bool pair = b0 + 1 < blocks;
-      for (int64_t r = 0; r < m; r += ROW_BLOCK) {
-        auto tile = [&](auto rows, auto nb, int64_t first) {
-          const int64_t b = b0 + first;
-          int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(qb + b * qs, qs, xb + r * k, k, sb + b * LANES,
-                                                                   yb + r * n + b * LANES, n);
-        };
-        with_rows(m - r, pair, tile);
-      }
-    }
+  for_each_tile(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+    int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(qb + b * qs, qs, xb + r * k, k, sb + b * LANES,
+                                                             yb + r * n + b * LANES, n);
   });
 #else
   TORCH_CHECK(false, "int8_mm_f32 needs a CPU with AVX512-BF16");
