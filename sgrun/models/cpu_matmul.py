@@ -66,6 +66,12 @@ def _register_fakes() -> None:
         return x.new_empty((x.shape[0], scale.shape[0]))
 
 
+def cpu_supported() -> bool:
+    """This CPU has the instructions the kernel is written in (AVX512-BF16). Where it does,
+    `available()` must hold too: a False there is a broken build, not a missing feature."""
+    return "avx512_bf16" in cpu_flags().split()
+
+
 def has_amx() -> bool:
     """AMX tiles make oneDNN's dense bf16 GEMM ~2x faster than weight-only kernels from ~64 rows."""
     return "amx_bf16" in cpu_flags().split()
