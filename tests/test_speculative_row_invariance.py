@@ -22,7 +22,7 @@ import torch
 
 import sgrun
 from sgrun.engine.attention_backend import Segment
-from sgrun.models import cpu_matmul
+from sgrun.cpu_kernels import matmul as cpu_matmul
 
 # Truly absent elsewhere: without AVX512-BF16 the row-invariant kernels do not exist and torch's
 # kernels promise nothing of the kind. Where the CPU has them they must have built
