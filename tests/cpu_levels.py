@@ -23,3 +23,12 @@ def at_level(monkeypatch, level):
     """Forces `level` (the test's parameter) for everything built inside the test."""
     monkeypatch.setenv(isa.ENV, level)
     return level
+
+
+@pytest.fixture
+def op_level(request, monkeypatch):
+    """For a test whose module-scoped `op` fixture is parametrized over LEVELS: forces that level
+    for what the test builds itself (attention backends, linears)."""
+    level = request.node.callspec.params["op"]
+    monkeypatch.setenv(isa.ENV, level)
+    return level

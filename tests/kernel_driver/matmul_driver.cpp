@@ -53,14 +53,37 @@ void run_tiles(int64_t m, int64_t blocks, Tile tile) {
                                                       [&](auto rows, auto nb, int64_t first) { tile(rows, nb, b0 + first, r); });
 }
 
+constexpr int64_t kRows = 11;   // every row block size of the tiling, and a remainder
 int failures = 0;
-void check(bool ok, const char* what, int64_t m, double err) {
-  std::printf("%s %s m=%lld max_err=%.3g\n", ok ? "ok  " : "FAIL", what, static_cast<long long>(m), err);
+void check(bool ok, const char* what, const char* how, double err) {
+  std::printf("%s %s %s m=%lld max_err=%.3g\n", ok ? "ok  " : "FAIL", what, how, static_cast<long long>(kRows), err);
   if (!ok) ++failures;
 }
 
+// multiply(m, first_row, y) writes rows first_row.. of the product; ref(r, i) is output (r, i) in
+// float64. Checks all kRows rows at once against ref (relative to the largest |ref|), and each row
+// alone bitwise against its row in the batch.
+template <class Multiply, class Ref>
+void check_product(const char* what, int64_t n, Multiply multiply, Ref ref, double tol) {
+  std::vector<float> full(kRows * n), one(n);
+  multiply(kRows, 0, full.data());
+  double err = 0, mag = 0;
+  bool invariant = true;
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = ref(r, i);
+      err = std::fmax(err, std::fabs(want - full[r * n + i]));
+      mag = std::fmax(mag, std::fabs(want));
+    }
+    multiply(1, r, one.data());
+    invariant = invariant && std::memcmp(one.data(), full.data() + r * n, n * sizeof(float)) == 0;
+  }
+  check(err <= tol * mag, what, "vs float64", err);
+  check(invariant, what, "rows bitwise alone = batched", 0);
+}
+
 void test_int4(int64_t n, int64_t k) {
-  const int64_t blocks = n / LANES, groups = k / GROUP, M = 11;
+  const int64_t blocks = n / LANES, groups = k / GROUP;
   std::vector<uint8_t> code(n * k), packed(n * k / 2);
   std::vector<uint16_t> scales(n * groups * 2);
   std::vector<double> s(n * groups), mn(n * groups);
@@ -79,10 +102,10 @@ void test_int4(int64_t n, int64_t k) {
     for (int64_t p = 0; p < k / 2; ++p)
       packed[((i / LANES) * (k / 2) + p) * LANES + i % LANES] =
           static_cast<uint8_t>(code[i * k + 2 * p] | (code[i * k + 2 * p + 1] << 4));
-  std::vector<float> x(M * k);
+  std::vector<float> x(kRows * k);
   for (auto& v : x) v = static_cast<float>(normal());
   QuantRows qx;
-  quantize_rows(M, k, [&](int64_t r, int64_t i) { return x[r * k + i]; }, qx);
+  quantize_rows(kRows, k, [&](int64_t r, int64_t i) { return x[r * k + i]; }, qx);
   const int64_t cs = k / 2 * LANES, ss = groups * 2 * LANES;
   auto multiply = [&](int64_t m, int64_t row0, float* y) {
     run_tiles(m, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
@@ -91,35 +114,24 @@ void test_int4(int64_t n, int64_t k) {
           qx.d.data() + (row0 + r) * groups, qx.sum.data() + (row0 + r) * groups, k, groups, y + r * n + b * LANES, n);
     });
   };
-  std::vector<float> full(M * n), one(n);
-  multiply(M, 0, full.data());
-  double err = 0, scale = 0;
-  bool invariant = true;
-  for (int64_t r = 0; r < M; ++r) {
-    for (int64_t i = 0; i < n; ++i) {   // the quantized product in float64 (min term with the exact x)
-      double ref = 0;
-      for (int64_t g = 0; g < groups; ++g) {
-        double dot = 0, sum = 0;
-        for (int64_t j = 0; j < GROUP; ++j) {
-          dot += static_cast<double>(code[i * k + g * GROUP + j]) * qx.q[r * k + g * GROUP + j];
-          sum += x[r * k + g * GROUP + j];
-        }
-        ref += dot * qx.d[r * groups + g] * s[i * groups + g] + sum * mn[i * groups + g];
+  check_product("int4_q8", n, multiply, [&](int64_t r, int64_t i) {
+    double ref = 0;   // the quantized product (the minimum's term with the exact x)
+    for (int64_t g = 0; g < groups; ++g) {
+      double dot = 0, sum = 0;
+      for (int64_t j = 0; j < GROUP; ++j) {
+        dot += static_cast<double>(code[i * k + g * GROUP + j]) * qx.q[r * k + g * GROUP + j];
+        sum += x[r * k + g * GROUP + j];
       }
-      err = std::fmax(err, std::fabs(ref - full[r * n + i]));
-      scale = std::fmax(scale, std::fabs(ref));
+      ref += dot * qx.d[r * groups + g] * s[i * groups + g] + sum * mn[i * groups + g];
     }
-    multiply(1, r, one.data());
-    invariant = invariant && std::memcmp(one.data(), full.data() + r * n, n * sizeof(float)) == 0;
-  }
-  check(err <= 2e-5 * scale, "int4_q8 vs float64", M, err);
-  check(invariant, "int4_q8 rows bitwise alone = batched", M, 0);
+    return ref;
+  }, 2e-5);
 }
 
 void test_int8(int64_t n, int64_t k) {
-  const int64_t blocks = n / LANES, M = 11;
+  const int64_t blocks = n / LANES;
   std::vector<int8_t> q(n * k), blocked(n * k);
-  std::vector<float> scale(n), x(M * k);
+  std::vector<float> scale(n), x(kRows * k);
   for (auto& v : q) v = static_cast<int8_t>(static_cast<int>(uniform() * 255) - 127);
   for (auto& v : scale) v = static_cast<float>(uniform() * 0.01 + 1e-4);
   for (auto& v : x) v = static_cast<float>(normal());
@@ -132,28 +144,16 @@ void test_int8(int64_t n, int64_t k) {
                                                                       k, scale.data() + b * LANES, y + r * n + b * LANES, n);
     });
   };
-  std::vector<float> full(M * n), one(n);
-  multiply(M, 0, full.data());
-  double err = 0, mag = 0;
-  bool invariant = true;
-  for (int64_t r = 0; r < M; ++r) {
-    for (int64_t i = 0; i < n; ++i) {
-      double ref = 0;
-      for (int64_t j = 0; j < k; ++j) ref += static_cast<double>(q[i * k + j]) * x[r * k + j];
-      ref *= scale[i];
-      err = std::fmax(err, std::fabs(ref - full[r * n + i]));
-      mag = std::fmax(mag, std::fabs(ref));
-    }
-    multiply(1, r, one.data());
-    invariant = invariant && std::memcmp(one.data(), full.data() + r * n, n * sizeof(float)) == 0;
-  }
-  check(err <= 1e-5 * mag, "int8_f32 vs float64", M, err);
-  check(invariant, "int8_f32 rows bitwise alone = batched", M, 0);
+  check_product("int8_f32", n, multiply, [&](int64_t r, int64_t i) {
+    double ref = 0;
+    for (int64_t j = 0; j < k; ++j) ref += static_cast<double>(q[i * k + j]) * x[r * k + j];
+    return ref * scale[i];
+  }, 1e-5);
 }
 
 void test_bf16(int64_t n, int64_t k) {
-  const int64_t blocks = n / LANES, M = 11;
-  std::vector<uint16_t> w(n * k), packed(n * k), x(M * k);
+  const int64_t blocks = n / LANES;
+  std::vector<uint16_t> w(n * k), packed(n * k), x(kRows * k);
   for (auto& v : w) v = float_to_bf16(static_cast<float>(normal() * 0.05));
   for (auto& v : x) v = float_to_bf16(static_cast<float>(normal()));
   for (int64_t i = 0; i < n; ++i)   // [N/16, K/2, 16, 2]
@@ -166,22 +166,11 @@ void test_bf16(int64_t n, int64_t k) {
                                                                       y + r * n + b * LANES, n);
     });
   };
-  std::vector<float> full(M * n), one(n);
-  multiply(M, 0, full.data());
-  double err = 0, mag = 0;
-  bool invariant = true;
-  for (int64_t r = 0; r < M; ++r) {
-    for (int64_t i = 0; i < n; ++i) {
-      double ref = 0;
-      for (int64_t j = 0; j < k; ++j) ref += static_cast<double>(bf16_to_float(w[i * k + j])) * bf16_to_float(x[r * k + j]);
-      err = std::fmax(err, std::fabs(ref - full[r * n + i]));
-      mag = std::fmax(mag, std::fabs(ref));
-    }
-    multiply(1, r, one.data());
-    invariant = invariant && std::memcmp(one.data(), full.data() + r * n, n * sizeof(float)) == 0;
-  }
-  check(err <= 1e-5 * mag, "bf16_f32 vs float64", M, err);
-  check(invariant, "bf16_f32 rows bitwise alone = batched", M, 0);
+  check_product("bf16_f32", n, multiply, [&](int64_t r, int64_t i) {
+    double ref = 0;
+    for (int64_t j = 0; j < k; ++j) ref += static_cast<double>(bf16_to_float(w[i * k + j])) * bf16_to_float(x[r * k + j]);
+    return ref;
+  }, 1e-5);
 }
 
 }  // namespace
