@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine import paged_decode_cpp
+from cpu_levels import LEVELS, op_level  # noqa: F401  (op_level is a fixture)
+from sgrun.cpu_kernels import paged_decode as paged_decode_cpp
 from paged_batch import segments_over_tables
 from sgrun.engine.attention_backend import make_attention_backend
 from sgrun.engine.attention_cpp import CppPagedAttention
@@ -24,8 +25,17 @@ from sgrun.engine.cascade import find_shared_prefixes
 from sgrun.engine.page_pool import PagePool
 
 
+@pytest.fixture(scope="module", params=LEVELS, ids=LEVELS)
+def op(request):
+    """The kernel built for each CPU level this machine runs (tests/cpu_levels.py): AVX2's build
+    on an AVX-512 machine too. A level whose build fails fails here; nothing is skipped."""
+    kernel = paged_decode_cpp.load_kernel(request.param)
+    assert kernel is not None, f"the C++ kernel must build at CPU level {request.param} (g++ is in .ci/run)"
+    return kernel
+
+
 @pytest.fixture(scope="module")
-def op():
+def native_op():
     kernel = paged_decode_cpp.load_kernel()
     assert kernel is not None, "the C++ kernel must build on the test machines (g++ is in .ci/run)"
     return kernel
@@ -144,7 +154,7 @@ def _pools_and_batch(dtype, page_size=16, shared_pages=17):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_backend_and_cascade_match_the_gather_path(op, dtype):
+def test_backend_and_cascade_match_the_gather_path(op, op_level, dtype):
     pools, shape, segments, wp, wo, qkv = _pools_and_batch(dtype)
     gather = TorchPagedAttention(pools[0], *shape)
     plain = CppPagedAttention(pools[1], *shape, op, cascade=False)
@@ -250,7 +260,7 @@ def test_forced_build_failure_falls_back(monkeypatch):
         paged_decode_cpp.reset_for_tests()   # later tests load the real build again
 
 
-def test_engine_greedy_cascade_on_off_and_gather_agree(engine, op):
+def test_engine_greedy_cascade_on_off_and_gather_agree(engine, native_op):
     """Real SmolLM2 weights, float32, greedy: requests sharing a long system prompt decode the
     same tokens with cascade attention on and off, and as the gather backend would."""
     assert engine.runner.backend == "CppPagedAttention"

@@ -14,15 +14,26 @@ import torch.nn.functional as F
 
 import sgrun
 from paged_batch import segments_over_tables
-from sgrun.engine import prefill_attention_cpp
+from cpu_levels import LEVELS, op_level  # noqa: F401  (op_level is a fixture)
+from sgrun.cpu_kernels import prefill_attention as prefill_attention_cpp
 from sgrun.engine.attention_backend import make_attention_backend
 from sgrun.engine.attention_cpp import CppPagedAttention
 from sgrun.engine.attention_torch import TorchPagedAttention
 from sgrun.engine.page_pool import PagePool
 
 
+@pytest.fixture(scope="module", params=LEVELS, ids=LEVELS)
+def op(request):
+    """The kernel built for each CPU level this machine runs (tests/cpu_levels.py); a level whose
+    build fails fails here, nothing is skipped. Its fast path exists exactly at avx512_bf16 / amx."""
+    kernel = prefill_attention_cpp.load_kernel(request.param)
+    assert kernel is not None, f"the C++ kernel must build at CPU level {request.param} (g++ is in .ci/run)"
+    assert kernel.fast_path_available() == (request.param in ("avx512_bf16", "amx"))
+    return kernel
+
+
 @pytest.fixture(scope="module")
-def op():
+def native_op():
     kernel = prefill_attention_cpp.load_kernel()
     assert kernel is not None, "the C++ kernel must build on the test machines (g++ is in .ci/run)"
     return kernel
@@ -92,7 +103,7 @@ def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_si
             assert err <= 2 * yard + 4e-3, (s, err, yard)
 
 
-def test_backend_with_kernel_matches_sdpa_backend(op):
+def test_backend_with_kernel_matches_sdpa_backend(op, op_level):
     """A mixed bf16 batch (decodes, whole prompts, chunks after context) through the CPU
     backend with the prefill kernel and through the SDPA backend: same K/V written, close outputs."""
     H, KV, D, ps = 9, 3, 64, 16
@@ -125,7 +136,8 @@ def _generate(engine, prompts, params):
     return [o.token_ids for o in engine.generate(prompts, params)]
 
 
-def test_engine_float32_greedy_equal_with_kernel(engine, op):
+def test_engine_float32_greedy_equal_with_kernel(engine, native_op):
+    op = native_op
     """Real SmolLM2 weights, float32 (the kernel's portable path, forced on: the backend uses
     SDPA for float32): greedy tokens equal SDPA's for whole prompts, a prefill split into
     64-token chunks, and a request whose prefix is a radix-cache hit."""
@@ -152,7 +164,8 @@ def test_engine_float32_greedy_equal_with_kernel(engine, op):
     assert results[0] == results[1]
 
 
-def test_engine_bf16_logprobs_close_with_kernel(bf16_engine, op):
+def test_engine_bf16_logprobs_close_with_kernel(bf16_engine, native_op):
+    op = native_op
     """Real weights in bf16, the kernel (its fast path where the CPU has one): the first token's top-5
     logprobs stay within bf16 noise of SDPA's, for a whole prompt and a radix-cache hit."""
     attn = bf16_engine.runner.attn

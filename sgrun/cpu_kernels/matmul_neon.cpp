@@ -1,0 +1,174 @@
+// The aarch64 NEON tiles of the weight-only matmuls (levels neon and neon_dotprod): the same
+// `simd` tile set as matmul_avx2.cpp, on 128-bit vectors.
+// - int4_q8_tile: int4 codes x activations quantized to int8 per group of 32. Two pairs of k are
+//   regrouped (zips) so each 32-bit lane holds one column's four codes; with dotprod one SDOT adds
+//   4 products per lane (16 columns x 4 k in four instructions), without it widening multiplies
+//   (SMULL) and pairwise accumulates (SADALP) give the same int32 sums. Scale and minimum are
+//   applied per group in float32, as on AVX2.
+// - int8_f32_tile / bf16_f32_tile: the lm_head's int8 and dense bf16 weights widened to float32, FMA.
+// Layouts: matmul_common.cpp. Every row runs the same instructions whatever the row count.
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(SGRUN_SIMD_TILES)
+#include <arm_neon.h>
+#if defined(__ARM_FEATURE_DOTPROD)
+#define SGRUN_SIMD_TILES "neon_dotprod"
+#else
+#define SGRUN_SIMD_TILES "neon"
+#endif
+
+namespace {
+namespace simd {
+
+constexpr int kRowBlock = 4;
+constexpr int kTwoBlockRows = 1;
+
+inline float32x4_t half4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+
+// One column quad's int32 sums += its 4 codes (lanes of 4 bytes) x the 4 activations `x4`.
+inline int32x4_t dot4(int32x4_t acc, int8x16_t codes, int8x16_t x4) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, codes, x4);
+#else
+  const int16x8_t lo = vmull_s8(vget_low_s8(codes), vget_low_s8(x4));
+  const int16x8_t hi = vmull_high_s8(codes, x4);
+  // Adjacent products summed (pairs of one column's k), then pairs of those into the column's lane.
+  return vpadalq_s16(acc, vpaddq_s16(lo, hi));
+#endif
+}
+
+template <int R, int NB>
+void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_stride_codes,
+                  int64_t block_stride_scales, const int8_t* xq, const float* xd, const float* xsum, int64_t k,
+                  int64_t groups, float* y, int64_t n_total) {
+  const uint8x16_t low = vdupq_n_u8(0x0F);
+  float32x4_t acc[R][NB][4];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c) acc[r][b][c] = vdupq_n_f32(0.0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    int32x4_t dot[R][NB][4];   // columns 4c .. 4c+3
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b)
+        for (int c = 0; c < 4; ++c) dot[r][b][c] = vdupq_n_s32(0);
+    for (int64_t p = 0; p < PAIRS_PER_GROUP; p += 2) {
+      const int64_t pair = g * PAIRS_PER_GROUP + p;
+      int8x16_t quad[NB][4];
+      for (int b = 0; b < NB; ++b) {
+        const uint8_t* base = codes + b * block_stride_codes + pair * LANES;
+        const uint8x16_t v0 = vld1q_u8(base), v1 = vld1q_u8(base + LANES);
+        // (c[n, 2p], c[n, 2p+1]) per column, for pair p and for pair p+1 ...
+        const uint8x16_t e0 = vandq_u8(v0, low), o0 = vshrq_n_u8(v0, 4);
+        const uint8x16_t e1 = vandq_u8(v1, low), o1 = vshrq_n_u8(v1, 4);
+        const uint16x8_t p0lo = vreinterpretq_u16_u8(vzip1q_u8(e0, o0)), p0hi = vreinterpretq_u16_u8(vzip2q_u8(e0, o0));
+        const uint16x8_t p1lo = vreinterpretq_u16_u8(vzip1q_u8(e1, o1)), p1hi = vreinterpretq_u16_u8(vzip2q_u8(e1, o1));
+        // ... then the two pairs of a column side by side: its 4 codes c[n, 2p .. 2p+3] in one lane.
+        quad[b][0] = vreinterpretq_s8_u16(vzip1q_u16(p0lo, p1lo));
+        quad[b][1] = vreinterpretq_s8_u16(vzip2q_u16(p0lo, p1lo));
+        quad[b][2] = vreinterpretq_s8_u16(vzip1q_u16(p0hi, p1hi));
+        quad[b][3] = vreinterpretq_s8_u16(vzip2q_u16(p0hi, p1hi));
+      }
+      for (int r = 0; r < R; ++r) {
+        int32_t four;
+        std::memcpy(&four, xq + r * k + 2 * pair, sizeof(four));
+        const int8x16_t x4 = vreinterpretq_s8_s32(vdupq_n_s32(four));
+        for (int b = 0; b < NB; ++b)
+          for (int c = 0; c < 4; ++c) dot[r][b][c] = dot4(dot[r][b][c], quad[b][c], x4);
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      const uint16_t* sg = scales + b * block_stride_scales + g * 2 * LANES;
+      float32x4_t s[4], mn[4];
+      for (int c = 0; c < 4; ++c) { s[c] = half4(sg + 4 * c); mn[c] = half4(sg + LANES + 4 * c); }
+      for (int r = 0; r < R; ++r) {
+        const float32x4_t d = vdupq_n_f32(xd[r * groups + g]), sum = vdupq_n_f32(xsum[r * groups + g]);
+        for (int c = 0; c < 4; ++c) {
+          acc[r][b][c] = vfmaq_f32(acc[r][b][c], vcvtq_f32_s32(dot[r][b][c]), vmulq_f32(s[c], d));
+          acc[r][b][c] = vfmaq_f32(acc[r][b][c], mn[c], sum);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c) vst1q_f32(y + r * n_total + b * LANES + 4 * c, acc[r][b][c]);
+}
+
+template <int R, int NB>
+void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const float* scale, float* y,
+                   int64_t n_total) {
+  float32x4_t acc[R][NB][4];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c) acc[r][b][c] = vdupq_n_f32(0.0f);
+  for (int64_t k0 = 0; k0 < k; k0 += GROUP) {   // sums blocked by 32 k, as the other levels
+    const int64_t k_end = k0 + GROUP < k ? k0 + GROUP : k;
+    float32x4_t part[R][NB][4];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b)
+        for (int c = 0; c < 4; ++c) part[r][b][c] = vdupq_n_f32(0.0f);
+    for (int64_t kk = k0; kk < k_end; ++kk) {
+      float32x4_t w[NB][4];
+      for (int b = 0; b < NB; ++b) {
+        const int8x16_t v = vld1q_s8(q + b * block_stride + kk * LANES);
+        const int16x8_t lo = vmovl_s8(vget_low_s8(v)), hi = vmovl_high_s8(v);
+        w[b][0] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(lo)));
+        w[b][1] = vcvtq_f32_s32(vmovl_high_s16(lo));
+        w[b][2] = vcvtq_f32_s32(vmovl_s16(vget_low_s16(hi)));
+        w[b][3] = vcvtq_f32_s32(vmovl_high_s16(hi));
+      }
+      for (int r = 0; r < R; ++r) {
+        const float32x4_t xv = vdupq_n_f32(x[r * k + kk]);
+        for (int b = 0; b < NB; ++b)
+          for (int c = 0; c < 4; ++c) part[r][b][c] = vfmaq_f32(part[r][b][c], w[b][c], xv);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b)
+        for (int c = 0; c < 4; ++c) acc[r][b][c] = vaddq_f32(acc[r][b][c], part[r][b][c]);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c)
+        vst1q_f32(y + r * n_total + b * LANES + 4 * c, vmulq_f32(acc[r][b][c], vld1q_f32(scale + b * LANES + 4 * c)));
+}
+
+template <int R, int NB>
+void bf16_f32_tile(const uint32_t* w, int64_t block_stride, const uint16_t* x, int64_t k, float* y, int64_t n_total) {
+  const int64_t kp = k / 2;
+  const uint32x4_t high = vdupq_n_u32(0xFFFF0000u);
+  float32x4_t acc[R][NB][4];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c) acc[r][b][c] = vdupq_n_f32(0.0f);
+  for (int64_t p0 = 0; p0 < kp; p0 += PAIRS_PER_GROUP) {
+    const int64_t p_end = p0 + PAIRS_PER_GROUP < kp ? p0 + PAIRS_PER_GROUP : kp;
+    float32x4_t part[R][NB][4];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b)
+        for (int c = 0; c < 4; ++c) part[r][b][c] = vdupq_n_f32(0.0f);
+    for (int64_t p = p0; p < p_end; ++p) {
+      float32x4_t we[NB][4], wo[NB][4];
+      for (int b = 0; b < NB; ++b)
+        for (int c = 0; c < 4; ++c) {
+          const uint32x4_t v = vld1q_u32(w + b * block_stride + p * LANES + 4 * c);
+          we[b][c] = vreinterpretq_f32_u32(vshlq_n_u32(v, 16));
+          wo[b][c] = vreinterpretq_f32_u32(vandq_u32(v, high));
+        }
+      for (int r = 0; r < R; ++r) {
+        const float32x4_t xe = vdupq_n_f32(bf16_to_float(x[r * k + 2 * p]));
+        const float32x4_t xo = vdupq_n_f32(bf16_to_float(x[r * k + 2 * p + 1]));
+        for (int b = 0; b < NB; ++b)
+          for (int c = 0; c < 4; ++c) part[r][b][c] = vfmaq_f32(vfmaq_f32(part[r][b][c], we[b][c], xe), wo[b][c], xo);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b)
+        for (int c = 0; c < 4; ++c) acc[r][b][c] = vaddq_f32(acc[r][b][c], part[r][b][c]);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c) vst1q_f32(y + r * n_total + b * LANES + 4 * c, acc[r][b][c]);
+}
+
+}  // namespace simd
+}  // namespace
+#endif

@@ -1,0 +1,190 @@
+// A torch-free test driver for the `simd` matmul tiles (sgrun/cpu_kernels/matmul_*.cpp), so a
+// level this machine cannot run natively is still tested: tests/test_kernel_driver.py
+// cross-compiles it for aarch64 (neon, neon_dotprod) and runs it under qemu-aarch64, and
+// compiles it natively for avx2. It draws random int4 / int8 / bf16 weights and activations
+// (a fixed LCG), computes a float64 reference of what each tile promises, runs the tiles over
+// every row block the driver's tiling makes (row counts 1..11), and checks each output against
+// the reference and each row bitwise against the same row computed alone. Prints one line per
+// check and "ALL OK" at the end; exits 1 on the first failure.
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+#include "matmul_common.cpp"
+#include "matmul_avx2.cpp"
+#include "matmul_neon.cpp"
+
+#ifndef SGRUN_SIMD_TILES
+#error "no simd tiles for this target"
+#endif
+
+namespace {
+
+uint64_t lcg = 0x9E3779B97F4A7C15ull;
+double uniform() {   // [0, 1)
+  lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<double>(lcg >> 11) / 9007199254740992.0;
+}
+double normal() { return std::sqrt(-2.0 * std::log(uniform() + 1e-300)) * std::cos(6.283185307179586 * uniform()); }
+
+uint16_t float_to_half(float f) {   // round to nearest even, normal range only (the test's values)
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  const uint32_t sign = (b >> 16) & 0x8000;
+  int32_t exp = static_cast<int32_t>((b >> 23) & 0xFF) - 127 + 15;
+  uint32_t mant = b & 0x7FFFFF;
+  if (exp <= 0) return static_cast<uint16_t>(sign);
+  uint32_t h = (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
+  const uint32_t rest = mant & 0x1FFF;
+  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+uint16_t float_to_bf16(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return static_cast<uint16_t>((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
+}
+
+// y[M, N] through the driver's tiling (row blocks of kRowBlock, unit of two column blocks).
+template <class Tile>
+void run_tiles(int64_t m, int64_t blocks, Tile tile) {
+  for (int64_t b0 = 0; b0 < blocks; b0 += 2)
+    for (int64_t r = 0; r < m; r += simd::kRowBlock)
+      with_rows<simd::kRowBlock, simd::kTwoBlockRows>(m - r, b0 + 1 < blocks,
+                                                      [&](auto rows, auto nb, int64_t first) { tile(rows, nb, b0 + first, r); });
+}
+
+constexpr int64_t kRows = 11;   // every row block size of the tiling, and a remainder
+int failures = 0;
+void check(bool ok, const char* what, const char* how, double err) {
+  std::printf("%s %s %s m=%lld max_err=%.3g\n", ok ? "ok  " : "FAIL", what, how, static_cast<long long>(kRows), err);
+  if (!ok) ++failures;
+}
+
+// multiply(m, first_row, y) writes rows first_row.. of the product; ref(r, i) is output (r, i) in
+// float64. Checks all kRows rows at once against ref (relative to the largest |ref|), and each row
+// alone bitwise against its row in the batch.
+template <class Multiply, class Ref>
+void check_product(const char* what, int64_t n, Multiply multiply, Ref ref, double tol) {
+  std::vector<float> full(kRows * n), one(n);
+  multiply(kRows, 0, full.data());
+  double err = 0, mag = 0;
+  bool invariant = true;
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = ref(r, i);
+      err = std::fmax(err, std::fabs(want - full[r * n + i]));
+      mag = std::fmax(mag, std::fabs(want));
+    }
+    multiply(1, r, one.data());
+    invariant = invariant && std::memcmp(one.data(), full.data() + r * n, n * sizeof(float)) == 0;
+  }
+  check(err <= tol * mag, what, "vs float64", err);
+  check(invariant, what, "rows bitwise alone = batched", 0);
+}
+
+void test_int4(int64_t n, int64_t k) {
+  const int64_t blocks = n / LANES, groups = k / GROUP;
+  std::vector<uint8_t> code(n * k), packed(n * k / 2);
+  std::vector<uint16_t> scales(n * groups * 2);
+  std::vector<double> s(n * groups), mn(n * groups);
+  for (auto& c : code) c = static_cast<uint8_t>(uniform() * 16) & 15;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint16_t hs = float_to_half(static_cast<float>(uniform() * 0.02 + 1e-3));
+      const uint16_t hm = float_to_half(static_cast<float>(-uniform() * 0.15));
+      s[i * groups + g] = half_to_float(hs);
+      mn[i * groups + g] = half_to_float(hm);
+      const int64_t blk = i / LANES, lane = i % LANES;
+      scales[((blk * groups + g) * 2 + 0) * LANES + lane] = hs;
+      scales[((blk * groups + g) * 2 + 1) * LANES + lane] = hm;
+    }
+  for (int64_t i = 0; i < n; ++i)   // [N/16, K/2, 16], low nibble = even k
+    for (int64_t p = 0; p < k / 2; ++p)
+      packed[((i / LANES) * (k / 2) + p) * LANES + i % LANES] =
+          static_cast<uint8_t>(code[i * k + 2 * p] | (code[i * k + 2 * p + 1] << 4));
+  std::vector<float> x(kRows * k);
+  for (auto& v : x) v = static_cast<float>(normal());
+  QuantRows qx;
+  quantize_rows(kRows, k, [&](int64_t r, int64_t i) { return x[r * k + i]; }, qx);
+  const int64_t cs = k / 2 * LANES, ss = groups * 2 * LANES;
+  auto multiply = [&](int64_t m, int64_t row0, float* y) {
+    run_tiles(m, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+      simd::int4_q8_tile<decltype(rows)::value, decltype(nb)::value>(
+          packed.data() + b * cs, scales.data() + b * ss, cs, ss, qx.q.data() + (row0 + r) * k,
+          qx.d.data() + (row0 + r) * groups, qx.sum.data() + (row0 + r) * groups, k, groups, y + r * n + b * LANES, n);
+    });
+  };
+  check_product("int4_q8", n, multiply, [&](int64_t r, int64_t i) {
+    double ref = 0;   // the quantized product (the minimum's term with the exact x)
+    for (int64_t g = 0; g < groups; ++g) {
+      double dot = 0, sum = 0;
+      for (int64_t j = 0; j < GROUP; ++j) {
+        dot += static_cast<double>(code[i * k + g * GROUP + j]) * qx.q[r * k + g * GROUP + j];
+        sum += x[r * k + g * GROUP + j];
+      }
+      ref += dot * qx.d[r * groups + g] * s[i * groups + g] + sum * mn[i * groups + g];
+    }
+    return ref;
+  }, 2e-5);
+}
+
+void test_int8(int64_t n, int64_t k) {
+  const int64_t blocks = n / LANES;
+  std::vector<int8_t> q(n * k), blocked(n * k);
+  std::vector<float> scale(n), x(kRows * k);
+  for (auto& v : q) v = static_cast<int8_t>(static_cast<int>(uniform() * 255) - 127);
+  for (auto& v : scale) v = static_cast<float>(uniform() * 0.01 + 1e-4);
+  for (auto& v : x) v = static_cast<float>(normal());
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < k; ++j) blocked[((i / LANES) * k + j) * LANES + i % LANES] = q[i * k + j];
+  const int64_t qs = k * LANES;
+  auto multiply = [&](int64_t m, int64_t row0, float* y) {
+    run_tiles(m, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+      simd::int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(blocked.data() + b * qs, qs, x.data() + (row0 + r) * k,
+                                                                      k, scale.data() + b * LANES, y + r * n + b * LANES, n);
+    });
+  };
+  check_product("int8_f32", n, multiply, [&](int64_t r, int64_t i) {
+    double ref = 0;
+    for (int64_t j = 0; j < k; ++j) ref += static_cast<double>(q[i * k + j]) * x[r * k + j];
+    return ref * scale[i];
+  }, 1e-5);
+}
+
+void test_bf16(int64_t n, int64_t k) {
+  const int64_t blocks = n / LANES;
+  std::vector<uint16_t> w(n * k), packed(n * k), x(kRows * k);
+  for (auto& v : w) v = float_to_bf16(static_cast<float>(normal() * 0.05));
+  for (auto& v : x) v = float_to_bf16(static_cast<float>(normal()));
+  for (int64_t i = 0; i < n; ++i)   // [N/16, K/2, 16, 2]
+    for (int64_t j = 0; j < k; ++j) packed[(((i / LANES) * (k / 2) + j / 2) * LANES + i % LANES) * 2 + j % 2] = w[i * k + j];
+  const uint32_t* wp = reinterpret_cast<const uint32_t*>(packed.data());
+  const int64_t ws = k / 2 * LANES;
+  auto multiply = [&](int64_t m, int64_t row0, float* y) {
+    run_tiles(m, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+      simd::bf16_f32_tile<decltype(rows)::value, decltype(nb)::value>(wp + b * ws, ws, x.data() + (row0 + r) * k, k,
+                                                                      y + r * n + b * LANES, n);
+    });
+  };
+  check_product("bf16_f32", n, multiply, [&](int64_t r, int64_t i) {
+    double ref = 0;
+    for (int64_t j = 0; j < k; ++j) ref += static_cast<double>(bf16_to_float(w[i * k + j])) * bf16_to_float(x[r * k + j]);
+    return ref;
+  }, 1e-5);
+}
+
+}  // namespace
+
+int main() {
+  std::printf("tiles: %s\n", SGRUN_SIMD_TILES);
+  test_int4(48, 96);
+  test_int4(80, 576);
+  test_int8(48, 200);
+  test_bf16(48, 130);
+  if (failures) {
+    std::printf("%d FAILED\n", failures);
+    return 1;
+  }
+  std::printf("ALL OK\n");
+  return 0;
+}
