@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine.attention_backend import Segment
+from sgrun.engine.attention.backend import Segment
 from sgrun.models import cpu_matmul
 
 # Truly absent elsewhere: without AVX512-BF16 the row-invariant kernels do not exist and torch's
