@@ -19,7 +19,6 @@ import logging
 import os
 import queue
 import threading
-import time
 import traceback
 import uuid
 import weakref
@@ -339,7 +338,6 @@ class Engine:
     def _close_if_done(self, request_id: str) -> None:
         handle = self._handles.get(request_id)
         if handle is not None and all(s.is_finished for s in handle.seqs):
-            handle.finish_time = time.monotonic()
             del self._handles[request_id]
 
 

@@ -7,8 +7,9 @@ tokens. Agent outputs copy a lot from their context (tool results quoted back, J
 being edited), so such lookups are often right, and a wrong draft costs only the extra query
 rows of one forward (speculative.py verifies it).
 
-The scheduler asks `NgramDrafter.draft(seq, budget)` for every decoding sequence each step;
-the draft is what the verify forward computes after the sequence's last token.
+The scheduler asks `Speculation.draft_for(seq, budget)` (speculative.py), which asks
+`NgramDrafter.draft`, for every decoding sequence each step; the draft is what the verify forward
+computes after the sequence's last token.
 """
 
 from __future__ import annotations

@@ -36,19 +36,21 @@ class Postprocessor:
         self.max_context = max_context
         self._eos = frozenset(tokenizer.eos_token_ids)
 
-    def accept(self, seq: Sequence, out: SampledTokens | Scores) -> StreamEvent:
-        """Take this step's output for `seq`; returns its event (not yet emitted)."""
+    def accept(self, seq: Sequence, out: SampledTokens | Scores) -> StreamEvent | None:
+        """Take this step's output for `seq`; returns its event (not yet emitted), or None for a
+        scoring chunk that does not end its sequence (a scoring request has one event, the last)."""
         if isinstance(out, Scores):
             return self._accept_scores(seq, out)   # type: ignore[arg-type]
         return self._accept_tokens(seq, out)
 
     # --- scoring ----------------------------------------------------------------------------
     @staticmethod
-    def _accept_scores(seq: ScoringSequence, out: Scores) -> StreamEvent:
+    def _accept_scores(seq: ScoringSequence, out: Scores) -> StreamEvent | None:
         seq.scores.extend(out.logprobs)
-        if out.done:
-            seq.finish_reason = "stop"
-        return StreamEvent(0, "", [], [], seq.finish_reason)
+        if not out.done:
+            return None
+        seq.finish_reason = "stop"
+        return StreamEvent(0, "", [], [], "stop")
 
     # --- generation -------------------------------------------------------------------------
     def _accept_tokens(self, seq: Sequence, out: SampledTokens) -> StreamEvent:

@@ -1,4 +1,5 @@
-"""Verifying speculative drafts: the k + 1 logit rows of a verify forward -> accepted tokens.
+"""Speculative decoding's drafts and their verification: the k + 1 logit rows of a verify
+forward -> accepted tokens.
 
 A sequence with draft d_0..d_{k-1} (ngram_draft.py) ran its last token and its draft through one
 forward; row j holds the next-token logits after d_0..d_{j-1}. Each row is processed exactly as a
@@ -24,8 +25,9 @@ draft is made, so a check of drafts against the request's constraint belongs the
 sampling_rows.py builds the k + 1 rows (a plain decode is a draft of length 0, one row);
 `choose_tokens` draws on the device (the plain draw for free rows, the acceptance rule above for
 draft rows); `tokens_of` turns the drawn rows into each sequence's accepted tokens on the host;
-`Speculation.settle` counts the acceptance, adapts the next draft length and says how many draft
-positions the scheduler keeps. Overlap scheduling runs no drafts (step.py says why).
+`Speculation.settle` counts the acceptance and adapts the next draft length, and the step hands
+the accepted count to `Scheduler.settle`, which keeps only those draft positions. Overlap
+scheduling runs no drafts (step.py says why).
 """
 
 from __future__ import annotations

@@ -138,6 +138,8 @@ class StepPipeline:
             depth = 0
             self.drain()
             items = [(s, n) for s, n in items if self._live(s)]
+            if not items:   # the drained step finished all of them
+                return self._hand_back([])
         prev = self.inflight
         cur = self.launch(items, prev, depth)
         if prev is not None:
