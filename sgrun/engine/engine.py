@@ -69,7 +69,7 @@ class Engine:
         """Take over the built parts (engine_builder.py) and start the loop thread."""
         self.options, self.parts = options, parts
         self.post = Postprocessor(parts.tokenizer, parts.max_context)
-        self.pipeline = StepPipeline(parts.scheduler, parts.runner, self.post, parts.pool, parts.speculation,
+        self.pipeline = StepPipeline(parts.scheduler, parts.runner, self.post, parts.speculation,
                                      parts.pipeline_depth, parts.device)
         self.aborted: Counter[str] = Counter()   # requests aborted, by cause (stats.ABORT_CAUSES)
         self._seq_ids = itertools.count()

@@ -44,7 +44,6 @@ import torch
 from sgrun.engine.isolation import isolate
 from sgrun.engine.model_runner import BatchInputs, ModelRunner, SampledTokens, SampleOutput, Scores, forced_logprobs
 from sgrun.engine.outputs import StreamEvent
-from sgrun.engine.page_pool import PagePool
 from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.sampling_rows import SamplingInputs
 from sgrun.engine.scheduler import Scheduler
@@ -104,9 +103,12 @@ def _done(fn: Callable[..., Any], *args: Any) -> Future:
 
 
 class StepPipeline:
-    def __init__(self, scheduler: Scheduler, runner: ModelRunner, post: Postprocessor, pool: PagePool,
-                 speculation: Speculation, depth: int, device: torch.device):
-        self.scheduler, self.runner, self.post, self.pool = scheduler, runner, post, pool
+    """The engine's step at `depth` 0 or 1, made of the stages it is handed: the scheduler, the
+    model runner, the postprocessor and the speculation (never the Engine)."""
+
+    def __init__(self, scheduler: Scheduler, runner: ModelRunner, post: Postprocessor, speculation: Speculation,
+                 depth: int, device: torch.device):
+        self.scheduler, self.runner, self.post = scheduler, runner, post
         self.speculation = speculation
         self.depth = depth
         self.worker: ThreadPoolExecutor | None = None
