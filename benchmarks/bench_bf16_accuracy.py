@@ -19,7 +19,7 @@ import argparse
 
 import torch
 
-from sgrun.engine.teacher_forced import decode_trace, drift
+from teacher_forced import decode_trace, drift  # the script's folder (benchmarks/) is on sys.path
 from sgrun.models.fetch import default_model_path
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model_files

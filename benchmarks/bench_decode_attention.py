@@ -38,7 +38,7 @@ from collections.abc import Callable  # noqa: E402
 import torch  # noqa: E402
 
 import sgrun  # noqa: E402
-from sgrun.engine.attention_torch import TorchPagedAttention  # noqa: E402
+from sgrun.engine.attention.torch_backend import TorchPagedAttention  # noqa: E402
 from bench_options import add_dtype, add_quantization, add_threads, load_avg, uptime  # noqa: E402
 
 
@@ -129,7 +129,7 @@ def main() -> None:
         other, other_name = TorchPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D), "torch (gather)"
     else:
         from bench_decode_kernel import build_revision
-        from sgrun.engine.attention_cpp import CppPagedAttention
+        from sgrun.engine.attention.cpp_backend import CppPagedAttention
         op = build_revision(args.against)
         other = CppPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D, op if hasattr(op, "chunk_tokens") else OlderKernel(op),
                                   cascade=False, prefill_op=cpp.prefill_op)

@@ -77,8 +77,8 @@ def decode_call(op, q, table, lens, d):
 def time_cascade_detection(batch: int, context: int, page_size: int = 16) -> dict[str, float]:
     """ms per call of CppPagedAttention._prepare_decodes (page table, lengths and cascade detection)
     for `batch` decodes: unrelated rows, and rows sharing 3/4 of their pages."""
-    from sgrun.engine.attention_backend import Segment
-    from sgrun.engine.attention_cpp import CppPagedAttention
+    from sgrun.engine.attention.backend import Segment
+    from sgrun.engine.attention.cpp_backend import CppPagedAttention
     from sgrun.engine.page_pool import PagePool
     from sgrun.cpu_kernels.paged_decode import load_kernel
     pages_per_row = -(-(context + 1) // page_size)

@@ -146,7 +146,7 @@ def tensor_parallel_comm(batch: int, tokens: int, prefix_words: int) -> dict:
 def _wire_rank(rank: int, port: int, batch: int, ctx: int, iters: int, out) -> None:
     import torch
     import torch.distributed as dist
-    from sgrun.engine.attention_backend import Segment
+    from sgrun.engine.attention.backend import Segment
     from sgrun.engine.step_broadcast import StepMessage, receive_step, send_step
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)

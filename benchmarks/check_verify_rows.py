@@ -20,7 +20,8 @@ import argparse
 import torch
 from bench_options import add_dtype, add_quantization, add_threads, load_avg
 
-from sgrun.engine.attention_backend import Segment, make_attention_backend
+from sgrun.engine.attention.backend import Segment
+from sgrun.engine.attention.choice import make_attention_backend
 from sgrun.engine.page_pool import PagePool
 from sgrun.models.loader import load_model
 

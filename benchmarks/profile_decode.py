@@ -55,7 +55,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
     engine.generate(prompts, params.replace(max_new_tokens=2))           # warm-up
     # Unprofiled step time of pure decode steps (the first 2 steps include the prefill).
     counts = {"n": 0, "t": 0.0, "profile": False}
-    orig_step, orig_forward, orig_sample = engine.step, engine.runner.model.forward, engine.runner.sample
+    orig_step, orig_forward, orig_sample = engine.step, engine.runner.model.forward, engine.runner.run_sampling
     compiled = engine.runner.compiled
     orig_compiled = compiled.forward if compiled is not None else None
 
@@ -89,7 +89,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
         with record_function("sgrun::decode_attention"):
             return orig_attend(*a, **k)
 
-    engine.step, engine.runner.model.forward, engine.runner.sample = step, forward, sample
+    engine.step, engine.runner.model.forward, engine.runner.run_sampling = step, forward, sample
     if compiled is not None:
         compiled.forward = compiled_forward
     attn._attend_decodes = attend
@@ -102,7 +102,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
         engine.generate(prompts, params)
         engine.run_on_loop(lambda: prof.__exit__(None, None, None))
     finally:
-        del engine.step, engine.runner.model.forward, engine.runner.sample  # back to the class methods
+        del engine.step, engine.runner.model.forward, engine.runner.run_sampling  # back to the class methods
         if compiled is not None:
             del compiled.forward
         del attn._attend_decodes

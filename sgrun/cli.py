@@ -14,8 +14,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "int4"],
                    help="weights in memory: auto follows the file (Q4 GGUF -> int4, Q8 -> int8, f16/f32 -> none); "
                         "int8/int4 also quantize dense models at load")
-    from sgrun.engine.device import add_device_arguments
-    from sgrun.engine.ngram_draft import add_speculative_arguments
+    from sgrun.cli_flags import add_device_arguments, add_speculative_arguments
     add_device_arguments(p)
     add_speculative_arguments(p)
 
@@ -23,8 +22,7 @@ def add_engine_options(p: argparse.ArgumentParser) -> None:
 def cmd_generate(args: argparse.Namespace) -> int:
     import sgrun
 
-    from sgrun.engine.device import device_kwargs
-    from sgrun.engine.ngram_draft import speculative_kwargs
+    from sgrun.cli_flags import device_kwargs, speculative_kwargs
     with sgrun.Engine(args.model, dtype=args.dtype, num_threads=args.num_threads, quantization=args.quantization,
                       tp=args.tp, **device_kwargs(args), **speculative_kwargs(args)) as engine:
         prompt = args.prompt

@@ -18,10 +18,10 @@ import sgrun
 from cpu_levels import LEVELS, op_level  # noqa: F401  (op_level is a fixture)
 from sgrun.cpu_kernels import paged_decode as paged_decode_cpp
 from paged_batch import segments_over_tables
-from sgrun.engine.attention_backend import make_attention_backend
-from sgrun.engine.attention_cpp import CppPagedAttention
-from sgrun.engine.attention_torch import TorchPagedAttention
-from sgrun.engine.cascade import find_shared_prefixes
+from sgrun.engine.attention.choice import make_attention_backend
+from sgrun.engine.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.attention.torch_backend import TorchPagedAttention
+from sgrun.engine.attention.cascade import find_shared_prefixes
 from sgrun.engine.page_pool import PagePool
 
 
@@ -227,7 +227,7 @@ def test_cascade_prefix_then_own_tokens_equals_the_plain_kernel_bitwise(op, dtyp
 _FALLBACK_CHECK = """
 import logging, torch
 logging.basicConfig(level=logging.WARNING, format="LOG %(name)s %(message)s")
-from sgrun.engine.attention_backend import make_attention_backend
+from sgrun.engine.attention.choice import make_attention_backend
 from sgrun.engine.page_pool import PagePool
 pool = PagePool(1, 4, 4, 1, 16, torch.float32)
 print("BACKENDS", type(make_attention_backend(pool, 2, 1, 16)).__name__,

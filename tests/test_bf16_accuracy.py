@@ -4,9 +4,13 @@ these few prompts hold the same targets)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
-from sgrun.engine.teacher_forced import decode_trace, drift
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from teacher_forced import decode_trace, drift  # noqa: E402  (benchmarks/teacher_forced.py)
 
 PROMPTS = [
     "What is the capital of France?",

@@ -78,9 +78,9 @@ def test_compiled_logits_equal_eager_forward_and_never_recompile(int8_engines):
 def test_compile_switch_on_the_cli_and_a_clear_error(model_path):
     from sgrun.cli import build_parser
     args = build_parser().parse_args(["generate", "hi", "--no-compile"])
-    from sgrun.engine.device import device_kwargs
+    from sgrun.cli_flags import device_kwargs
     assert device_kwargs(args)["compile"] is False
     assert device_kwargs(build_parser().parse_args(["generate", "hi", "--compile"]))["compile"] is True
     with pytest.raises(sgrun.InvalidRequestError, match="tp=1"):
-        from sgrun.engine.device import compiled_forward
-        compiled_forward(None, torch.device("cuda"), True, 1)
+        from sgrun.models.compiled_forward import compile_decode_forward
+        compile_decode_forward(None, torch.device("cuda"), True, 1)

@@ -53,7 +53,7 @@ def test_overlap_outputs_equal_the_plain_loop(engine, overlapped, requests):
     assert overlapped.startup_report()["overlap"] is True
     # It really overlapped: decode inputs were read on the device from the step still in flight,
     # and the steps after a finish were dropped.
-    assert overlapped.runner.future_tokens > 50 and overlapped._overlap.dropped > 0
+    assert overlapped.runner.future_tokens > 50 and overlapped.pipeline.dropped > 0
 
 
 def test_overlap_drains_for_scoring_and_aborts(engine, overlapped, requests):

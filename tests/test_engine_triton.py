@@ -70,8 +70,8 @@ def test_engine_tensors_live_on_its_device():
     for layer in model.layers:
         assert {t.device.type for t in tensors_of(layer)} == {"meta"}
     pool = PagePool(cfg.num_layers, 8, 16, cfg.num_kv_heads, cfg.head_dim, torch.float32, "meta")
-    from sgrun.engine.attention_torch import TorchPagedAttention
-    from sgrun.engine.attention_backend import Segment
+    from sgrun.engine.attention.torch_backend import TorchPagedAttention
+    from sgrun.engine.attention.backend import Segment
     attn = TorchPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     pages = torch.tensor([3, 1])
     attn.prepare(torch.tensor([1, 1, 1]), torch.tensor([0, 1, 2]),

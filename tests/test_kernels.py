@@ -33,9 +33,9 @@ for _fn in (tl.zeros, decode_kernels._decode_split_kernel):
 
 from sgrun.constrain.bitmask import apply_bitmask as torch_apply_bitmask  # noqa: E402
 from paged_batch import segments_over_tables  # noqa: E402
-from sgrun.engine.attention_backend import make_attention_backend  # noqa: E402
-from sgrun.engine.attention_torch import TorchPagedAttention  # noqa: E402
-from sgrun.engine.attention_triton import TritonPagedAttention  # noqa: E402
+from sgrun.engine.attention.choice import make_attention_backend  # noqa: E402
+from sgrun.engine.attention.torch_backend import TorchPagedAttention  # noqa: E402
+from sgrun.engine.attention.triton_backend import TritonPagedAttention  # noqa: E402
 from sgrun.engine.page_pool import PagePool  # noqa: E402
 from sgrun.errors import InvalidRequestError  # noqa: E402
 from sgrun.kernels import (  # noqa: E402

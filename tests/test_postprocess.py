@@ -1,6 +1,7 @@
 """Postprocess (engine/postprocess.py) without a model: a step that hands a sequence several
 tokens (as a verified speculative draft will) accepts them one by one and stops at the first
-that finishes the sequence; events and finish reasons are as for one token per step."""
+that finishes the sequence; events and finish reasons are as for one token per step. `accept`
+returns the event and calls nothing back: the step pipeline emits it and frees what finished."""
 
 from __future__ import annotations
 
@@ -11,13 +12,26 @@ from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.sequence import Sequence
 
 
+class Collecting:
+    """A Postprocessor whose returned events are collected, as the step pipeline would emit them."""
+
+    def __init__(self, tokenizer, events, finished):
+        self.post, self.events, self.finished = Postprocessor(tokenizer, max_context=1024), events, finished
+
+    def accept(self, seq, out):
+        event = self.post.accept(seq, out)
+        self.events.append(event)
+        if event.finish_reason is not None:
+            assert seq.finish_reason == event.finish_reason   # what the step hands the scheduler
+            self.finished.append(event.finish_reason)
+
+
 def make(tokenizer, params: sgrun.SamplingParams):
     events, finished = [], []
     prompt = tokenizer.encode("Hello")
     seq = Sequence(seq_id=0, request_id="r", index=0, tokens=list(prompt), prompt_len=len(prompt), params=params,
                    detok=IncrementalDetokenizer(tokenizer, prompt, True, params.stop), emit=events.append)
-    post = Postprocessor(tokenizer, max_context=1024, finish=lambda s, why: finished.append(why))
-    return seq, post, events, finished
+    return seq, Collecting(tokenizer, events, finished), events, finished
 
 
 def test_several_tokens_in_one_step_equal_one_per_step(tokenizer):

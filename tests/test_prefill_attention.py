@@ -14,11 +14,10 @@ import torch.nn.functional as F
 
 import sgrun
 from paged_batch import segments_over_tables
-from cpu_levels import LEVELS, op_level  # noqa: F401  (op_level is a fixture)
 from sgrun.cpu_kernels import prefill_attention as prefill_attention_cpp
-from sgrun.engine.attention_backend import make_attention_backend
-from sgrun.engine.attention_cpp import CppPagedAttention
-from sgrun.engine.attention_torch import TorchPagedAttention
+from sgrun.engine.attention.choice import make_attention_backend
+from sgrun.engine.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.attention.torch_backend import TorchPagedAttention
 from sgrun.engine.page_pool import PagePool
 
 
@@ -53,7 +52,7 @@ def reference(q, k_cache, v_cache, pages, ctx, scale):
 
 
 def sdpa_bf16(q, k_cache, v_cache, pages, ctx, scale):
-    """Today's path (attention_torch.py) on the same inputs, for an error yardstick."""
+    """Today's path (attention/torch_backend.py) on the same inputs, for an error yardstick."""
     q_len, H, D = q.shape
     KV = k_cache.shape[0]
     k = k_cache[:, pages].reshape(KV, -1, D)[:, :ctx][None]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from sgrun.engine.counter_rng import gumbel, uniform
-from sgrun.engine.sampler import apply_logit_bias, apply_penalties, sample, sample_tokens
+from sgrun.engine.sampler import apply_logit_bias, apply_penalties, sample_tokens, token_logprobs
 from sgrun.engine.sampling_params import SamplingParams
 
 
@@ -80,9 +80,10 @@ def test_penalties_and_bias_and_logprobs():
     apply_penalties(logits, params, [[0], [1]], [[2, 2], []])
     assert logits[0].tolist() == [0.0, 0.0, -2.0, 0.0, 0.0, 2.0]
     assert logits[1, 1] == 2.0                     # 4 / 2: seen in the prompt
-    result = sample(logits, params, [0, 0], [0, 0], [None, 2], raw_logits=logits.clone())
-    assert result.tokens == [5, 1]
-    assert result.logprobs[1] == max(v for _, v in result.top[1]) and len(result.top[1]) == 2
+    tokens = sample_tokens(logits, params, [0, 0], [0, 0]).tolist()
+    assert tokens == [5, 1]
+    (chosen, top), = token_logprobs(logits[1:].clone(), tokens[1:], 2)
+    assert chosen == max(v for _, v in top) and len(top) == 2 and top[0][0] == 1
 
 
 def test_every_sampler_tensor_lives_on_the_logits_device():

@@ -14,9 +14,9 @@ import torch
 
 import sgrun
 from sgrun.engine.consistency import check_consistency
-from sgrun.engine.model_runner import SamplingInputs
 from sgrun.engine.ngram_draft import SpeculativeConfig, propose
 from sgrun.engine.sampler import _filter
+from sgrun.engine.sampling_rows import SamplingInputs
 from sgrun.engine.speculative import accept_rows
 from sgrun.errors import InvalidRequestError
 
@@ -94,7 +94,7 @@ def test_rejection_sampling_emits_tokens_distributed_as_p(params, draft):
     logits[0] += 2.0
     si = _rows_inputs(params, n)
     rows = logits.expand(n, vocab).clone()
-    accept, alt = accept_rows(rows, si, [draft] * n)
+    accept, alt = (t.tolist() for t in accept_rows(rows, si, [draft] * n))
     emitted = torch.tensor([draft if a else t for a, t in zip(accept, alt)])
     p = torch.softmax(_filter(logits[None].clone(), [params])[0], dim=-1)
     counts = torch.bincount(emitted, minlength=vocab).double()
@@ -121,7 +121,7 @@ def test_greedy_outputs_are_identical_with_speculation(engine, chat_prompt):
     assert after["spec_draft_tokens"] > before["spec_draft_tokens"]
     assert after["spec_accepted_tokens"] > before["spec_accepted_tokens"]
     assert 0.0 < after["spec_acceptance_rate"] <= 1.0
-    engine.run_on_loop(lambda: check_consistency(engine))
+    engine.run_on_loop(lambda: check_consistency(engine.scheduler, engine.pool, engine.cache))
 
 
 def test_stops_and_length_inside_an_accepted_run(engine, chat_prompt):
@@ -177,7 +177,7 @@ def test_rejected_positions_leave_no_pages_or_cache_entries(engine, chat_prompt)
     real = [engine.tokenizer.encode(prompt) + o.outputs[0].token_ids for o in outs]
     for key in engine.run_on_loop(lambda: _cached_keys(engine.cache)):
         assert any(r[:len(key)] == key for r in real), "the radix cache holds tokens no request kept"
-    engine.run_on_loop(lambda: check_consistency(engine))
+    engine.run_on_loop(lambda: check_consistency(engine.scheduler, engine.pool, engine.cache))
     engine.flush_cache()
     assert engine.stats()["pages_free"] == free_before
 

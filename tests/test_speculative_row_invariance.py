@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine.attention_backend import Segment
+from sgrun.engine.attention.backend import Segment
 from sgrun.cpu_kernels import matmul as cpu_matmul
 
 # Truly absent only at the scalar level (SGRUN_CPU_ISA=scalar, or a CPU without SIMD): there torch's

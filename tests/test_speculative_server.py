@@ -13,7 +13,7 @@ import openai
 import pytest
 
 import sgrun
-from sgrun.engine.ngram_draft import speculative_kwargs
+from sgrun.cli_flags import speculative_kwargs
 from sgrun.server.app import build_app
 from sgrun.server.background import ServerThread
 from sgrun.server.cli_commands import add_serve_parser

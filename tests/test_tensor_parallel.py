@@ -1,7 +1,12 @@
 """Tensor parallelism: the shard plan, the sharded math, and a real TP=2 engine on CPU (gloo,
-two processes, SmolLM2 float32) against TP=1."""
+two processes, SmolLM2 float32) against TP=1; the ranks start from sgrun's own entry point, so
+a program read from stdin or a script without a __main__ guard can start a TP engine."""
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -85,6 +90,47 @@ def test_tp2_on_a_random_weight_model_matches_tp1_and_reports_communication():
     assert stats["tp_steps"] >= 6 and stats["tp_all_reduce_seconds"] > 0
 
 
+TP_PROGRAM = """
+import sgrun
+params = sgrun.SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True)
+with sgrun.Engine("random:tiny", dtype="float32", memory_gb=0.05, tp=2) as e:
+    print("TOKENS", e.generate([[5, 6, 7, 8, 9]], params)[0].token_ids)
+    print("TP", e.stats()["tp"])
+"""
+
+
+def _run_program(args, tmp_path, **kw):
+    # This checkout's sgrun, whatever the installed one is; run from elsewhere, so nothing is
+    # found by accident in the working directory.
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    run = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=env, **kw)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in run.stdout.splitlines() if " " in line)
+    return lines["TOKENS"], lines["TP"]
+
+
+def test_tp2_starts_from_stdin_and_from_a_script_without_a_main_guard(tmp_path):
+    # multiprocessing's spawn re-imports the caller's main module: from `python - <<EOF` rank 1
+    # died with FileNotFoundError '<stdin>', and a script needed a __main__ guard.
+    params = sgrun.SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True)
+    with sgrun.Engine("random:tiny", dtype="float32", memory_gb=0.05) as e:
+        expected = str(e.generate([[5, 6, 7, 8, 9]], params)[0].token_ids)
+    assert _run_program(["-"], tmp_path, input=TP_PROGRAM) == (expected, "2")
+    script = tmp_path / "no_guard.py"
+    script.write_text(TP_PROGRAM)
+    assert _run_program([str(script)], tmp_path) == (expected, "2")
+
+
+def test_a_worker_rank_is_started_as_a_module_with_its_arguments():
+    from sgrun.engine.tp_worker import WorkerSpec, parse_spec
+    spec = WorkerSpec("random:tiny", torch.bfloat16, "none", 1, 2, "tcp://127.0.0.1:1234", 3, 20.0, "gloo", "cpu")
+    assert parse_spec(spec.argv() + ["--ready-fd", "7"]) == (spec, 7)
+    run = subprocess.run([sys.executable, "-m", "sgrun.engine.tp_worker", "--help"], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert run.returncode == 0 and "--ready-fd" in run.stdout
+
+
 SHARED = "You are a careful assistant. Answer in one short sentence. " * 4
 PROMPTS = [SHARED + q for q in ("What is the capital of France?", "Name a prime number.", "What colour is the sky?",
                                 "Say hello.")] + ["def fib(n):", "Once upon a time", "1, 2, 3,", "The best tea is"]
@@ -127,7 +173,7 @@ def test_a_killed_rank_stops_the_engine_with_a_clear_error(tp_engine):
                                                                              temperature=0))
     events = iter(handle)
     next(events)                                            # generating
-    tp_engine.tp_group.procs[0].kill()
+    tp_engine.tp_group.procs[0].kill()   # rank 1's process
     t0 = time.monotonic()
     out = handle.result(timeout=60)
     assert time.monotonic() - t0 < 45

@@ -18,7 +18,7 @@ that shares it (one K/V read for all of them) and writes their state after it, o
 `paged_decode` folds each row's own chunks: bitwise what the plain call gives.
 
 Where the build fails (no compiler, no headers, a broken toolchain) `load_kernel` returns None
-and says so once in the log; the caller then uses the gather path (attention_torch.py).
+and says so once in the log; the caller then uses the gather path (attention/torch_backend.py).
 """
 
 from __future__ import annotations

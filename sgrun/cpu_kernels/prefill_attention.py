@@ -1,6 +1,6 @@
 """Causal prefill attention over the paged KV pool: a C++ kernel (prefill_attention.cpp) built on
 first use through build.py, for the prefill chunks (extend segments) of the CPU
-backend (engine/attention_cpp.py).
+backend (engine/attention/cpp_backend.py).
 
 Why not SDPA: torch's CPU flash attention reaches ~140 GFLOP/s in bf16 at SmolLM2's shape
 (9 query heads, 3 kv heads, head dim 64), well below what the bf16 dot-product instruction
@@ -15,7 +15,7 @@ the context gathered out of the pages and a materialized [q, ctx] mask. The kern
   sums, probabilities rounded to bf16 for P V as flash attention does), stopping at the
   tile's last causal key, so blocks above the diagonal are never computed;
 - spreads the tiles, longest contexts first, over torch's threads from a shared counter.
-Its semantics are attention_torch.py's: the q_len new rows are the last positions of a
+Its semantics are attention/torch_backend.py's: the q_len new rows are the last positions of a
 ctx_len-token context and attend every key up to their own position.
 
 The AVX512-BF16 path exists where the compiler targets it (-march=native on a CPU with

@@ -7,14 +7,13 @@ page's reference count equals the number of its holders.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from sgrun.engine.engine import Engine
+from sgrun.engine.page_pool import PagePool
+from sgrun.engine.radix_cache import RadixCache
+from sgrun.engine.scheduler import Scheduler
 
 
-def check_consistency(engine: "Engine") -> None:
-    pool, cache, sched = engine.pool, engine.cache, engine.scheduler
+def check_consistency(sched: Scheduler, pool: PagePool, cache: RadixCache | None) -> None:
     holders: Counter[int] = Counter()
     tree_pages = 0
     locked = 0

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sgrun.engine.attention_triton import DecodeMeta, TritonPagedAttention
+from sgrun.engine.attention.triton_backend import DecodeMeta, TritonPagedAttention
 from sgrun.kernels import decode_num_splits
 
 log = logging.getLogger("sgrun.engine")

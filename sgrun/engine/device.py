@@ -5,20 +5,20 @@
 device's total memory, `mem_fraction` may hold weights + KV pool; from that, what is already
 in use (the weights, measured) and a measured activation/graph reserve are subtracted, and the
 rest becomes pages. On the CPU the pool is `memory_gb` of host memory, as before.
+
+The choices made here, each a function engine_builder.py calls in this order: `resolve_device`,
+`wants_cuda_graphs`, `plan_pool` (the dtype is models/loader.py's `resolve_dtype`, the compiled
+forward models/compiled_forward.py's `compile_decode_forward`, the attention backend
+attention/choice.py's `default_backend`). The CLI flags for them are sgrun/cli_flags.py's.
 """
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
 from dataclasses import dataclass
 
 import torch
 
 from sgrun.errors import InvalidRequestError
-
-log = logging.getLogger("sgrun.engine")
 
 DEFAULT_MEM_FRACTION = 0.85
 # Kept back on top of the measured activation peak: CUDA graphs' private pool, cuBLAS
@@ -112,7 +112,8 @@ def measure_activation_peak(model, page_size: int, max_batch_tokens: int, backen
 
 
 def _measure_activation_peak(model, page_size: int, max_batch_tokens: int, backend: str | None) -> int:
-    from sgrun.engine.attention_backend import Segment, make_attention_backend
+    from sgrun.engine.attention.backend import Segment
+    from sgrun.engine.attention.choice import make_attention_backend
     from sgrun.engine.page_pool import PagePool
     cfg, dev = model.cfg, model.device
     pages = -(-max_batch_tokens // page_size)
@@ -146,70 +147,3 @@ def plan_pool(model, device: torch.device, page_size: int, bytes_per_page: int, 
     peak = measure_activation_peak(model, page_size, max_batch_tokens, backend)
     budget = cuda_pool_pages(device, bytes_per_page, mem_fraction or DEFAULT_MEM_FRACTION, peak)
     return budget.num_pages, budget
-
-
-def add_device_arguments(p: argparse.ArgumentParser) -> None:
-    """The device flags `sgrun serve` and `sgrun generate` share (argparse parser)."""
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
-    p.add_argument("--attention-backend", default=None, choices=["cpp", "torch", "triton"],
-                   help="default: triton on CUDA; on the CPU cpp (decode reads the KV pages in place), "
-                        "torch gathers them (the old path)")
-    p.add_argument("--cascade-attention", action=argparse.BooleanOptionalAction, default=True,
-                   help="cpp backend: attend a prefix shared by several running requests once per step")
-    p.add_argument("--mem-fraction", type=float, default=None,
-                   help=f"CUDA: share of device memory for weights + KV pool (default {DEFAULT_MEM_FRACTION})")
-    p.add_argument("--disable-cuda-graph", action="store_true", help="CUDA: run decode steps eagerly")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="CPU: torch.compile the decode forward's non-attention blocks and the lm_head "
-                        "(default: on when a C++ compiler is found; $SGRUN_COMPILE=0/1 overrides the default)")
-    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
-                   help="overlap scheduling (default: on for CUDA, off on the CPU)")
-
-
-def device_kwargs(args: argparse.Namespace) -> dict:
-    """Engine keyword arguments from add_device_arguments' flags."""
-    return dict(device=args.device, attention_backend=args.attention_backend, mem_fraction=args.mem_fraction,
-                cuda_graph=False if args.disable_cuda_graph else None, overlap=args.overlap,
-                cascade_attention=args.cascade_attention, compile=args.compile)
-
-
-def compiled_forward(model, device: torch.device, compile: bool | None, tp: int) -> tuple[object | None, float | None]:
-    """The engine's CompiledForward (compiled now, timed) or None, and the warm-up seconds.
-    `compile` None: $SGRUN_COMPILE if set (0/1), else on where it can run: the CPU, one
-    process (tensor-parallel shards all-reduce inside the blocks), a C++ compiler present."""
-    from sgrun.models.compiled_forward import compile_available, compiled_forward_for
-    possible = device.type == "cpu" and tp == 1
-    if compile is None:
-        env = os.environ.get("SGRUN_COMPILE", "").strip().lower()
-        if env not in ("", "0", "1", "true", "false", "on", "off"):
-            raise InvalidRequestError(f"SGRUN_COMPILE must be 0 or 1; got {env!r}", field="compile")
-        # The environment sets the default, so it never errors where compiling cannot run.
-        compile = possible and env not in ("0", "false", "off") and compile_available()
-    if not compile:
-        return None, None
-    if not possible:
-        raise InvalidRequestError("compile runs on the CPU with tp=1 (CUDA runs CUDA graphs instead)", field="compile")
-    if not compile_available():
-        raise InvalidRequestError("compile needs a C++ compiler (g++ or clang++) on PATH: install one or "
-                                  "pass compile=False / --no-compile", field="compile")
-    fwd = compiled_forward_for(model)
-    seconds = fwd.warm_up()
-    log.info("compiled the decode forward in %.1f s (torch.compile, inductor C++)", seconds)
-    return fwd, seconds
-
-
-def startup_report(engine) -> dict:
-    """The device, the backend, the pool sizing (CUDA) and the CUDA-graph capture time/memory."""
-    out: dict = {"device": str(engine.device), "dtype": str(engine.dtype).replace("torch.", ""),
-                 "attention_backend": engine.runner.backend, "overlap": engine._overlap is not None,
-                 "kv_pages": engine.pool.num_pages, "page_size": engine.pool.page_size}
-    if engine.pool_budget is not None:
-        b = engine.pool_budget
-        out.update(device_total_gib=b.total_bytes / 2**30, in_use_before_pool_gib=b.in_use_bytes / 2**30,
-                   activation_reserve_gib=b.reserve_bytes / 2**30, kv_pool_gib=b.pool_bytes / 2**30)
-    if engine.compile_s is not None:
-        out.update(compile=True, compile_warm_up_s=engine.compile_s)
-    if engine.graph_report is not None:
-        g = engine.graph_report
-        out.update(cuda_graph_sizes=g.sizes, cuda_graph_capture_s=g.seconds, cuda_graph_memory_mib=g.memory_bytes / 2**20)
-    return out

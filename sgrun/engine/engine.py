@@ -2,20 +2,23 @@
 KV pool, cache, scheduler, runner) is built from its options by engine_builder.py.
 
 The loop thread is the only owner of the scheduler, page pool and radix cache; other threads
-talk to it through `submit` / `abort` (an inbox queue) and per-request handles. One step is
-schedule (scheduler.py) -> run (model_runner.py) -> postprocess (postprocess.py), each stage
-isolated per request (isolation.py): a request whose input makes a stage fail ends alone.
+talk to it through `submit` / `abort` (an inbox queue) and per-request handles. One step is a
+turn of the step pipeline (step.py): schedule (scheduler.py) -> run (model_runner.py) ->
+postprocess (postprocess.py) -> the scheduler takes back what ran and finished, each stage
+isolated per request (isolation.py). The pipeline reports back a StepOutcome; the engine closes
+the requests that finished and ends alone a request whose input made a stage fail.
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
+import inspect
 import itertools
 import logging
 import os
 import queue
 import threading
-import time
 import traceback
 import uuid
 import weakref
@@ -24,20 +27,20 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
+from sgrun.engine.consistency import check_consistency
 from sgrun.engine.detokenizer import IncrementalDetokenizer
 from sgrun.engine.engine_builder import EngineOptions, EngineParts, build_engine_parts
-from sgrun.engine.isolation import isolate
-from sgrun.engine.model_runner import Logits, SampledTokens, Scores
 from sgrun.engine.outputs import RequestOutput, StreamEvent
-from sgrun.engine.overlap import OverlapScheduler
 from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.prompt_ids import prompt_token_ids
+from sgrun.engine.request_constraint import compile_for_request, constraint_of
 from sgrun.engine.request_handle import RequestHandle
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scoring import ScoringSequence, scored_token_ids
-from sgrun.engine.speculative import settle_drafts
 from sgrun.engine.sequence import CompiledConstraint, Sequence
+from sgrun.engine.startup_report import startup_report
 from sgrun.engine.stats import engine_stats, request_pages
+from sgrun.engine.step import StepOutcome, StepPipeline
 from sgrun.errors import EngineFatalError, InvalidRequestError
 
 log = logging.getLogger("sgrun.engine")
@@ -54,42 +57,20 @@ def _close_live_engines() -> None:
 
 
 class Engine:
-    def __init__(self, model: str | os.PathLike | None = None, *, dtype: str | torch.dtype = "auto",
-                 num_threads: int | None = None, page_size: int = 16, max_pages: int | None = None,
-                 memory_gb: float | None = None, max_running: int = 64, max_batch_tokens: int = 2048,
-                 enable_prefix_cache: bool = True, cache_fraction: float | None = None,
-                 max_context: int | None = None, debug_checks: bool = False, quantization: str = "auto",
-                 device: str = "auto", attention_backend: str | None = None, mem_fraction: float | None = None,
-                 cuda_graph: bool | None = None, overlap: bool | None = None, tp: int = 1, tp_timeout: float = 60.0,
-                 speculative_ngram: bool = False, speculative_num_draft: int = 6, speculative_ngram_max: int = 3,
-                 speculative_ngram_min: int = 2, cascade_attention: bool = True, compile: bool | None = None):
-        options = EngineOptions(
-            model=model, dtype=dtype, num_threads=num_threads, page_size=page_size, max_pages=max_pages,
-            memory_gb=memory_gb, max_running=max_running, max_batch_tokens=max_batch_tokens,
-            enable_prefix_cache=enable_prefix_cache, cache_fraction=cache_fraction, max_context=max_context,
-            debug_checks=debug_checks, quantization=quantization, device=device, attention_backend=attention_backend,
-            mem_fraction=mem_fraction, cuda_graph=cuda_graph, overlap=overlap, tp=tp, tp_timeout=tp_timeout,
-            speculative_ngram=speculative_ngram, speculative_num_draft=speculative_num_draft,
-            speculative_ngram_max=speculative_ngram_max, speculative_ngram_min=speculative_ngram_min,
-            cascade_attention=cascade_attention, compile=compile)
+    """`Engine(model=None, options=None, **overrides)`: the keywords are EngineOptions' fields
+    (engine_builder.py, docs/interfaces.md); `options` an EngineOptions to start from."""
+
+    def __init__(self, model: str | os.PathLike | None = None, options: EngineOptions | None = None,
+                 **overrides: Any):
+        options = options_with(options, model, overrides)
         self._start(options, build_engine_parts(options))
 
     def _start(self, options: EngineOptions, parts: EngineParts) -> None:
         """Take over the built parts (engine_builder.py) and start the loop thread."""
-        self.options = options
-        self.device, self.dtype, self.tp, self.tp_group = parts.device, parts.dtype, parts.tp, parts.tp_group
-        self.model, self.tokenizer, self.model_path = parts.model, parts.tokenizer, parts.model_path
-        self.config, self.quantization, self.model_name = parts.config, parts.quantization, parts.config.name
-        self.pool, self.pool_budget, self.cache = parts.pool, parts.pool_budget, parts.cache
-        self.max_context, self.scheduler, self.runner = parts.max_context, parts.scheduler, parts.runner
-        self.speculative, self.speculation = parts.speculative, parts.speculation
-        self.compiled, self.compile_s, self.graph_report = parts.compiled, parts.compile_s, parts.graph_report
-        self._overlap = OverlapScheduler(self) if parts.use_overlap else None
-        self.post = Postprocessor(self.tokenizer, self.max_context, self._finish)
-        self.debug_checks = options.debug_checks
-        self.num_steps = 0
-        self.step_time_total = 0.0
-        self.forward_time_total = 0.0
+        self.options, self.parts = options, parts
+        self.post = Postprocessor(parts.tokenizer, parts.max_context)
+        self.pipeline = StepPipeline(parts.scheduler, parts.runner, self.post, parts.speculation,
+                                     parts.pipeline_depth, parts.device)
         self.aborted: Counter[str] = Counter()   # requests aborted, by cause (stats.ABORT_CAUSES)
         self._seq_ids = itertools.count()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -104,6 +85,26 @@ class Engine:
         # The constraint compiler's per-tokenizer index takes ~1 s to build: do it now, off the
         # request path, so the first constrained request does not pay for it.
         threading.Thread(target=self._warm_constraint_index, name="sgrun-vocab-index", daemon=True).start()
+
+    # The parts callers read (docs/interfaces.md); everything else is `engine.parts`.
+    device = property(lambda self: self.parts.device)
+    dtype = property(lambda self: self.parts.dtype)
+    tokenizer = property(lambda self: self.parts.tokenizer)
+    config = property(lambda self: self.parts.config)
+    model_name = property(lambda self: self.parts.config.name)
+    model_path = property(lambda self: self.parts.model_path)
+    quantization = property(lambda self: self.parts.quantization)
+    max_context = property(lambda self: self.parts.max_context)
+    model = property(lambda self: self.parts.model)
+    pool = property(lambda self: self.parts.pool)
+    cache = property(lambda self: self.parts.cache)
+    scheduler = property(lambda self: self.parts.scheduler)
+    runner = property(lambda self: self.parts.runner)
+    tp = property(lambda self: self.parts.tp)
+    tp_group = property(lambda self: self.parts.tp_group)
+    speculative = property(lambda self: self.parts.speculative)
+    num_steps = property(lambda self: self.pipeline.num_steps)
+    step_time_total = property(lambda self: self.pipeline.step_time_total)
 
     def _warm_constraint_index(self) -> None:
         try:
@@ -147,14 +148,8 @@ class Engine:
         return handle
 
     def compile_constraint(self, params: SamplingParams) -> CompiledConstraint:
-        from sgrun.constrain import compile_constraint
-        tool_calls = None
-        if params.tool_calls is not None:
-            from sgrun.constrain.tool_calls import ToolCallConstraint
-            tool_calls = ToolCallConstraint.from_dict(params.tool_calls)
-        return compile_constraint(self.tokenizer, json_schema=params.json_schema, regex=params.regex,
-                                  grammar=params.grammar, choices=params.choices, triggers=params.triggers,
-                                  tool_calls=tool_calls, reasoning=params.reasoning, isolate=True)
+        """The constraint `params` ask for, compiled as every request's is (request_constraint.py)."""
+        return compile_for_request(self.tokenizer, **constraint_of(params))
 
     def abort(self, request_id: str) -> None:
         """Cancel a request (its caller went away): it ends with finish_reason "abort"."""
@@ -205,12 +200,13 @@ class Engine:
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges for /metrics; the keys are listed in docs/interfaces.md."""
-        return engine_stats(self)
+        p = self.parts
+        return engine_stats(p.scheduler, p.pool, p.cache, p.runner, self.pipeline.num_steps, p.tp, p.model,
+                            self.aborted, p.speculation.counters)
 
     def startup_report(self) -> dict[str, Any]:
-        """Where the engine runs and what start-up measured (device.py)."""
-        from sgrun.engine.device import startup_report
-        return startup_report(self)
+        """Where the engine runs and what start-up measured (startup_report.py)."""
+        return startup_report(self.parts)
 
     def request_pages(self) -> int:
         """Pages held by requests (not only by the cache). Zero when nothing is running."""
@@ -266,11 +262,10 @@ class Engine:
         while True:
             self._drain_inbox()
             if self._stopping:
-                if self._overlap is not None:
-                    self._overlap.close()
+                self._take(self.pipeline.close())
                 self._abort_all("engine closed")
                 return
-            if not self.scheduler.has_work() and not (self._overlap is not None and self._overlap.busy):
+            if not self.scheduler.has_work() and not self.pipeline.busy:
                 self._wake.wait(timeout=0.5)
                 self._wake.clear()
                 continue
@@ -305,59 +300,23 @@ class Engine:
                 payload()
 
     def step(self) -> None:
-        """One batch: schedule -> forward -> commit the computed tokens -> sample -> postprocess
-        (or, with overlap scheduling, one turn of the pipeline in overlap.py)."""
-        if self._overlap is not None:
-            self._overlap.step()
-            return
-        batch = self.scheduler.schedule()
-        if not batch.items:
-            self.handle_empty_schedule()
-            return
-        self.run_batch(batch.items)
+        """One turn of the step pipeline (step.py: schedule -> run -> postprocess -> the
+        scheduler takes back what ran and finished), then what it reports back is applied."""
+        self._take(self.pipeline.step())
+        if self.options.debug_checks:
+            check_consistency(self.scheduler, self.pool, self.cache)
 
-    def handle_empty_schedule(self) -> None:
-        stuck = self.scheduler.unschedulable()
-        if stuck is not None:
-            self._abort_request(self._handles[stuck.request_id], "engine", "request does not fit in the KV pool")
-
-    def run_batch(self, items: list[tuple[Sequence, int]]) -> None:
-        t0 = t1 = time.perf_counter()
-        ran = self._live(isolate(items, self.runner.forward, self._fail_in("forward")))
-        t2 = time.perf_counter()
-        self.scheduler.commit([item for item, _ in ran])
-        wanted: list[tuple[Sequence, Logits]] = [(seq, lg) for (seq, _), lg in ran if lg is not None]
-        sampled = [(seq, out) for (seq, _), out in self._live(isolate(wanted, self.runner.sample,
-                                                                        self._fail_in("sampling")))]
-        settle_drafts(sampled, self.scheduler, self.speculation, self.speculative.num_draft)   # before postprocess
-        isolate(sampled, self._postprocess, self._fail_in("postprocess"), one_at_a_time=True)
-        self.num_steps += 1
-        self.forward_time_total += t2 - t1
-        self.step_time_total += time.perf_counter() - t0
-        if self.debug_checks:
-            from sgrun.engine.consistency import check_consistency
-            check_consistency(self)
-
-    def _postprocess(self, items: list[tuple[Sequence, SampledTokens | Scores]]) -> list[None]:
-        for seq, out in items:
-            if not seq.is_finished:   # a sibling sample's failure may have ended the request
-                self.post.accept(seq, out)
-        return [None] * len(items)
-
-    @staticmethod
-    def _live(pairs: list[tuple[tuple[Sequence, Any], _T]]) -> list[tuple[tuple[Sequence, Any], _T]]:
-        """Drop items whose request was failed meanwhile (a sibling sample failed)."""
-        return [(item, r) for item, r in pairs if not item[0].is_finished]
-
-    def _fail_in(self, stage: str) -> Callable[[tuple[Sequence, Any], Exception], None]:
-        def fail(item: tuple[Sequence, Any], exc: Exception) -> None:
-            seq = item[0]
-            log.error("request %s failed in %s:\n%s", seq.request_id, stage,
-                      "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-            handle = self._handles.get(seq.request_id)
+    def _take(self, outcome: StepOutcome) -> None:
+        """Close the requests a step finished; end those it failed, and one that never fits."""
+        for seq in outcome.finished:
+            self._close_if_done(seq.request_id)
+        for request_id, error in outcome.failed.items():
+            handle = self._handles.get(request_id)
             if handle is not None:
-                self._abort_request(handle, "error", f"{stage} failed: {type(exc).__name__}: {exc}"[:500])
-        return fail
+                self._abort_request(handle, "error", error)
+        stuck = outcome.unschedulable
+        if stuck is not None and stuck.request_id in self._handles:
+            self._abort_request(self._handles[stuck.request_id], "engine", "request does not fit in the KV pool")
 
     # --- ending requests --------------------------------------------------------------------
     def _abort_request(self, handle: RequestHandle, cause: str, error: str | None = None) -> None:
@@ -367,18 +326,41 @@ class Engine:
         if live:
             self.aborted[cause] += 1
         for seq in live:
-            seq.error, seq.abort_cause = error, cause
-            self._finish(seq, "abort")
+            seq.error, seq.abort_cause, seq.finish_reason = error, cause, "abort"
+            self.scheduler.finish(seq)
             seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=error))
+        self._close_if_done(handle.request_id)
 
     def _abort_all(self, why: str) -> None:
         for handle in list(self._handles.values()):
             self._abort_request(handle, "engine", why)
 
-    def _finish(self, seq: Sequence, reason: str) -> None:
-        seq.finish_reason = reason
-        self.scheduler.finish(seq)
-        handle = self._handles.get(seq.request_id)
+    def _close_if_done(self, request_id: str) -> None:
+        handle = self._handles.get(request_id)
         if handle is not None and all(s.is_finished for s in handle.seqs):
-            handle.finish_time = time.monotonic()
-            del self._handles[seq.request_id]
+            del self._handles[request_id]
+
+
+def options_with(options: EngineOptions | None, model: str | os.PathLike | None,
+                 overrides: dict[str, Any]) -> EngineOptions:
+    """`options` (or the defaults) with `model` and the keyword overrides applied; an unknown
+    keyword is refused by name, as a Python signature would."""
+    names = {f.name for f in dataclasses.fields(EngineOptions)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise TypeError(f"Engine() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                        f"the keywords are EngineOptions' fields: {', '.join(sorted(names))}")
+    base = options if options is not None else EngineOptions()
+    if model is not None:
+        overrides = {**overrides, "model": model}
+    return dataclasses.replace(base, **overrides) if overrides else base
+
+
+# help(sgrun.Engine), editors and inspect.signature show every keyword with its default, taken
+# from EngineOptions: the keywords are written once.
+Engine.__init__.__signature__ = inspect.Signature(   # type: ignore[attr-defined]
+    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+     inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+     inspect.Parameter("options", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+    + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+       for f in dataclasses.fields(EngineOptions) if f.name != "model"])

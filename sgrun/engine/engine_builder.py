@@ -1,34 +1,40 @@
 """Building an Engine: the options it is made from, and the parts made from them.
 
-`EngineOptions` holds `sgrun.Engine(...)`'s keyword arguments (same names, same defaults) and
-`build_engine_parts` turns them into what the running engine owns: the model (one process, or
-rank 0's shard plus the tensor-parallel workers), the KV page pool and radix cache, the
-scheduler with its n-gram drafter, the compiled decode forward and the model runner with its
-attention backend and CUDA graphs. engine.py only runs these parts; the order below is the
-order of the checks a user sees fail first (speculation, tp, device, dtype, then loading).
+`EngineOptions` is where `sgrun.Engine(...)`'s keyword arguments are written, once (names,
+defaults; Engine's signature is made from it), and `build_engine_parts` turns them into what the
+running engine owns: the model (one process, or rank 0's shard plus the tensor-parallel workers),
+the KV page pool and radix cache, the speculation and the scheduler that asks it for drafts, the
+compiled decode forward, the model runner with its attention backend and CUDA graphs, and the
+step pipeline's depth. engine.py only runs these parts; the order below is the order of the
+checks a user sees fail first (speculation, tp, device, dtype, then loading).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from sgrun.engine.attention_backend import default_backend
-from sgrun.engine.device import PoolBudget, compiled_forward, plan_pool, resolve_device, wants_cuda_graphs
+from sgrun.engine.attention.choice import default_backend
+from sgrun.engine.device import PoolBudget, plan_pool, resolve_device, wants_cuda_graphs
+from sgrun.models.compiled_forward import compile_decode_forward
+from sgrun.engine.model_like import ModelLike
 from sgrun.engine.model_runner import ModelRunner
-from sgrun.engine.ngram_draft import NgramDrafter, SpeculativeConfig
+from sgrun.engine.ngram_draft import SpeculativeConfig
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.radix_cache import RadixCache
 from sgrun.engine.scheduler import Scheduler
-from sgrun.engine.stats import SpeculationCounters
+from sgrun.engine.speculative import Speculation
+from sgrun.engine.step import drafts_possible
 from sgrun.errors import InvalidRequestError
+from sgrun.models.compiled_forward import CompiledForward
 from sgrun.models.loader import load_model, resolve_dtype
 
-if TYPE_CHECKING:   # type names only: the CUDA-graph runner imports Triton
+if TYPE_CHECKING:   # type names only: the CUDA-graph runner imports Triton, tp_group torch.distributed
     from sgrun.engine.cuda_graph_runner import CaptureReport
+    from sgrun.engine.tp_group import TensorParallelGroup
     from sgrun.models.config import ModelConfig
     from sgrun.models.tokenizer import Tokenizer
 
@@ -37,8 +43,8 @@ DEFAULT_KV_MEMORY_GB = 2.0
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """`sgrun.Engine(...)`'s keyword arguments, documented in docs/interfaces.md. A test keeps
-    these fields and defaults equal to Engine.__init__'s signature."""
+    """`sgrun.Engine(...)`'s keyword arguments, documented in docs/interfaces.md: the one place
+    they are written (Engine's signature is made from these fields)."""
     model: str | os.PathLike | None = None
     dtype: str | torch.dtype = "auto"
     num_threads: int | None = None
@@ -79,13 +85,13 @@ class EngineOptions:
 
 @dataclass
 class EngineParts:
-    """Everything an Engine runs, built once at start-up. The Engine keeps these as attributes of
-    the same names; `use_overlap` becomes its OverlapScheduler (which needs the engine itself)."""
+    """Everything an Engine runs, built once at start-up (`engine.parts`). Each stage is handed
+    the parts it needs, never the Engine."""
     device: torch.device
     dtype: torch.dtype
     tp: int
-    tp_group: Any            # tensor_parallel.TensorParallelGroup with tp > 1, else None
-    model: Any               # LlamaModel, or TensorParallelModel wrapping rank 0's shard
+    tp_group: TensorParallelGroup | None   # with tp > 1
+    model: ModelLike         # LlamaModel, or TensorParallelModel wrapping rank 0's shard
     tokenizer: Tokenizer
     model_path: str
     config: ModelConfig      # the full model's (with tp, model.cfg is rank 0's shard's)
@@ -95,13 +101,13 @@ class EngineParts:
     cache: RadixCache | None
     max_context: int
     speculative: SpeculativeConfig
-    speculation: SpeculationCounters
+    speculation: Speculation
     scheduler: Scheduler
-    compiled: Any            # models.compiled_forward.CompiledForward or None
+    compiled: CompiledForward | None
     compile_s: float | None
     runner: ModelRunner
     graph_report: CaptureReport | None
-    use_overlap: bool
+    pipeline_depth: int      # 0: plain steps; 1: overlap scheduling (step.py)
 
 
 def build_engine_parts(o: EngineOptions) -> EngineParts:
@@ -120,7 +126,7 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         model, tokenizer, model_path = load_model(o.model, dtype, quantization, device)
         cfg = model.cfg
     else:   # rank 0's shard; the pool below holds only its KV heads (tensor_parallel.py)
-        from sgrun.engine.tensor_parallel import load_rank0_shard
+        from sgrun.engine.tp_group import load_rank0_shard
         model, cfg, tokenizer, model_path, _ = load_rank0_shard(o.model, dtype, quantization, tp, device)
     kv_heads = model.cfg.num_kv_heads          # this rank's (all of them without tp)
     per_page = PagePool.bytes_per_page(cfg.num_layers, o.page_size, kv_heads, cfg.head_dim, dtype)
@@ -130,7 +136,7 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
     quantization = model.quantization
     tp_group = None
     if tp > 1:
-        from sgrun.engine.tensor_parallel import TensorParallelGroup, TensorParallelModel
+        from sgrun.engine.tp_group import TensorParallelGroup, TensorParallelModel
         tp_group = TensorParallelGroup(model_path, dtype, quantization, tp, max_pages, o.page_size,
                                        o.num_threads, o.tp_timeout, device=str(device))
         model = TensorParallelModel(model, tp_group)
@@ -138,12 +144,11 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         cap = int(max_pages * o.cache_fraction) if o.cache_fraction is not None else None
         cache = RadixCache(pool, cap) if o.enable_prefix_cache else None
         max_context = min(cfg.max_position, max_pages * o.page_size, o.max_context or cfg.max_position)
-        use_overlap = device.type == "cuda" if o.overlap is None else o.overlap
-        # Speculation drafts from each step's tokens on the host; overlap schedules step N+1 before
-        # step N's tokens are read back, so with overlap on requests decode one token per step.
-        drafter = NgramDrafter(spec, max_context).draft if not use_overlap else None
-        scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens, drafter)
-        compiled, compile_s = compiled_forward(model, device, o.compile, tp)
+        depth = int(device.type == "cuda" if o.overlap is None else bool(o.overlap))
+        speculation = Speculation(spec, max_context, enabled=drafts_possible(depth))
+        scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens,
+                              speculation.draft_for if drafts_possible(depth) else None)
+        compiled, compile_s = compile_decode_forward(model, device, o.compile, tp)
         runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
                              cascade_attention=o.cascade_attention, compiled=compiled)
         graph_report = runner.capture_cuda_graphs(o.max_running, max_context) if use_graphs else None
@@ -154,6 +159,5 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
     return EngineParts(device=device, dtype=dtype, tp=tp, tp_group=tp_group, model=model, tokenizer=tokenizer,
                        model_path=model_path, config=cfg, quantization=quantization, pool=pool,
                        pool_budget=pool_budget, cache=cache, max_context=max_context, speculative=spec,
-                       speculation=SpeculationCounters(enabled=not use_overlap), scheduler=scheduler,
-                       compiled=compiled, compile_s=compile_s, runner=runner, graph_report=graph_report,
-                       use_overlap=use_overlap)
+                       speculation=speculation, scheduler=scheduler, compiled=compiled, compile_s=compile_s,
+                       runner=runner, graph_report=graph_report, pipeline_depth=depth)

@@ -4,27 +4,32 @@ tokens (or, for scoring requests, the log-probabilities of their given tokens).
 It owns the device the model runs on, the attention backend and the CUDA graphs. Each stage is
 split into a host half that reads the sequences (`prepare`, `prepare_sampling`: plain lists and
 pinned tensors) and a device half that touches only what the host half built (`run`,
-`run_sampling`), so the overlap scheduler (overlap.py) can run the device half on its worker
-while the engine thread moves on. `forward` and `sample` chain both halves for the plain step.
+`run_sampling`), so the step pipeline (step.py) can run the device half inline (depth 0) or on
+its device worker (depth 1, overlap) while the engine thread moves on; `finish_sampling` reads
+the drawn tokens back. `forward` and `sample` chain both halves, for a batch run again in parts.
 Both stages are pure with respect to the sequences (they read them, never change them), so the
-engine may retry them on part of a batch when one request's inputs make them fail (isolation.py).
+step may retry them on part of a batch when one request's inputs make them fail (isolation.py).
+Sampling rows come from sampling_rows.py (a plain decode is a draft of length 0); the draw and
+the acceptance of drafts are speculative.py's `choose_tokens`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from sgrun.engine.attention_backend import AttentionBackend, Segment, make_attention_backend
+from sgrun.engine.attention.backend import AttentionBackend, Segment
+from sgrun.engine.attention.choice import make_attention_backend
+from sgrun.engine.model_like import ModelLike
 from sgrun.engine.page_pool import PagePool
-from sgrun.engine.sampler import SampleResult, apply_logit_bias, apply_penalties, logprob_result, sample_tokens
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.sampler import apply_logit_bias, apply_penalties, token_logprobs
+from sgrun.engine.sampling_rows import SamplingInputs, sampling_inputs
 from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
+from sgrun.engine.speculative import choose_tokens, tokens_of
 from sgrun.models.compiled_forward import CompiledForward
-from sgrun.models.llama import LlamaModel
 
 
 @dataclass
@@ -44,9 +49,9 @@ class SampledTokens:
     # The model's log-probabilities of forced tokens that jump-forward appended last step (the
     # sequence's logprobs_pending_from on), computed by this step's forward: (logprob, top) each.
     forced: list[tuple[float, list[tuple[int, float]]]] | None = None
-    # log_softmax of the sampling row, for a constrained request with logprobs: jump-forward may
-    # replace the sampled token by a longer one predicted by the same row ([tokens, vocab], one
-    # row per token, for a verify step).
+    # log_softmax of the sampling rows, for a constrained request with logprobs: jump-forward may
+    # replace a sampled token by a longer one predicted by the same row ([tokens, vocab], the
+    # row that predicted each token).
     row_logprobs: torch.Tensor | None = None
     # A verify step (speculative.py): how many of the sequence's draft tokens were accepted (the
     # tokens are those plus one sampled token); None for a plain step.
@@ -55,8 +60,10 @@ class SampledTokens:
 
 @dataclass
 class Scores:
-    """A scoring sequence's log-probabilities of its tokens at this step's positions."""
+    """A scoring sequence's log-probabilities of its tokens at this step's positions; `done`
+    once this step computed its last token."""
     logprobs: list[float]
+    done: bool = False
 
 
 @dataclass
@@ -75,29 +82,14 @@ class BatchInputs:
 
 
 @dataclass
-class SamplingInputs:
-    """The host half of sampling: per-row parameters, penalty histories, constraint masks."""
-    seqs: list[Sequence]
-    params: list[SamplingParams]
-    seeds: list[int]
-    steps: list[int]
-    prompts: list[list[int]]         # penalty histories, copied (empty for rows without penalties)
-    outputs: list[list[int]]
-    bitmask: torch.Tensor | None     # [B, words] int32 (pinned on CUDA), constrained rows filled
-    constrained: list[int]
-    ignore_eos_rows: list[int]       # rows whose EOS is banned (ignore_eos, or short of min_new_tokens)
-    banned: list[tuple[int, int]] = field(default_factory=list)   # (row, stop id) short of min_new_tokens
-
-
-@dataclass
 class SampleOutput:
-    """The device half's result: token ids on the device, a host copy in flight, and an event
-    that says when that copy has landed (None on the CPU, where it already has)."""
-    tokens: torch.Tensor
-    host_tokens: torch.Tensor
+    """The device half's result: the drawn rows ([2, R]: token, draft accepted; speculative.
+    choose_tokens) on the device, a host copy in flight, and an event that says when that copy
+    has landed (None on the CPU, where it already has)."""
+    drawn: torch.Tensor
+    host_drawn: torch.Tensor
     ready: torch.cuda.Event | None
-    logits: torch.Tensor | None      # processed rows, kept only when logprobs were asked for
-    raw: torch.Tensor | None
+    raw: torch.Tensor | None         # the rows before any processing, kept only when logprobs were asked for
 
 
 def _to_device(values: list[int], device: torch.device) -> torch.Tensor:
@@ -108,7 +100,7 @@ def _to_device(values: list[int], device: torch.device) -> torch.Tensor:
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, pool: PagePool, eos_token_ids: frozenset[int] | set[int],
+    def __init__(self, model: ModelLike, pool: PagePool, eos_token_ids: frozenset[int] | set[int],
                  attention_backend: str | None = None, cascade_attention: bool = True,
                  compiled: CompiledForward | None = None):
         """`compiled`: the torch.compile'd twin of model.forward, used for batches it is
@@ -125,6 +117,8 @@ class ModelRunner:
         if wrap is not None:
             self.attn = wrap(self.attn)
         self.backend = type(self.attn).__name__
+        from sgrun.constrain import apply_bitmask
+        self.apply_bitmask = getattr(self.attn, "bitmask_kernel", None) or apply_bitmask
         self.graphs = None   # a CudaGraphRunner once captured (engine start-up, CUDA + Triton only)
         self.forward_calls = 0
         self.graph_replays = 0
@@ -195,7 +189,7 @@ class ModelRunner:
         segs = inputs.segments
         if (self.graphs is not None and inputs.all_decode
                 and self.graphs.can_run(len(segs), max(s.ctx_len for s in segs))):
-            from sgrun.engine.attention_triton import page_table
+            from sgrun.engine.attention.triton_backend import page_table
             logits = self.graphs.run(input_ids, inputs.positions, page_table(segs).to(self.device),
                                      torch.tensor([s.ctx_len for s in segs], dtype=torch.int32).to(self.device),
                                      inputs.write_pages.to(self.device), inputs.write_offsets.to(self.device))
@@ -231,79 +225,42 @@ class ModelRunner:
 
     # --- logits -> tokens -------------------------------------------------------------------
     def sample(self, items: list[tuple[Sequence, Logits]]) -> list[SampledTokens | Scores]:
-        """Per item: scores for a scoring sequence, else its sampled token."""
+        """Per item: scores for a scoring sequence, else the tokens it accepts. Both sampling
+        halves chained, on the logits each item brings (the step runs them split)."""
         out: list[SampledTokens | Scores | None] = [None] * len(items)
-        gen_idx, drafted = [], []
+        gen = [i for i, (seq, _) in enumerate(items) if not isinstance(seq, ScoringSequence)]
         for i, (seq, logits) in enumerate(items):
             if isinstance(seq, ScoringSequence):
-                out[i] = self._score(seq, logits)
-            elif seq.draft:
-                drafted.append(i)
-            else:
-                gen_idx.append(i)
-        if drafted:   # speculative steps: every draft verified in one sampling pass (speculative.py)
-            from sgrun.engine.speculative import verify_drafts
-            for i, got in zip(drafted, verify_drafts(self, [items[i] for i in drafted])):
-                out[i] = got
-        if gen_idx:
-            seqs = [items[i][0] for i in gen_idx]
-            rows = torch.cat([items[i][1].rows[-1:] for i in gen_idx])
-            result = self.run_sampling(self.prepare_sampling(seqs), rows)
-            for j, (i, got) in enumerate(zip(gen_idx, self.finish_sampling(seqs, result))):
-                seq = seqs[j]
-                if seq.params.logprobs is not None:
-                    if seq.logprobs_pending_from is not None:
-                        got.forced = _forced_logprobs(seq, items[i][1], seq.params.logprobs)
-                    if seq.matcher is not None and seq.params.jump_forward:
-                        got.row_logprobs = torch.log_softmax(result.raw[j], dim=-1)
+                out[i] = self.score(seq, logits)
+        if gen:
+            seqs = [items[i][0] for i in gen]
+            rows = torch.cat([items[i][1].rows[-(len(items[i][0].draft) + 1):] for i in gen])
+            si = self.prepare_sampling(seqs)
+            for i, got in zip(gen, self.finish_sampling(seqs, si, self.run_sampling(si, rows))):
+                seq = items[i][0]
+                if seq.params.logprobs is not None and seq.logprobs_pending_from is not None:
+                    got.forced = forced_logprobs(seq, items[i][1], seq.params.logprobs)
                 out[i] = got
         return out  # type: ignore[return-value]
 
     @staticmethod
-    def _score(seq: ScoringSequence, logits: Logits) -> Scores:
-        if not logits.positions:
-            return Scores([])
-        lp = torch.log_softmax(logits.rows, dim=-1)
-        targets = torch.tensor([seq.tokens[p + 1] for p in logits.positions]).to(lp.device)
-        return Scores(lp.gather(1, targets[:, None])[:, 0].tolist())
+    def score(seq: ScoringSequence, logits: Logits) -> Scores:
+        targets = [seq.tokens[p + 1] for p in logits.positions]
+        return Scores([lp for lp, _ in token_logprobs(logits.rows, targets, 0)])
 
     def prepare_sampling(self, seqs: list[Sequence]) -> SamplingInputs:
-        """Host half: parameters, seeds (noise = hash(seed, step)), and the constraint bitmask
-        filled by the matchers on the CPU — while the device may still be running the forward."""
-        constrained = [i for i, s in enumerate(seqs) if s.matcher is not None]
-        bitmask = None
-        if constrained:
-            from sgrun.constrain.bitmask import allocate_bitmask
-            bitmask = allocate_bitmask(len(seqs), self.model.cfg.vocab_size)   # all allowed
-            if self.device.type == "cuda":
-                bitmask = bitmask.pin_memory()
-            for i in constrained:
-                seqs[i].matcher.fill_bitmask(bitmask[i])
-        penalised = [s.params.repetition_penalty != 1.0 or s.params.frequency_penalty != 0.0
-                     or s.params.presence_penalty != 0.0 for s in seqs]
-        prompts = [s.tokens[:s.prompt_len] if p else [] for s, p in zip(seqs, penalised)]
-        outputs = [list(s.output_ids) if p else [] for s, p in zip(seqs, penalised)]
-        # min_new_tokens: nothing may end an unconstrained sequence before it (EOS and stop ids banned).
-        early = [s.matcher is None and s.num_output < s.params.min_new_tokens for s in seqs]
-        return SamplingInputs(seqs, [s.params for s in seqs], [s.sample_seed for s in seqs],
-                              [s.num_output for s in seqs], prompts, outputs, bitmask, constrained,
-                              [i for i, s in enumerate(seqs) if (s.params.ignore_eos and s.matcher is None) or early[i]],
-                              [(i, t) for i, s in enumerate(seqs) if early[i] for t in s.params.stop_token_ids])
+        """Host half: every sequence's rows (len(draft) + 1 each, sampling_rows.py) with its
+        constraint bitmask filled on the CPU, while the device may still run the forward."""
+        return sampling_inputs(seqs, self.model.cfg.vocab_size, pin=self.device.type == "cuda")
 
     def process_rows(self, si: SamplingInputs, rows: torch.Tensor) -> None:
         """In place: logit bias, penalties, constraint masks, EOS / stop-id bans (all but the
-        temperature and truncation filters, which the sampler applies)."""
+        temperature and truncation filters, which the draw applies)."""
         params, dev = si.params, rows.device
         apply_logit_bias(rows, params)
         apply_penalties(rows, params, si.prompts, si.outputs)
         if si.bitmask is not None:
-            mask = si.bitmask.to(dev, non_blocking=True)
-            which = _to_device(si.constrained, dev)
-            if self.backend == "TritonPagedAttention":
-                from sgrun.kernels import apply_bitmask
-            else:
-                from sgrun.constrain import apply_bitmask
-            apply_bitmask(rows, mask, which)
+            self.apply_bitmask(rows, si.bitmask.to(dev, non_blocking=True), _to_device(si.constrained, dev))
         if si.ignore_eos_rows:
             r = _to_device([i for i in si.ignore_eos_rows for _ in self.eos_token_ids], dev)
             c = _to_device(self.eos_token_ids * len(si.ignore_eos_rows), dev)
@@ -312,50 +269,42 @@ class ModelRunner:
             rows[_to_device([i for i, _ in si.banned], dev), _to_device([t for _, t in si.banned], dev)] = float("-inf")
 
     def run_sampling(self, si: SamplingInputs, rows: torch.Tensor) -> SampleOutput:
-        """Device half: bias, penalties, mask (the Triton bitmask kernel when the Triton
-        backend runs), then tokens; their host copy is queued, not waited for."""
-        params = si.params
-        want_lp = any(p.logprobs is not None for p in params)
-        raw = rows.clone() if want_lp else None
+        """Device half: process the rows, then draw (speculative.choose_tokens); the host copy
+        of the drawn rows is queued, not waited for."""
+        rows = rows.float()
+        raw = rows.clone() if any(p.logprobs is not None for p in si.params) else None
         self.process_rows(si, rows)
-        dev = rows.device
-        tokens = sample_tokens(rows, params, si.seeds, si.steps)
-        if dev.type == "cuda":
-            host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-            host.copy_(tokens, non_blocking=True)
+        drawn = choose_tokens(rows, si)
+        if drawn.device.type == "cuda":
+            host = torch.empty(drawn.shape, dtype=drawn.dtype, pin_memory=True)
+            host.copy_(drawn, non_blocking=True)
             ready = torch.cuda.Event()
             ready.record()
-            return SampleOutput(tokens, host, ready, rows if want_lp else None, raw)
-        return SampleOutput(tokens, tokens, None, rows if want_lp else None, raw)
+            return SampleOutput(drawn, host, ready, raw)
+        return SampleOutput(drawn, drawn, None, raw)
 
     @staticmethod
-    def finish_sampling(seqs: list[Sequence], out: SampleOutput) -> list[SampledTokens]:
-        """Wait for the sampled tokens (only them) and hand them out per sequence."""
+    def finish_sampling(seqs: list[Sequence], si: SamplingInputs, out: SampleOutput) -> list[SampledTokens]:
+        """Wait for the drawn rows (only them) and hand each sequence its tokens, with the
+        model's own logprobs (the rows before any processing, as OpenAI reports them) if asked."""
         if out.ready is not None:
             out.ready.synchronize()
-        if out.logits is None:
-            result = SampleResult(out.host_tokens.tolist(), None, None)
-        else:
-            result = logprob_result(out.tokens, out.logits, [s.params.logprobs for s in seqs], out.raw)
         res = []
-        for i, seq in enumerate(seqs):
-            if result.logprobs is None or seq.params.logprobs is None:
-                res.append(SampledTokens([result.tokens[i]]))
-            else:
-                res.append(SampledTokens([result.tokens[i]], [result.logprobs[i]], [result.top[i]]))
+        for seq, first, (tokens, accepted) in zip(seqs, si.first_rows, tokens_of(seqs, si, out.host_drawn.tolist())):
+            got = SampledTokens(tokens, accepted_draft=accepted)
+            k = seq.params.logprobs
+            if k is not None and out.raw is not None:
+                lp = torch.log_softmax(out.raw[first:first + len(tokens)], dim=-1)
+                pairs = token_logprobs(lp, tokens, k, normalised=True)
+                got.logprobs, got.top = [c for c, _ in pairs], [t for _, t in pairs]
+                if seq.matcher is not None and seq.params.jump_forward:
+                    got.row_logprobs = lp   # the row of each token: jump-forward may replace any of them
+            res.append(got)
         return res
 
 
-def _forced_logprobs(seq: Sequence, logits: Logits, k: int) -> list[tuple[float, list[tuple[int, float]]]]:
+def forced_logprobs(seq: Sequence, logits: Logits, k: int) -> list[tuple[float, list[tuple[int, float]]]]:
     """The model's log-probability (and top-k) of each forced token after logprobs_pending_from,
     from the rows before the sampling row (row for position p predicts the token at p + 1)."""
     positions = logits.positions[:-1]
-    if not positions:
-        return []
-    lp = torch.log_softmax(logits.rows[:-1].float(), dim=-1)
-    targets = torch.tensor([seq.tokens[p + 1] for p in positions]).to(lp.device)
-    chosen = lp.gather(1, targets[:, None])[:, 0].tolist()
-    if k <= 0:
-        return [(c, []) for c in chosen]
-    vals, ids = lp.topk(k, dim=-1)
-    return [(c, list(zip(i, v))) for c, i, v in zip(chosen, ids.tolist(), vals.tolist())]
+    return token_logprobs(logits.rows[:-1], [seq.tokens[p + 1] for p in positions], k)

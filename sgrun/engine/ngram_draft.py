@@ -7,13 +7,13 @@ tokens. Agent outputs copy a lot from their context (tool results quoted back, J
 being edited), so such lookups are often right, and a wrong draft costs only the extra query
 rows of one forward (speculative.py verifies it).
 
-The scheduler asks `NgramDrafter.draft(seq, budget)` for every decoding sequence each step;
-the draft is what the verify forward computes after the sequence's last token.
+The scheduler asks `Speculation.draft_for(seq, budget)` (speculative.py), which asks
+`NgramDrafter.draft`, for every decoding sequence each step; the draft is what the verify forward
+computes after the sequence's last token.
 """
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,23 +134,3 @@ def allowed_prefix(seq: Sequence, draft: list[int]) -> list[int]:
             break
     matcher.rollback(kept)
     return draft[:kept]
-
-
-def add_speculative_arguments(p: argparse.ArgumentParser) -> None:
-    """The speculation flags `sgrun serve` and `sgrun generate` share."""
-    d = SpeculativeConfig()
-    p.add_argument("--speculative-ngram", action="store_true",
-                   help="n-gram speculative decoding (prompt lookup) for requests that do not say "
-                        "(speculative_ngram in the request turns it on or off per request); off under --overlap")
-    p.add_argument("--speculative-num-draft", type=int, default=d.num_draft,
-                   help=f"draft tokens proposed per step (default {d.num_draft})")
-    p.add_argument("--speculative-ngram-max", type=int, default=d.ngram_max,
-                   help=f"longest suffix n-gram looked up in the context (default {d.ngram_max})")
-    p.add_argument("--speculative-ngram-min", type=int, default=d.ngram_min,
-                   help=f"shortest suffix n-gram looked up (default {d.ngram_min})")
-
-
-def speculative_kwargs(args: argparse.Namespace) -> dict:
-    """Engine keyword arguments from add_speculative_arguments' flags."""
-    return dict(speculative_ngram=args.speculative_ngram, speculative_num_draft=args.speculative_num_draft,
-                speculative_ngram_max=args.speculative_ngram_max, speculative_ngram_min=args.speculative_ngram_min)

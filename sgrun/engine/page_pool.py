@@ -20,7 +20,7 @@ class PagePool:
         self.num_pages = num_pages
         self.page_size = page_size
         # Heads outermost, so one index_select gathers a batch's pages for every head at once and
-        # each head's context is a contiguous [tokens, head_dim] block (see attention_torch.py).
+        # each head's context is a contiguous [tokens, head_dim] block (see attention/torch_backend.py).
         # One page past num_pages is scratch, outside the bookkeeping: CUDA-graph padding rows
         # attend to it and write their K/V there, so they never touch a request's pages.
         shape = (kv_heads, num_pages + 1, page_size, head_dim)

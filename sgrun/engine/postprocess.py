@@ -1,23 +1,27 @@
 """Postprocess: what happens to a sampled token after the model runner chose it.
 
 token -> constraint advance -> stop tokens / stop strings / length -> jump-forward over forced
-text -> detokenize -> finish -> one StreamEvent to the request's handle. A step may hand a
-sequence several tokens (a verified speculative draft); they are accepted one by one and the
+text -> detokenize -> finish reason -> one StreamEvent for the request's handle. A step may hand
+a sequence several tokens (a verified speculative draft); they are accepted one by one and the
 rest is dropped once one of them finishes the sequence. Scoring sequences take their own small
 path: their log-probabilities are appended, and they finish once every token is computed.
+
+`accept` returns the event and calls nothing back: a sequence it finished has its
+`finish_reason` set, and the step (step.py) hands it to the scheduler, which frees its pages,
+before the event is emitted.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Callable
 
 import torch
 
 from sgrun.constrain.jump_forward import jump_forward
 from sgrun.engine.model_runner import SampledTokens, Scores
 from sgrun.engine.outputs import StreamEvent, TokenLogprob
+from sgrun.engine.sampler import token_logprobs
 from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
 from sgrun.models.tokenizer import Tokenizer
@@ -27,27 +31,29 @@ STOP_REGEX_WINDOW = 512   # characters of output text a stop_regex is searched i
 
 
 class Postprocessor:
-    def __init__(self, tokenizer: Tokenizer, max_context: int, finish: Callable[[Sequence, str], None]):
+    def __init__(self, tokenizer: Tokenizer, max_context: int):
         self.tokenizer = tokenizer
         self.max_context = max_context
-        self._finish = finish      # the engine's: releases the sequence's pages, closes its request
         self._eos = frozenset(tokenizer.eos_token_ids)
 
-    def accept(self, seq: Sequence, out: SampledTokens | Scores) -> None:
+    def accept(self, seq: Sequence, out: SampledTokens | Scores) -> StreamEvent | None:
+        """Take this step's output for `seq`; returns its event (not yet emitted), or None for a
+        scoring chunk that does not end its sequence (a scoring request has one event, the last)."""
         if isinstance(out, Scores):
-            self._accept_scores(seq, out)   # type: ignore[arg-type]
-        else:
-            self._accept_tokens(seq, out)
+            return self._accept_scores(seq, out)   # type: ignore[arg-type]
+        return self._accept_tokens(seq, out)
 
     # --- scoring ----------------------------------------------------------------------------
-    def _accept_scores(self, seq: ScoringSequence, out: Scores) -> None:
+    @staticmethod
+    def _accept_scores(seq: ScoringSequence, out: Scores) -> StreamEvent | None:
         seq.scores.extend(out.logprobs)
-        if seq.num_computed == len(seq.tokens):
-            self._finish(seq, "stop")
-            seq.emit(StreamEvent(0, "", [], [], "stop"))
+        if not out.done:
+            return None
+        seq.finish_reason = "stop"
+        return StreamEvent(0, "", [], [], "stop")
 
     # --- generation -------------------------------------------------------------------------
-    def _accept_tokens(self, seq: Sequence, out: SampledTokens) -> None:
+    def _accept_tokens(self, seq: Sequence, out: SampledTokens) -> StreamEvent:
         if seq.first_token_time is None:
             seq.first_token_time = time.monotonic()
         p = seq.params
@@ -55,8 +61,7 @@ class Postprocessor:
         new_logprobs: list[TokenLogprob] = self._forced_logprobs(seq, out)
         if seq.finish_after_logprobs is not None:
             # This forward only computed the forced tokens' log-probabilities; its sample is not ours.
-            self._end(seq, seq.finish_after_logprobs, [], new_logprobs)
-            return
+            return self._end(seq, seq.finish_after_logprobs, [], new_logprobs)
         finish: str | None = None
         for i, token in enumerate(out.tokens):
             seq.tokens.append(token)
@@ -86,14 +91,14 @@ class Postprocessor:
         if finish is not None and seq.logprobs_pending_from is not None:
             # Forced tokens still lack their log-probabilities: one more forward computes them.
             seq.finish_after_logprobs, finish = finish, None
-        self._end(seq, finish, new_tokens, new_logprobs)
+        return self._end(seq, finish, new_tokens, new_logprobs)
 
-    def _end(self, seq: Sequence, finish: str | None, new_tokens: list[int], new_logprobs: list[TokenLogprob]) -> None:
+    @staticmethod
+    def _end(seq: Sequence, finish: str | None, new_tokens: list[int], new_logprobs: list[TokenLogprob]) -> StreamEvent:
         seq.logprobs.extend(new_logprobs)
         delta = seq.detok.take_delta(final=finish is not None)
-        if finish is not None:
-            self._finish(seq, finish)
-        seq.emit(StreamEvent(seq.index, delta, new_tokens, new_logprobs, finish, seq.matched_stop))
+        seq.finish_reason = finish
+        return StreamEvent(seq.index, delta, new_tokens, new_logprobs, finish, seq.matched_stop)
 
     def _forced_logprobs(self, seq: Sequence, out: SampledTokens) -> list[TokenLogprob]:
         """Log-probabilities of the tokens jump-forward appended last step, from this step's forward."""
@@ -154,9 +159,9 @@ class Postprocessor:
         pending = first_new
         if want is not None:
             if jump.rollback and row_logprobs is not None:
-                t, row = jump.tokens[0], row_logprobs
-                vals, ids = row.topk(want) if want > 0 else (row[:0], row[:0].long())
-                new_logprobs.append(self._token_logprob(t, float(row[t]), list(zip(ids.tolist(), vals.tolist()))))
+                t = jump.tokens[0]
+                (lp, top), = token_logprobs(row_logprobs[None], [t], want, normalised=True)
+                new_logprobs.append(self._token_logprob(t, lp, top))
                 pending += 1
             if pending < len(seq.tokens):
                 seq.logprobs_pending_from = pending
@@ -169,6 +174,5 @@ class Postprocessor:
 
 
 def _sampling_row(out: SampledTokens, i: int) -> torch.Tensor | None:
-    """The log-softmax row that predicted token i (a verify step carries one row per token)."""
-    rows = out.row_logprobs
-    return rows[i] if rows is not None and rows.dim() == 2 else rows
+    """The log-softmax row that predicted token i (one row per token)."""
+    return out.row_logprobs[i] if out.row_logprobs is not None else None

@@ -31,7 +31,8 @@ class RequestHandle:
         self._finished = 0
         self._consumed = False
         self.seqs: list[Sequence] = []
-        self.finish_time: float | None = None
+        self.finish_time: float | None = None   # when the last sample's final event was pushed
+        self._final_pushed = 0
 
     @property
     def cached_tokens(self) -> int:
@@ -45,6 +46,10 @@ class RequestHandle:
 
     # Engine thread side.
     def push(self, ev: StreamEvent) -> None:
+        if ev.finish_reason is not None:
+            self._final_pushed += 1
+            if self._final_pushed >= self.n:   # stamped before the caller can see the event
+                self.finish_time = time.monotonic()
         with self._lock:
             if self._aqueue is not None:
                 self._loop.call_soon_threadsafe(self._aqueue.put_nowait, ev)

@@ -11,19 +11,10 @@ here reads a device value back except the final token ids (and logprobs when ask
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from sgrun.engine.counter_rng import gumbel
 from sgrun.engine.sampling_params import SamplingParams
-
-
-@dataclass
-class SampleResult:
-    tokens: list[int]
-    logprobs: list[float] | None           # chosen token's logprob per row (rows asking for logprobs)
-    top: list[list[tuple[int, float]]] | None
 
 
 def _column(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -128,28 +119,17 @@ def sample_tokens(logits: torch.Tensor, params: list[SamplingParams], seeds: lis
     return tokens
 
 
-def logprob_result(tokens: torch.Tensor, logits: torch.Tensor, want_logprobs: list[int | None],
-                   raw_logits: torch.Tensor | None = None) -> SampleResult:
-    """The host-side result: token ids, and for rows asking, the model's own logprobs
-    (`raw_logits`, before any processing, as OpenAI reports them) and top alternatives."""
-    token_list = tokens.tolist()
-    if all(k is None for k in want_logprobs):
-        return SampleResult(token_list, None, None)
-    lp = torch.log_softmax(logits if raw_logits is None else raw_logits, dim=-1)
-    chosen = lp.gather(1, tokens[:, None])[:, 0].tolist()
-    kmax = max(k or 0 for k in want_logprobs)
-    top_vals = top_ids = None
-    if kmax > 0:
-        top_vals, top_ids = lp.topk(kmax, dim=-1)
-        top_vals, top_ids = top_vals.tolist(), top_ids.tolist()
-    logprobs, top = [], []
-    for i, k in enumerate(want_logprobs):
-        logprobs.append(chosen[i])
-        top.append(list(zip(top_ids[i][:k], top_vals[i][:k])) if k and top_ids is not None else [])
-    return SampleResult(token_list, logprobs, top)
-
-
-def sample(logits: torch.Tensor, params: list[SamplingParams], seeds: list[int], steps: list[int],
-           want_logprobs: list[int | None], raw_logits: torch.Tensor | None = None) -> SampleResult:
-    """sample_tokens, then the host-side result (this synchronises with the device)."""
-    return logprob_result(sample_tokens(logits, params, seeds, steps), logits, want_logprobs, raw_logits)
+def token_logprobs(rows: torch.Tensor, tokens: list[int], k: int, *,
+                   normalised: bool = False) -> list[tuple[float, list[tuple[int, float]]]]:
+    """Per row i: the log-probability of tokens[i] and the k most likely (token, log-probability)
+    pairs, best first. `rows` [len(tokens), V] are logits (log_softmax taken here, in float32) or,
+    with `normalised`, log-probabilities already. The one place a logprob is read off a row: the
+    sampled tokens', verified drafts', forced tokens', scored tokens' and jump-forward's."""
+    if not tokens:
+        return []
+    lp = rows if normalised else torch.log_softmax(rows.float(), dim=-1)
+    chosen = lp.gather(1, torch.tensor(tokens, dtype=torch.long).to(lp.device)[:, None])[:, 0].tolist()
+    if k <= 0:
+        return [(c, []) for c in chosen]
+    vals, ids = lp.topk(k, dim=-1)
+    return [(c, list(zip(i, v))) for c, i, v in zip(chosen, ids.tolist(), vals.tolist())]

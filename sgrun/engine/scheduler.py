@@ -1,6 +1,7 @@
 """Continuous batching at token granularity.
 
-Each step: every running decode gets its one token first, then unfinished prefills continue in
+Each step (step.py) opens with `schedule()` and closes with `settle(computed, finished)`:
+every running decode gets its one token first, then unfinished prefills continue in
 chunks, then waiting requests are admitted (longest cached prefix first when the queue is
 long) while the token budget, the running cap and the pool allow. When the pool runs short,
 unlocked cache leaves are evicted, then the most recently admitted request is preempted (its
@@ -88,6 +89,16 @@ class Scheduler:
         seq.num_computed = 0
         seq.cache_inserted_len = 0
         seq.draft = []
+
+    def settle(self, computed: list[tuple[Sequence, int, int | None]], finished: list[Sequence]) -> None:
+        """The end of a step (step.py): record the K/V it computed, then release what finished.
+        `computed`: (sequence, tokens computed, draft tokens accepted or None without a draft)."""
+        self.commit([(seq, n) for seq, n, _ in computed])
+        for seq, _, accepted in computed:
+            if accepted is not None:
+                self.settle_draft(seq, accepted)
+        for seq in finished:
+            self.finish(seq)
 
     def settle_draft(self, seq: Sequence, accepted: int) -> None:
         """After a verify step: only the first `accepted` draft positions hold K/V of tokens the

@@ -3,14 +3,16 @@ pages held by requests that tests and the reliability suite check is zero when i
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.radix_cache import RadixCache
 
-if TYPE_CHECKING:
-    from sgrun.engine.engine import Engine
+if TYPE_CHECKING:   # type names only: the runner and scheduler import this module's counters' users
+    from sgrun.engine.model_runner import ModelRunner
+    from sgrun.engine.scheduler import Scheduler
 
 # Why a request was aborted (the keys of the aborted_* counters).
 ABORT_CAUSES = ("client_disconnect", "error", "engine")
@@ -20,7 +22,7 @@ ABORT_CAUSES = ("client_disconnect", "error", "engine")
 class SpeculationCounters:
     """N-gram speculation's acceptance (ngram_draft.py, speculative.py): per verify step, the
     draft tokens proposed and how many of them the target model accepted."""
-    enabled: bool = True          # False under overlap scheduling (the two exclude each other)
+    enabled: bool = True          # False under overlap scheduling (step.py: what overlap excludes)
     steps: int = 0                # sequence-steps that verified a draft
     drafted: int = 0
     accepted: int = 0
@@ -36,25 +38,27 @@ class SpeculationCounters:
                 "spec_acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0}
 
 
-def engine_stats(engine: "Engine") -> dict[str, Any]:
-    sched, pool, cache = engine.scheduler, engine.pool, engine.cache
+def engine_stats(scheduler: Scheduler, pool: PagePool, cache: RadixCache | None, runner: ModelRunner,
+                 num_steps: int, tp: int, model: Any, aborted: Counter[str],
+                 speculation: SpeculationCounters) -> dict[str, Any]:
+    """`model`: its `comm_stats()` are reported with tp > 1 (tp_group.TensorParallelModel)."""
     cached = cache.num_pages if cache else 0
     evictable = cache.num_evictable_pages if cache else 0
-    prompt_total = sched.prompt_tokens_total
+    prompt_total = scheduler.prompt_tokens_total
     return {
-        "running": len(sched.running), "waiting": len(sched.waiting),
+        "running": len(scheduler.running), "waiting": len(scheduler.waiting),
         "pages_total": pool.num_pages, "pages_free": pool.num_free,
         "pages_in_use": pool.num_pages - pool.num_free - evictable,
         "pages_cached": cached, "pages_evictable": evictable,
         "page_size": pool.page_size,
-        "prompt_tokens_total": prompt_total, "cached_tokens_total": sched.cached_tokens_total,
-        "cache_hit_rate": sched.cached_tokens_total / prompt_total if prompt_total else 0.0,
-        "forward_calls": engine.runner.forward_calls,
-        "tokens_computed": engine.runner.tokens_computed, "preemptions": sched.num_preemptions,
-        "steps": engine.num_steps, "tp": engine.tp,
-        **(engine.model.comm_stats() if engine.tp > 1 else {}),
-        **{f"aborted_{cause}": engine.aborted[cause] for cause in ABORT_CAUSES},
-        **engine.speculation.stats(),
+        "prompt_tokens_total": prompt_total, "cached_tokens_total": scheduler.cached_tokens_total,
+        "cache_hit_rate": scheduler.cached_tokens_total / prompt_total if prompt_total else 0.0,
+        "forward_calls": runner.forward_calls,
+        "tokens_computed": runner.tokens_computed, "preemptions": scheduler.num_preemptions,
+        "steps": num_steps, "tp": tp,
+        **(model.comm_stats() if tp > 1 else {}),
+        **{f"aborted_{cause}": aborted[cause] for cause in ABORT_CAUSES},
+        **speculation.stats(),
     }
 
 

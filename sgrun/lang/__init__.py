@@ -13,4 +13,7 @@ agent.py          Agent: constrained tool-calling loop
 program_error.py  ProgramError
 
 The public names are exported lazily from `sgrun` (sgrun.function, sgrun.gen, ...).
+
+May import: sgrun.engine, sgrun.constrain, sgrun.models, sgrun.errors (the HTTP backend talks to
+`sgrun serve` over the wire, never by importing sgrun.server).
 """

@@ -24,15 +24,20 @@ are compiled by `warm_up` at engine start-up, which reports the seconds it took.
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 import weakref
 from typing import Callable
 
 import torch
 
+from sgrun.errors import InvalidRequestError
 from sgrun.models.llama import LayerBlocks, LlamaModel, first_block, inner_block, layer_tail
 from sgrun.models.quant_linear import KERNEL_MAX_ROWS, Int8Linear
 
+
+log = logging.getLogger("sgrun.engine")
 
 def int8_rows_float32(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """x [M, K] float32 @ (q [N, K] int8 * scale [N]).T, float32 accumulation; written as a
@@ -119,3 +124,28 @@ def compiled_forward_for(model: LlamaModel) -> CompiledForward:
     if model not in _COMPILED:
         _COMPILED[model] = CompiledForward(model)
     return _COMPILED[model]
+
+
+def compile_decode_forward(model: LlamaModel, device: torch.device, compile: bool | None,
+                           tp: int) -> tuple[CompiledForward | None, float | None]:
+    """The engine's CompiledForward (compiled now, timed) or None, and the warm-up seconds.
+    `compile` None: $SGRUN_COMPILE if set (0/1), else on where it can run: the CPU, one
+    process (tensor-parallel shards all-reduce inside the blocks), a C++ compiler present."""
+    possible = device.type == "cpu" and tp == 1
+    if compile is None:
+        env = os.environ.get("SGRUN_COMPILE", "").strip().lower()
+        if env not in ("", "0", "1", "true", "false", "on", "off"):
+            raise InvalidRequestError(f"SGRUN_COMPILE must be 0 or 1; got {env!r}", field="compile")
+        # The environment sets the default, so it never errors where compiling cannot run.
+        compile = possible and env not in ("0", "false", "off") and compile_available()
+    if not compile:
+        return None, None
+    if not possible:
+        raise InvalidRequestError("compile runs on the CPU with tp=1 (CUDA runs CUDA graphs instead)", field="compile")
+    if not compile_available():
+        raise InvalidRequestError("compile needs a C++ compiler (g++ or clang++) on PATH: install one or "
+                                  "pass compile=False / --no-compile", field="compile")
+    fwd = compiled_forward_for(model)
+    seconds = fwd.warm_up()
+    log.info("compiled the decode forward in %.1f s (torch.compile, inductor C++)", seconds)
+    return fwd, seconds

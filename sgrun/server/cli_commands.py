@@ -9,8 +9,7 @@ import os
 import sys
 import time
 
-from sgrun.engine.device import add_device_arguments, device_kwargs
-from sgrun.engine.ngram_draft import add_speculative_arguments, speculative_kwargs
+from sgrun.cli_flags import add_device_arguments, add_speculative_arguments, device_kwargs, speculative_kwargs
 from sgrun.errors import SgrunError
 from sgrun.server.router_cli import add_router_options, run_data_parallel
 
@@ -68,7 +67,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.dp < 1:
         raise SgrunError(f"--dp must be at least 1, got {args.dp}")
     if args.tp > 1:
-        from sgrun.engine.tensor_parallel import torchrun_spec, worker_main
+        from sgrun.engine.tp_worker import torchrun_spec, worker_main
         spec = torchrun_spec(args.model, args.dtype, args.quantization, args.tp, args.num_threads)
         if spec is not None:        # a torchrun rank other than 0: run forwards for rank 0, serve nothing
             worker_main(spec)

@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sgrun.constrain import Constraint, compile_constraint
+from sgrun.constrain import Constraint
 from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
 from sgrun.constrain.tool_calls import ToolSchemaError
+from sgrun.engine.request_constraint import compile_for_request
 from sgrun.errors import ConstraintError
 from sgrun.server.errors import APIError
 from sgrun.server.metrics import ServerMetrics
@@ -43,8 +44,8 @@ def compile_spec(tokenizer: Tokenizer, spec: ConstraintSpec, metrics: ServerMetr
     try:
         # isolate: the automaton is built in a worker process, so a hostile compile cannot starve
         # the engine loop of the GIL (docs/benchmarks-constrain.md, "Compile isolation").
-        constraint = compile_constraint(tokenizer, reasoning=spec.reasoning, isolate=True, budget_s=budget_s,
-                                        **{spec.kind: spec.value})
+        constraint = compile_for_request(tokenizer, reasoning=spec.reasoning, budget_s=budget_s,
+                                         **{spec.kind: spec.value})
     except ConstraintError as exc:
         metrics.observe_constraint_refusal(spec.kind)
         if isinstance(exc, ToolSchemaError):  # names the tool, the keyword and its pointer

@@ -3,7 +3,7 @@ puts the same physical pages at the start of their page tables) is attended once
 all of them, with their queries stacked, and each request's own suffix separately; the two
 partial results are merged by their log-sum-exp (softmax over a union of key sets).
 
-`find_shared_prefixes` detects sharing from the page tables each step; attention_cpp.py runs
+`find_shared_prefixes` detects sharing from the page tables each step; attention/cpp_backend.py runs
 the kernel's `cascade_prefix` (paged_decode.cpp) on what it finds. The kernel folds a context
 chunk by chunk at fixed positions, so a prefix that ends on a chunk boundary (`align_tokens`)
 gives every member bitwise the result it would get without the cascade.

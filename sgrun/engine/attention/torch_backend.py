@@ -1,4 +1,4 @@
-"""Attention over the paged KV pool, in pure torch (the CPU backend of attention_backend.py).
+"""Attention over the paged KV pool, in pure torch (the CPU backend of attention/backend.py).
 
 A batch is a list of segments, one per scheduled request: `q_len` new tokens attending to the
 request's whole context (cached + new tokens, `ctx_len`) held in the pages `pages`.
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sgrun.engine.attention_backend import Segment
+from sgrun.engine.attention.backend import Segment
 from sgrun.engine.page_pool import PagePool
 
 

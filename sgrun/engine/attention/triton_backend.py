@@ -1,6 +1,6 @@
 """Attention over the paged KV pool with the Triton kernels (the CUDA backend).
 
-Implements the AttentionBackend protocol (attention_backend.py) with the same batch model as
+Implements the AttentionBackend protocol (attention/backend.py) with the same batch model as
 the torch backend: prepare() once per batch, forward() per layer. prepare() turns the segments
 into int32 kernel metadata on the pool's device: single-token segments (decodes) for the split-K
 decode kernel, the rest (prefill chunks, possibly after a cached prefix) for the extend kernel.
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from sgrun.engine.attention_backend import Segment
+from sgrun.engine.attention.backend import Segment
 from sgrun.engine.page_pool import PagePool
+import sgrun.kernels
 from sgrun.kernels import decode_num_splits, paged_decode_attention, paged_prefill_attention, write_kv
 
 
@@ -62,6 +63,12 @@ def device_sm_count(device: torch.device) -> int:
 
 
 class TritonPagedAttention:
+    # The sampler's constraint-mask kernel that belongs with these kernels (the model runner
+    # uses a backend's `bitmask_kernel` when it has one, else sgrun.constrain's torch version).
+    @staticmethod
+    def bitmask_kernel(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor) -> None:
+        sgrun.kernels.apply_bitmask(logits, bitmask, rows)
+
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int):
         self.pool = pool
         self.H, self.KV, self.D = num_heads, num_kv_heads, head_dim

@@ -1,42 +1,14 @@
-"""The attention-backend seam: the batch-metadata type, the protocol every backend implements,
-and the start-up choice between them (the C++ in-place kernel, else pure torch, on the CPU;
-the Triton kernels on CUDA).
-
-A backend is prepared once per batch with the batch's metadata (where the new tokens' K/V go,
-and one Segment per scheduled request), then called once per layer to write the new K/V into
-the paged pool and attend over each request's whole context.
-"""
+"""The start-up choice of attention backend: the C++ in-place kernel, else pure torch, on the
+CPU; the Triton kernels on CUDA. The backends are imported only here, and only the chosen one,
+so torch-only runs never import triton."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
-
 import torch
 
+from sgrun.engine.attention.backend import AttentionBackend
 from sgrun.engine.page_pool import PagePool
 from sgrun.errors import InvalidRequestError
-
-
-@dataclass
-class Segment:
-    """One scheduled request in a batch: `q_len` new tokens attending to its whole context
-    (cached + new tokens, `ctx_len`) held in the pages `pages`."""
-    q_start: int          # first row of this segment in the flat batch
-    q_len: int
-    ctx_len: int          # context length after this step (cached + new tokens)
-    pages: torch.Tensor   # [ceil(ctx_len / page_size)] page ids of the whole context
-
-
-class AttentionBackend(Protocol):
-    pool: PagePool
-
-    def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
-        """Precompute per-batch metadata once; every layer reuses it. The new tokens' K/V go to
-        (write_pages[i], write_offsets[i]) in batch row order."""
-
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """q: [T, H, D], k/v: [T, KV, D] for the new tokens of layer `layer`. Returns [T, H, D]."""
 
 
 BACKENDS = ("cpp", "torch", "triton")
@@ -59,7 +31,7 @@ def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, he
     device = pool.k[0].device
     backend = backend or default_backend(device)
     if backend == "triton":
-        from sgrun.engine.attention_triton import TritonPagedAttention
+        from sgrun.engine.attention.triton_backend import TritonPagedAttention
         return TritonPagedAttention(pool, num_heads, num_kv_heads, head_dim)
     if backend == "cpp":
         if device.type != "cpu":
@@ -68,13 +40,13 @@ def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, he
         from sgrun.cpu_kernels.paged_decode import load_kernel
         op = load_kernel()
         if op is not None:
-            from sgrun.engine.attention_cpp import CppPagedAttention
+            from sgrun.engine.attention.cpp_backend import CppPagedAttention
             from sgrun.cpu_kernels.prefill_attention import prefill_kernel_for
             return CppPagedAttention(pool, num_heads, num_kv_heads, head_dim, op, cascade=cascade,
                                      prefill_op=prefill_kernel_for(pool.k[0].dtype, head_dim))
         backend = "torch"
     if backend == "torch":
-        from sgrun.engine.attention_torch import TorchPagedAttention
+        from sgrun.engine.attention.torch_backend import TorchPagedAttention
         return TorchPagedAttention(pool, num_heads, num_kv_heads, head_dim)
     raise InvalidRequestError(f"attention_backend must be one of {', '.join(BACKENDS)}; got {backend!r}",
                               field="attention_backend")

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sgrun.engine.attention_backend import Segment
-from sgrun.engine.attention_torch import TorchPagedAttention
+from sgrun.engine.attention.backend import Segment
+from sgrun.engine.attention.torch_backend import TorchPagedAttention
 from sgrun.engine.page_pool import PagePool
 from sgrun.models.llama import LlamaModel
 

@@ -8,6 +8,10 @@ projection, so every rank ends the step with the same hidden states; only rank 0
 Page ids mean the same thing on every rank (same page count and page size), so the workers keep
 no cache bookkeeping of their own.
 
+Rank 0 starts ranks 1..N-1 as `python -m sgrun.engine.tp_worker ...` processes with their
+WorkerSpec on the command line (tp_worker.py), never by re-importing the caller's program, so
+any caller works: a script, stdin, a notebook.
+
 Backends: gloo on CPU, NCCL on CUDA. A rank that dies or stops answering makes the next
 collective fail (gloo notices a closed peer at once; a silent one after `timeout` seconds), and
 rank 0 turns that into a TensorParallelFailure naming the rank: the engine then stops with that
@@ -19,20 +23,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import multiprocessing as mp
 import os
+import select
+import subprocess
+import sys
 import time
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from sgrun.child_process import die_with_parent, free_port
-from sgrun.engine.step_broadcast import StepMessage, receive_step, send_stop, send_step
+from sgrun.child_process import free_port
+from sgrun.engine.step_broadcast import StepMessage, send_stop, send_step
+from sgrun.engine.tp_worker import WorkerSpec, build_shard, load_full_model
 from sgrun.errors import EngineFatalError, SgrunError
 from sgrun.models.llama import LlamaModel
-from sgrun.models.tensor_parallel import ShardPlan, plan_shard, shard_weights
 
 # How long a failed collective waits for a peer's exit to show, so the error names the dead rank.
 EXIT_GRACE_S = 2.0
@@ -40,46 +46,6 @@ EXIT_GRACE_S = 2.0
 
 class TensorParallelFailure(EngineFatalError):
     """A tensor-parallel rank died or stopped answering; the engine cannot go on."""
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    model_path: str
-    dtype: torch.dtype
-    quantization: str
-    rank: int
-    world: int
-    init_method: str                          # tcp://host:port, or env:// under torchrun
-    num_threads: int
-    timeout_s: float
-    backend: str
-    device: str
-
-
-def _all_reduce(t: torch.Tensor) -> torch.Tensor:
-    dist.all_reduce(t)
-    return t
-
-
-def build_shard(cfg, weights: dict[str, torch.Tensor], rank: int, world: int, dtype: torch.dtype,
-                quantization: str = "none", device: str | torch.device = "cpu") -> tuple[LlamaModel, ShardPlan]:
-    plan = plan_shard(cfg, rank, world)
-    model = LlamaModel(plan.local_config(cfg), shard_weights(cfg, weights, plan), dtype, quantization, device)
-    model.all_reduce = _all_reduce
-    return model, plan
-
-
-def load_full_model(model: str | os.PathLike | None, dtype: torch.dtype, device: str | torch.device = "cpu"):
-    """(config, full weights, tokenizer, path): a file, or a "random:<preset>" model whose seeded
-    weights are the same on every rank."""
-    from sgrun.models.loader import load_model_files
-    from sgrun.models.random_model import is_random_spec, preset_config, random_weights, synthetic_tokenizer
-
-    if is_random_spec(model):
-        cfg = preset_config(str(model))
-        return cfg, random_weights(cfg, device=device, dtype=dtype), synthetic_tokenizer(cfg.vocab_size), str(model)
-    loaded = load_model_files(model, torch.float32)
-    return loaded.config, loaded.weights, loaded.tokenizer, loaded.path
 
 
 class CollectiveTimer:
@@ -102,79 +68,57 @@ class CollectiveTimer:
         return t
 
 
-def worker_main(spec: WorkerSpec, ready: Any = None) -> None:
-    """Ranks 1..N-1: load and shard the model, join the group, take the pool's shape from rank 0,
-    then run forwards until rank 0 says stop. `ready` (spawned workers only) tells rank 0 that
-    loading worked, or why it did not."""
-    die_with_parent()
-    try:
-        from sgrun.engine.attention_backend import make_attention_backend
-        from sgrun.engine.page_pool import PagePool
-        torch.set_num_threads(spec.num_threads)
-        cfg, weights, _, _ = load_full_model(spec.model_path, spec.dtype, spec.device)
-        model, plan = build_shard(cfg, weights, spec.rank, spec.world, spec.dtype, spec.quantization, spec.device)
-        del weights
-    except BaseException as exc:  # noqa: BLE001 - reported to rank 0, which raises it
-        if ready is None:
-            raise
-        ready.put((spec.rank, f"{type(exc).__name__}: {exc}"))
-        return
-    if ready is not None:
-        ready.put((spec.rank, None))
-    dist.init_process_group(spec.backend, init_method=spec.init_method, rank=spec.rank, world_size=spec.world,
-                            timeout=datetime.timedelta(seconds=spec.timeout_s))
-    empty = torch.empty(0, dtype=torch.long)
-    try:
-        box: list[Any] = [None]
-        dist.broadcast_object_list(box, src=0)
-        num_pages, page_size = box[0]
-        cfg = model.cfg
-        pool = PagePool(cfg.num_layers, num_pages, page_size, cfg.num_kv_heads, cfg.head_dim, spec.dtype,
-                        device=spec.device)
-        attn = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
-        comm_device = torch.device(spec.device if spec.backend == "nccl" else "cpu")
-        while True:
-            msg = receive_step(comm_device)
-            if msg is None:
-                break
-            if msg.on_device:
-                dev = torch.device(spec.device)
-                for seg in msg.segments:
-                    seg.pages = seg.pages.to(dev)
-                msg.input_ids, msg.positions = msg.input_ids.to(dev), msg.positions.to(dev)
-                msg.write_pages, msg.write_offsets = msg.write_pages.to(dev), msg.write_offsets.to(dev)
-            attn.prepare(msg.write_pages, msg.write_offsets, msg.segments)
-            model.forward(msg.input_ids, msg.positions, attn, empty)
-    except Exception:  # noqa: BLE001 - rank 0 went away: nothing left to serve
-        pass
-    finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
+_STARTED: list[subprocess.Popen] = []   # every worker this process started (running_workers)
 
 
-def torchrun_spec(model: str | os.PathLike | None, dtype: str | torch.dtype, quantization: str, world: int,
-                  num_threads: int | None = None, timeout_s: float = 60.0) -> WorkerSpec | None:
-    """This process's worker spec when torchrun started it as a rank other than 0 (RANK,
-    WORLD_SIZE, MASTER_ADDR, MASTER_PORT in the environment), else None."""
-    if "RANK" not in os.environ or int(os.environ["RANK"]) == 0:
-        return None
-    if int(os.environ.get("WORLD_SIZE", "1")) != world:
-        raise SgrunError(f"--tp {world} does not match torchrun's WORLD_SIZE={os.environ.get('WORLD_SIZE')}")
-    from sgrun.models.fetch import resolve_model_path
-    from sgrun.models.loader import resolve_dtype, stored_quantization
+def running_workers() -> list[subprocess.Popen]:
+    """The worker processes this process started that are still running (checks, tests)."""
+    _STARTED[:] = [p for p in _STARTED if p.poll() is None]
+    return list(_STARTED)
 
-    from sgrun.models.random_model import is_random_spec
 
-    if is_random_spec(model):
-        path, quantization = str(model), ("none" if quantization == "auto" else quantization)
-    else:
-        path = str(resolve_model_path(model).resolve())
-        quantization = stored_quantization(path) if quantization == "auto" else quantization
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    cuda = torch.cuda.is_available()
-    return WorkerSpec(path, resolve_dtype(dtype), quantization, int(os.environ["RANK"]), world, "env://",
-                      num_threads or max(1, os.cpu_count() or 1), timeout_s,
-                      "nccl" if cuda else "gloo", f"cuda:{local}" if cuda else "cpu")
+def start_worker(spec: WorkerSpec, ready_fd: int) -> subprocess.Popen:
+    """Rank `spec.rank` as a fresh `python -m sgrun.engine.tp_worker` process importing this
+    sgrun (its folder first on PYTHONPATH), reporting on `ready_fd`; its output is ours."""
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parents[2])   # the folder holding this sgrun package
+    env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    argv = [sys.executable, "-m", "sgrun.engine.tp_worker", *spec.argv(), "--ready-fd", str(ready_fd)]
+    proc = subprocess.Popen(argv, env=env, pass_fds=(ready_fd,), stdin=subprocess.DEVNULL)
+    _STARTED.append(proc)
+    return proc
+
+
+class ReadyPipe:
+    """One pipe every worker writes its `rank<TAB>error` line to (tp_worker.ready_reporter)."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        self._buf = b""
+
+    def close_write_end(self) -> None:
+        """After the workers started: only they hold the write end now."""
+        with contextlib.suppress(OSError):
+            os.close(self.write_fd)
+
+    def get(self, timeout: float) -> tuple[int, str | None] | None:
+        """The next (rank, error or None), or None when nothing came within `timeout`."""
+        while b"\n" not in self._buf:
+            readable, _, _ = select.select([self.read_fd], [], [], timeout)
+            if not readable:
+                return None
+            chunk = os.read(self.read_fd, 4096)
+            if not chunk:   # every worker closed its end: the dead-rank check says why
+                time.sleep(timeout)
+                return None
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        rank, _, error = line.decode(errors="replace").partition("\t")
+        return int(rank), (error or None)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.read_fd)
 
 
 class TensorParallelGroup:
@@ -190,7 +134,7 @@ class TensorParallelGroup:
             raise SgrunError("a tensor-parallel engine is already running in this process; close it first")
         self.world = world
         self.timeout_s = timeout_s
-        self.procs: list[Any] = []
+        self.procs: list[subprocess.Popen] = []   # ranks 1..world-1, in order
         self.closed = False
         self.broadcast_seconds = 0.0   # rank 0's time sending step metadata (communication, with all-reduces)
         self.steps = 0
@@ -204,14 +148,14 @@ class TensorParallelGroup:
         else:
             init_method = f"tcp://127.0.0.1:{free_port()}"
             threads = num_threads or max(1, (os.cpu_count() or 1) // world)
-            ctx = mp.get_context("spawn")
-            ready = ctx.Queue()
-            for rank in range(1, world):
-                spec = WorkerSpec(model_path, dtype, quantization, rank, world, init_method, threads, timeout_s, backend,
-                                  f"cuda:{rank}" if backend == "nccl" else device)
-                p = ctx.Process(target=worker_main, args=(spec, ready), name=f"sgrun-tp-rank{rank}", daemon=True)
-                p.start()
-                self.procs.append(p)
+            ready = ReadyPipe()
+            try:
+                for rank in range(1, world):
+                    spec = WorkerSpec(model_path, dtype, quantization, rank, world, init_method, threads, timeout_s,
+                                      backend, f"cuda:{rank}" if backend == "nccl" else device)
+                    self.procs.append(start_worker(spec, ready.write_fd))
+            finally:
+                ready.close_write_end()
             try:
                 self._wait_ready(ready, start_timeout_s)
                 dist.init_process_group(backend, init_method=init_method, rank=0, world_size=world, timeout=timeout)
@@ -228,9 +172,8 @@ class TensorParallelGroup:
         pending = set(range(1, self.world))
         deadline = time.monotonic() + timeout_s
         while pending:
-            try:
-                rank, error = ready.get(timeout=0.5)
-            except Exception:  # noqa: BLE001 - queue.Empty: check the workers are still alive
+            got = ready.get(timeout=0.5)
+            if got is None:   # nothing yet: check the workers are still alive
                 dead = self.dead_ranks()
                 if dead:
                     raise TensorParallelFailure(self.describe(dead)) from None
@@ -238,6 +181,7 @@ class TensorParallelGroup:
                     raise TensorParallelFailure(f"tensor-parallel ranks {sorted(pending)} did not load the model "
                                                 f"within {timeout_s:.0f} s") from None
                 continue
+            rank, error = got
             if error is not None:
                 raise TensorParallelFailure(f"tensor-parallel rank {rank} could not start: {error}")
             pending.discard(rank)
@@ -248,7 +192,7 @@ class TensorParallelGroup:
         collective fails, a moment before its exit can be read (seen under load)."""
         deadline = time.monotonic() + grace_s
         while True:
-            dead = [(i + 1, p.exitcode) for i, p in enumerate(self.procs) if not p.is_alive()]
+            dead = [(i + 1, p.returncode) for i, p in enumerate(self.procs) if p.poll() is not None]
             if dead or time.monotonic() >= deadline:
                 return dead
             time.sleep(0.02)
@@ -280,16 +224,18 @@ class TensorParallelGroup:
             with contextlib.suppress(Exception):
                 send_stop(self.comm_device)
         for p in self.procs:
-            p.join(timeout=10)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=10)
         self._kill()
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
 
     def _kill(self) -> None:
         for p in self.procs:
-            if p.is_alive():
+            if p.poll() is None:
                 p.kill()
-                p.join(timeout=5)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=5)
 
 
 class RecordingAttention:

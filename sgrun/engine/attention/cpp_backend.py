@@ -1,7 +1,7 @@
 """The CPU attention backend whose decodes read the KV pages in place (cpu_kernels/paged_decode.py),
 with cascade attention over prefixes that several decoding requests share (cascade.py).
 
-The KV writes and everything else are TorchPagedAttention's (attention_torch.py); the
+The KV writes and everything else are TorchPagedAttention's (attention/torch_backend.py); the
 single-token segments change: one kernel call per layer covers every decode of the batch
 through its page table, with no gather, no padding and no mask. A decode row's result depends on
 its own query and context alone (not on the batch, the thread count or a cascade), so the rows
@@ -18,9 +18,9 @@ from types import ModuleType
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from sgrun.engine.attention_backend import Segment
-from sgrun.engine.attention_torch import TorchPagedAttention
-from sgrun.engine.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes
+from sgrun.engine.attention.backend import Segment
+from sgrun.engine.attention.torch_backend import TorchPagedAttention
+from sgrun.engine.attention.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes
 from sgrun.engine.page_pool import PagePool
 
 
