@@ -1,32 +1,34 @@
 """Run by tests/test_packaging.py with an installed (non-editable) sgrun: builds and loads every C++
-kernel the package defines from the installed copy's sources, and prints where sgrun was imported
-from. Exits non-zero naming each kernel that did not load where this CPU supports it."""
+kernel of the package at every CPU level this machine runs, from the installed copy's sources, and
+prints where sgrun was imported from. Exits non-zero naming each kernel and level that did not load."""
 
 import importlib
 import pkgutil
 import sys
 
 import sgrun
-from sgrun.models.cpp_build import CppKernel
+import sgrun.cpu_kernels
+from sgrun.cpu_kernels import isa, matmul
+from sgrun.cpu_kernels.build import CppKernel
 
 print("sgrun from", sgrun.__file__)
 kernels: dict[str, CppKernel] = {}
-for info in pkgutil.walk_packages(sgrun.__path__, prefix="sgrun."):
-    module = importlib.import_module(info.name)
-    for value in vars(module).values():
+for info in pkgutil.walk_packages(sgrun.cpu_kernels.__path__, prefix="sgrun.cpu_kernels."):
+    for value in vars(importlib.import_module(info.name)).values():
         if isinstance(value, CppKernel):
             kernels[value.name] = value
 if not kernels:
     sys.exit("no C++ kernel found in the installed package")
+installed = str(sgrun.__path__[0])
 failed = []
-for name, kernel in sorted(kernels.items()):
-    loaded = kernel.load() is not None
-    print(f"{name}: {'loaded' if loaded else 'FAILED'} from {', '.join(str(s) for s in kernel.sources)}")
-    if not loaded:
-        failed.append(name)
-    elif not all(str(s).startswith(str(sgrun.__path__[0])) for s in kernel.sources):
-        failed.append(f"{name} (sources outside the installed package)")
-from sgrun.models import cpu_matmul
-if cpu_matmul.cpu_supported() and not cpu_matmul.available():
-    failed.append("cpu_matmul fast path (the CPU has AVX512-BF16)")
+for level in isa.supported_levels():
+    for name, kernel in sorted(kernels.items()):
+        loaded = kernel.load(level) is not None
+        print(f"{level.name} {name}: {'loaded' if loaded else 'FAILED'}")
+        if not loaded:
+            failed.append(f"{name} at {level.name}")
+        elif not all(str(s).startswith(installed) for s in kernel.sources):
+            failed.append(f"{name} (sources outside the installed package)")
+    if matmul.has_tiles(level) and not matmul.available(level):
+        failed.append(f"matmul tiles at {level.name}")
 sys.exit(f"kernels that did not load: {failed}" if failed else 0)

@@ -15,24 +15,25 @@ SGRUN = Path(__file__).resolve().parent.parent / "sgrun"
 # Package (room) -> the packages it may import. Anything not listed is refused.
 PACKAGE_DEPS: dict[str, set[str]] = {
     "sgrun.errors": set(),
+    "sgrun.cache_paths": set(),   # the one cache folder every package may ask for
     "sgrun.kernels": set(),   # the Triton kernels (top-level kernels/, installed as sgrun.kernels)
     "sgrun.child_process": set(),
-    "sgrun.models": {"sgrun.errors", "sgrun.child_process", "sgrun.cpu_kernels"},
-    "sgrun.cpu_kernels": {"sgrun.errors", "sgrun.child_process"},
+    "sgrun.models": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.cpu_kernels"},
+    "sgrun.cpu_kernels": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process"},
     "sgrun.constrain": {"sgrun.errors", "sgrun.child_process", "sgrun.constrain.tool_calls"},
     "sgrun.constrain.tool_calls": {"sgrun.errors", "sgrun.constrain"},
     "sgrun.engine.attention": {"sgrun.errors", "sgrun.kernels", "sgrun.cpu_kernels", "sgrun.engine"},
-    "sgrun.engine": {"sgrun.errors", "sgrun.child_process", "sgrun.models", "sgrun.constrain",
+    "sgrun.engine": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.models", "sgrun.constrain",
                      "sgrun.constrain.tool_calls", "sgrun.kernels", "sgrun.cpu_kernels", "sgrun.engine.attention"},
     "sgrun": {"sgrun.errors", "sgrun.engine"},   # the package root (the DSL is loaded by name)
-    "sgrun.lang": {"sgrun.errors", "sgrun.models", "sgrun.constrain", "sgrun.constrain.tool_calls",
+    "sgrun.lang": {"sgrun.cache_paths", "sgrun.errors", "sgrun.models", "sgrun.constrain", "sgrun.constrain.tool_calls",
                    "sgrun.engine"},
     "sgrun.cli_flags": {"sgrun.engine"},
-    "sgrun.server": {"sgrun", "sgrun.errors", "sgrun.child_process", "sgrun.models", "sgrun.constrain",
+    "sgrun.server": {"sgrun.cache_paths", "sgrun", "sgrun.errors", "sgrun.child_process", "sgrun.models", "sgrun.constrain",
                      "sgrun.constrain.tool_calls", "sgrun.engine", "sgrun.lang", "sgrun.cli_flags"},
     "sgrun.bench_plot": {"sgrun.errors"},
     "sgrun.bench": {"sgrun", "sgrun.errors", "sgrun.bench_plot"},
-    "sgrun.cli": {"sgrun", "sgrun.errors", "sgrun.models", "sgrun.engine", "sgrun.server", "sgrun.bench",
+    "sgrun.cli": {"sgrun.cache_paths", "sgrun", "sgrun.errors", "sgrun.models", "sgrun.engine", "sgrun.server", "sgrun.bench",
                   "sgrun.cli_flags", "sgrun.constrain"},
 }
 # Of the engine, sgrun.engine.attention may use only these rooms (it sits below the runner).

