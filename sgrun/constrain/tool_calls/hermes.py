@@ -50,5 +50,10 @@ class HermesFormat(CallFormat):
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
         return read_json_calls(section, ("arguments", "parameters"), OPEN, closer=CLOSE)
 
+    def render_result(self, content: str) -> str:
+        # Hermes 2 Pro's convention. Untagged, SmolLM2 reads a result as a prompt to make the same
+        # call again; tagged, it answers from the result.
+        return f"<tool_response>\n{content}\n</tool_response>"
+
     def render(self, calls: list[tuple[str, Any]]) -> str:
         return "".join(f"{OPEN}{json_call_text(name, args, 'arguments')}{CLOSE}" for name, args in calls)

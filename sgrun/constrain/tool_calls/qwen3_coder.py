@@ -96,6 +96,9 @@ class Qwen3CoderFormat(CallFormat):
                 return calls
             rest = rest[k + len(OPEN):]
 
+    def render_result(self, content: str) -> str:
+        return f"<tool_response>\n{content}\n</tool_response>"  # as Qwen3-Coder's own template writes it
+
     def render(self, calls: list[tuple[str, Any]]) -> str:
         out = []
         for name, args in calls:
