@@ -38,6 +38,17 @@ def shared_engine(model_path):
     engine.close()
 
 
+@pytest.fixture(scope="session")
+def default_engine(model_path):
+    """The engine a user gets from `sgrun serve` with no options (int4 weights, dtype auto), shared
+    by the agent modules (tests/test_agent_suite.py, test_agent_clients.py): what they check is what
+    the default model does, not what the float32 reference does."""
+    import sgrun
+    engine = sgrun.Engine(str(model_path), num_threads=2, memory_gb=0.5)
+    yield engine
+    engine.close()
+
+
 @pytest.fixture
 def engine(shared_engine):
     """The session engine; after each test no request may still hold pages."""

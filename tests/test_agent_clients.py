@@ -1,14 +1,16 @@
-"""Agent libraries against a real sgrun server, one smoke test each: an agent with one tool and a
-typed output (langchain-openai, pydantic-ai, openai-agents, instructor). Each sends what it sends
-to OpenAI (tools with $defs, tools + response_format, named tool_choice, role: tool turns).
+"""Agent libraries against a real sgrun server on the DEFAULT model (int4, dtype auto), each running
+a short tool-calling loop (the model calls, the tool runs, its result goes back, the turn after it
+answers): the openai SDK's parse() with pydantic tools and its .stream() helper, langchain-openai,
+pydantic-ai, openai-agents, instructor and litellm. Each sends what it sends to OpenAI (tools with
+$defs, tools + response_format, named tool_choice, role: tool turns, streamed tool-call deltas).
 
-The libraries are the `agents` extra, not `test` (about 2 minutes more to install on CI), and the
-module is slow-marked (about a minute): `pip install -e .[test,agents]; pytest -m slow
-tests/test_agent_clients.py`."""
+The libraries are the `agents` extra (pyproject.toml); the module runs in the default test run."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 
 import openai
 import pydantic
@@ -17,7 +19,8 @@ import pytest
 from sgrun.server.app import build_app
 from sgrun.server.background import ServerThread
 
-pytestmark = pytest.mark.slow
+# litellm fetches a model price list from GitHub at import unless told to use its own copy.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 CALLS: list[str] = []
 
@@ -44,8 +47,8 @@ def tool_not_called_yet(*_: object) -> bool:
 
 
 @pytest.fixture(scope="module")
-def base_url(shared_engine):
-    with ServerThread(build_app(shared_engine)) as srv:
+def base_url(default_engine):
+    with ServerThread(build_app(default_engine)) as srv:
         yield srv.url + "/v1"
 
 
@@ -55,15 +58,20 @@ def model(base_url):
 
 
 def test_langchain_openai(base_url, model):
+    from langchain_core.messages import HumanMessage
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
 
     llm = ChatOpenAI(base_url=base_url, api_key="unused", model=model, temperature=0, max_tokens=60)
     weather_tool = tool(get_weather, args_schema=CityArgs)
-    reply = llm.bind_tools([weather_tool], tool_choice="required", parallel_tool_calls=False).invoke(
-        "What's the weather in Paris?")
-    assert reply.tool_calls and reply.tool_calls[0]["name"] == "get_weather"
+    question = HumanMessage("What's the weather in Paris?")
+    CALLS.clear()
+    reply = llm.bind_tools([weather_tool], tool_choice="required", parallel_tool_calls=False).invoke([question])
+    assert len(reply.tool_calls) == 1 and reply.tool_calls[0]["name"] == "get_weather"
     assert isinstance(reply.tool_calls[0]["args"]["city"], str)
+    result = weather_tool.invoke(reply.tool_calls[0])  # a ToolMessage answering that call's id
+    answer = llm.bind_tools([weather_tool], tool_choice="none").invoke([question, reply, result])
+    assert answer.content and not answer.tool_calls and len(CALLS) == 1
     typed = llm.with_structured_output(Weather, method="json_schema").invoke("Paris is 21 C. Report it.")
     assert isinstance(typed, Weather)
 
@@ -107,3 +115,68 @@ def test_pydantic_ai_native_output(base_url, model):
     result = agent.run_sync("What's the weather in Paris?")
     assert isinstance(result.output, Weather)
     assert len(CALLS) <= 1
+
+
+def weather_loop_turns(client: openai.OpenAI, model: str, first_call) -> str:
+    """Run the call the model made, send its result back as a role: tool turn, and return the answer
+    of the turn after it (tool_choice none: the model answers in text)."""
+    call = first_call.tool_calls[0]
+    result = get_weather(**json.loads(call.function.arguments))
+    reply = client.chat.completions.create(
+        model=model, temperature=0, max_tokens=40, tools=[openai.pydantic_function_tool(CityArgs, name="get_weather")],
+        tool_choice="none", messages=[
+            {"role": "user", "content": "What's the weather in Paris?"},
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump(include={"id", "type", "function"})]},
+            {"role": "tool", "tool_call_id": call.id, "content": result}])
+    assert reply.choices[0].message.tool_calls is None
+    return reply.choices[0].message.content
+
+
+def test_openai_parse_with_pydantic_tool(base_url, model):
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    CALLS.clear()
+    got = client.chat.completions.parse(
+        model=model, temperature=0, max_tokens=60, tools=[openai.pydantic_function_tool(CityArgs, name="get_weather")],
+        tool_choice="required", parallel_tool_calls=False,
+        messages=[{"role": "user", "content": "What's the weather in Paris?"}])
+    message = got.choices[0].message
+    assert got.choices[0].finish_reason == "tool_calls" and len(message.tool_calls) == 1
+    assert isinstance(message.tool_calls[0].function.parsed_arguments, CityArgs)
+    answer = weather_loop_turns(client, model, message)
+    assert CALLS and answer
+
+
+def test_openai_stream_helper_with_pydantic_tool(base_url, model):
+    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0)
+    CALLS.clear()
+    with client.chat.completions.stream(
+            model=model, temperature=0, max_tokens=60, tools=[openai.pydantic_function_tool(CityArgs, name="get_weather")],
+            tool_choice={"type": "function", "function": {"name": "get_weather"}},
+            messages=[{"role": "user", "content": "What's the weather in Paris?"}]) as stream:
+        kinds = {event.type for event in stream}
+        final = stream.get_final_completion()
+    assert {"tool_calls.function.arguments.delta", "tool_calls.function.arguments.done"} <= kinds
+    message = final.choices[0].message
+    assert final.choices[0].finish_reason == "tool_calls" and len(message.tool_calls) == 1
+    assert isinstance(message.tool_calls[0].function.parsed_arguments, CityArgs)
+    assert weather_loop_turns(client, model, message)
+
+
+def test_litellm_tool_loop(base_url, model):
+    import litellm
+
+    CALLS.clear()
+    tool = openai.pydantic_function_tool(CityArgs, name="get_weather")
+    messages = [{"role": "user", "content": "What's the weather in Paris?"}]
+    common = dict(model=f"openai/{model}", api_base=base_url, api_key="unused", temperature=0, max_tokens=60,
+                  tools=[tool])
+    first = litellm.completion(messages=messages, tool_choice="required", **common)
+    calls = first.choices[0].message.tool_calls
+    assert first.choices[0].finish_reason == "tool_calls" and len(calls) == 1
+    assert calls[0].function.name == "get_weather"
+    result = get_weather(**json.loads(calls[0].function.arguments))
+    messages += [first.choices[0].message.model_dump(include={"role", "content", "tool_calls"}),
+                 {"role": "tool", "tool_call_id": calls[0].id, "content": result}]
+    answer = litellm.completion(messages=messages, tool_choice="none", **common)
+    assert answer.choices[0].message.content and not answer.choices[0].message.tool_calls
+    assert CALLS == [json.loads(calls[0].function.arguments)["city"]]

@@ -244,3 +244,20 @@ def test_constraint_starts_after_reasoning(tokenizer):
         assert c.matches_bytes(text.encode()) is ok, text
     opened = compile_constraint(tokenizer, json_schema={"type": "integer"}, reasoning=("", "</think>"))
     assert opened.matches_bytes(b"so 3</think>\n7") and not opened.matches_bytes(b"7")
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+def test_after_a_complete_call_the_turn_may_end_and_no_whitespace_leads_on(tokenizer, name):
+    """With parallel calls allowed, the end of the turn is in the mask right after a complete call,
+    and no token there is whitespace: a newline the model writes to end its line must not be the
+    only way on, forced into another call (issue 25: SmolLM2 ranks the newline above the end)."""
+    fmt = FORMATS[name]
+    c = compile_constraint(tokenizer, tool_calls=ToolCallConstraint(name, TOOLS, "required", parallel=True))
+    matcher = c.matcher()
+    for t in tokenizer.encode(fmt.render(CALLS[:1]), add_bos=False):
+        assert matcher.advance(t)
+    allowed = set(matcher.allowed_token_ids().tolist())
+    eos = set(c.table.eos_ids.tolist())
+    assert allowed & eos
+    assert all(tokenizer.decode([t]).strip() for t in allowed - eos), \
+        sorted(repr(tokenizer.decode([t])) for t in allowed - eos if not tokenizer.decode([t]).strip())

@@ -145,7 +145,7 @@ class Agent:
             for p in parsed:
                 call = self._execute(p.name, p.arguments)
                 calls.append(call)
-                result = _result_text(call)
+                result = self.format.render_result(_result_text(call))
                 s += role(tool_role, result if tool_role == "tool" else f"Tool result: {result}")
             choice = "auto"  # "required" applies to the first turn only (else the loop never ends)
         s.set_var("answer", (answer or "").strip())

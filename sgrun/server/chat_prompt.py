@@ -64,7 +64,9 @@ def template_messages(messages: list[ChatMessage], tools: list[ToolDef], templat
             raise bad_request(f"a {m.role} message needs content", param=f"messages[{i}].content")
         d = {"role": role, "content": text}
         if role == "tool":
-            if template_takes_tools:
+            if not template_takes_tools:
+                d["content"] = fmt.render_result(text)
+            else:
                 if m.tool_call_id:
                     d["tool_call_id"] = m.tool_call_id
                 if m.name:

@@ -79,6 +79,12 @@ class CallFormat(ABC):
         constraint would have the model write them (so a returned turn re-tokenises to the
         tokens the model produced, and the prefix cache matches)."""
 
+    def render_result(self, content: str) -> str:
+        """A tool result's text in its `tool` turn, for chat templates that cannot render tool
+        turns themselves: as the family's models were shown results (plain text unless the
+        format has a markup for them)."""
+        return content
+
 
 # --- shared scanning ------------------------------------------------------------------------
 

@@ -1,5 +1,12 @@
-"""Hermes / Qwen2.5: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call,
-blocks separated by a newline (NousResearch Hermes 2/3, Qwen2.5, SmolLM2 and many fine-tunes)."""
+"""Hermes / Qwen2.5: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`, one block per call
+(NousResearch Hermes 2/3, Qwen2.5, SmolLM2 and many fine-tunes).
+
+sgrun writes the blocks back to back. A newline between them (as Qwen2.5's template renders them)
+would be the only way on to a second call, and a newline is also what a model writes when it means to
+go on in prose: forced into `<tool_call>` it turns "end the line" into "call again" (SmolLM2 prefers
+the newline to the end of its turn after a complete call). Back to back, the choice after
+`</tool_call>` is between the end of the turn and `<`, a token that means a new block. The parser
+still reads blocks separated by whitespace, as other models write them."""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from sgrun.constrain.tool_calls.json_call import json_call_node, json_call_text
 from sgrun.constrain.tool_calls.tool_arguments import ToolArguments
 from sgrun.constrain.tool_calls.tool_spec import PartialCall, ToolSpec
 
-OPEN, CLOSE, SEPARATOR = "<tool_call>", "</tool_call>", "\n"
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 
 def tools_listing(tools: list[ToolSpec]) -> str:
@@ -38,10 +45,15 @@ class HermesFormat(CallFormat):
         one = seq(opt(lit("\n")), json_call_node(tools, "arguments"), opt(lit("\n")), lit(CLOSE))
         if not parallel:
             return one
-        return seq(one, rep(seq(lit(SEPARATOR + OPEN), one), 0, None))
+        return seq(one, rep(seq(lit(OPEN), one), 0, None))
 
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
         return read_json_calls(section, ("arguments", "parameters"), OPEN, closer=CLOSE)
 
+    def render_result(self, content: str) -> str:
+        # Hermes 2 Pro's convention. Untagged, SmolLM2 reads a result as a prompt to make the same
+        # call again; tagged, it answers from the result.
+        return f"<tool_response>\n{content}\n</tool_response>"
+
     def render(self, calls: list[tuple[str, Any]]) -> str:
-        return SEPARATOR.join(f"{OPEN}{json_call_text(name, args, 'arguments')}{CLOSE}" for name, args in calls)
+        return "".join(f"{OPEN}{json_call_text(name, args, 'arguments')}{CLOSE}" for name, args in calls)

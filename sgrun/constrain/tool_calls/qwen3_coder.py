@@ -52,7 +52,8 @@ class Qwen3CoderFormat(CallFormat):
             body = ("members", tuple(members), None, lit(""))
             branches.append(seq(lit(f"\n<function={t.tool.name}>\n"), body, lit("</function>\n" + CLOSE)))
         one = alt(*branches)
-        return seq(one, rep(seq(lit("\n" + OPEN), one), 0, None)) if parallel else one
+        # Blocks back to back, never a newline between them: see hermes.py for why.
+        return seq(one, rep(seq(lit(OPEN), one), 0, None)) if parallel else one
 
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
         calls: list[PartialCall] = []
@@ -95,6 +96,9 @@ class Qwen3CoderFormat(CallFormat):
                 return calls
             rest = rest[k + len(OPEN):]
 
+    def render_result(self, content: str) -> str:
+        return f"<tool_response>\n{content}\n</tool_response>"  # as Qwen3-Coder's own template writes it
+
     def render(self, calls: list[tuple[str, Any]]) -> str:
         out = []
         for name, args in calls:
@@ -102,7 +106,7 @@ class Qwen3CoderFormat(CallFormat):
             params = "".join(f"<parameter={k}>\n{v if isinstance(v, str) else compact_json(v)}{PARAM_CLOSE}\n"
                              for k, v in (value.items() if isinstance(value, dict) else ()))
             out.append(f"{OPEN}\n<function={name}>\n{params}</function>\n{CLOSE}")
-        return "\n".join(out)
+        return "".join(out)
 
 
 def _convert(raw: str, schema: Any, tool: ToolSpec | None) -> Any:
