@@ -9,6 +9,8 @@ code points must appear raw, as json.dumps(ensure_ascii=False) writes them).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from functools import lru_cache
 
 from sgrun.constrain.byte_dfa import DEFAULT_MAX_DFA_STATES, ByteDFA, dfa_from_node, product, trim
@@ -160,7 +162,30 @@ def _hex_mask(nibbles: int) -> int:
     return out
 
 
+_LIFTED: "OrderedDict[tuple, ByteDFA]" = OrderedDict()
+_LIFTED_MAX = 1024
+_lifted_lock = threading.Lock()
+
+
 def escape_lift(decoded: ByteDFA) -> ByteDFA:
+    """escape_lift_uncached, remembered across compiles by the decoded DFA's structure: the same
+    format, pattern or key set in another schema (or a recompile) costs a tuple of its edges,
+    not the lift. The lifted DFA is only read afterwards (embedded, never changed)."""
+    key = (decoded.start, tuple(sorted(decoded.accepting)), tuple(map(tuple, decoded.edges)))
+    with _lifted_lock:
+        got = _LIFTED.get(key)
+        if got is not None:
+            _LIFTED.move_to_end(key)
+            return got
+    got = escape_lift_uncached(decoded)
+    with _lifted_lock:
+        _LIFTED[key] = got
+        while len(_LIFTED) > _LIFTED_MAX:
+            _LIFTED.popitem(last=False)
+    return got
+
+
+def escape_lift_uncached(decoded: ByteDFA) -> ByteDFA:
     """DFA over the escaped JSON string body whose decoding is accepted by `decoded`.
 
     Raw bytes keep their edges; an escape (`\\n`, `\\u00XX`...) of an ASCII byte goes where that

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgrun.constrain.region_memo import RegionMasks, region_memo
 from sgrun.constrain.token_table import TokenTable
 from sgrun.constrain.vocab_index import TEXT_BYTES, SubTrie, vocab_index
 
@@ -50,9 +51,24 @@ class MaskBuilder:
         self._batched: set[int] = set()
         self.successors: dict[int, set[int]] = {}  # state -> states its allowed tokens lead to
         self.record_successors = False
-        self._node_class = class_of[table.node_byte].astype(np.int64)
-        self._special_class = class_of[self.vi.special.node_byte].astype(np.int64)
-        self.stats = {"sparse": 0, "chain": 0, "split": 0, "walk": 0}
+        self.regions = RegionMasks(dfa, region_memo(table))
+        self.stats = {"sparse": 0, "region": 0, "chain": 0, "split": 0, "walk": 0}
+
+    # byte class of every trie node, for the numpy walks: built on first use (a schema whose
+    # masks are all sparse or shared never needs them; ~3 ms over the whole trie)
+    @property
+    def _node_class(self) -> np.ndarray:
+        got = self.__dict__.get("_node_class_arr")
+        if got is None:
+            got = self.__dict__["_node_class_arr"] = self.dfa.class_of[self.table.node_byte].astype(np.int64)
+        return got
+
+    @property
+    def _special_class(self) -> np.ndarray:
+        got = self.__dict__.get("_special_class_arr")
+        if got is None:
+            got = self.__dict__["_special_class_arr"] = self.dfa.class_of[self.vi.special.node_byte].astype(np.int64)
+        return got
 
     # --- entry point ------------------------------------------------------------------------
     def packed(self, state: int) -> np.ndarray:
@@ -73,6 +89,13 @@ class MaskBuilder:
             if got is not None:
                 self.stats["sparse"] += 1
                 return pack(_ids(got), self.table.words)
+        if self.dfa.uniform_target(state, self.text_classes) in (state, None):
+            # text loops back here (a string body, free text) or tells bytes apart (names,
+            # formats): a small region whose mask any constraint may have computed already
+            got = self.regions.packed(state)
+            if got is not None:
+                self.stats["region"] += 1
+                return got
         if self.chain_length(state) >= 0:
             self.stats["chain"] += 1
             return self._chain_batch(state)
