@@ -735,7 +735,7 @@ class SchemaCompiler:
             node = integer_with_multiple(ilo, ihi, mult)
             if node != NOTHING and self.draft != "4":
                 # from draft 6 on 1.0 is an integer, and json.dumps / serde print integral floats so
-                node = alt(node, seq(node, lit(".0")))
+                node = seq(node, opt(lit(".0")))
         else:
             node = number_node(lo, lo_x, hi, hi_x)
             if lo is not None or hi is not None:
@@ -1071,7 +1071,7 @@ def json_literal_node(v: Any, ws: Node = EMPTY) -> Node:
         return wrap("[", [json_literal_node(x, ws) for x in v], "]")
     text = canonical_json(v)
     if _json_type(v) == "integer" and not isinstance(v, bool):
-        return alt(lit(text), lit(text + ".0"))
+        return seq(lit(text), opt(lit(".0")))
     if isinstance(v, str) and not v.isascii():
         return alt(lit(text), lit(json.dumps(v)))  # raw UTF-8, or json.dumps' default \u escapes
     return lit(text)

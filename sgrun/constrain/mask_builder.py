@@ -27,6 +27,7 @@ SPARSE_BUDGET = 3000         # trie edges the sparse walk may look at before giv
 MAX_CACHED_ROWS = 50_000
 SHORTCUT_CHILDREN = 16       # a node with more children in a text-run state: decide its subtree at once
 SHORTCUT_WORK = 8            # a range decision costs about as much as eight trie edges
+SPLIT_PYTHON_TOKENS = 600    # tokens under a split's odd first bytes the Python walk may take on
 CHAIN_BATCH = 16             # states along a text chain whose masks one batched walk computes
 _NOT_UNIFORM = -2
 _DEAD = -1  # chain step into the dead state: the state before it allows 0 text bytes
@@ -89,9 +90,10 @@ class MaskBuilder:
             if got is not None:
                 self.stats["sparse"] += 1
                 return pack(_ids(got), self.table.words)
-        if self.dfa.uniform_target(state, self.text_classes) in (state, None):
-            # text loops back here (a string body, free text) or tells bytes apart (names,
-            # formats): a small region whose mask any constraint may have computed already
+        if self.dfa.uniform_target(state, self.text_classes) == state:
+            # text loops back here (a string body, free text): a small region whose mask any
+            # constraint may have computed already (states that tell text bytes apart, names and
+            # formats, measured: their regions are mostly over MAX_REGION, a wasted walk)
             got = self.regions.packed(state)
             if got is not None:
                 self.stats["region"] += 1
@@ -246,7 +248,14 @@ class MaskBuilder:
                 r_byte[b] = r
             elif vi.root_kids[b] >= 0:
                 roots.append((vi.root_kids[b], q, bytes((b,))))
-        rest = self._sparse(state, roots) if roots else []
+        if sum(vi.subtree_size(node) for node, _, _ in roots) > SPLIT_PYTHON_TOKENS:
+            # big subtrees (first letters of declared names in an open object's key state: the
+            # rest of each letter's tokens): one numpy walk of just those subtrees
+            flags = walk_flags_multi(self.dfa, self.table, self._node_class, [state],
+                                     start=np.array([node for node, _, _ in roots], dtype=np.int64))[0]
+            rest = [self.table.token_ids[flags]]
+        else:
+            rest = self._sparse(state, roots) if roots else []
         if rest is None:
             return None
         ok = r_byte[vi.text_first] >= vi.text_len - 1
@@ -380,17 +389,18 @@ def walk_flags(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, state: i
 
 
 def walk_flags_multi(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, states: list[int],
-                     ends: set[int] | None = None) -> np.ndarray:
+                     ends: set[int] | None = None, start: np.ndarray | None = None) -> np.ndarray:
     """[len(states), tokens of `trie`]: whether each token keeps `dfa` alive from each state. A
     breadth-first walk of the trie, all live (start, node) pairs of one depth per numpy step
     (whole subtrees die with their parent); the last few pairs (long tokens such as runs of
     spaces) are finished in Python, where a step costs far less than a round of numpy calls.
-    `ends`, when given, collects the states the allowed tokens end in."""
+    `ends`, when given, collects the states the allowed tokens end in; `start`, when given, the
+    depth-1 nodes to walk from (the others' tokens come out False)."""
     ncls = dfa.num_classes
     n = trie.num_nodes
     b = len(states)
     alive = np.zeros(b * n, dtype=np.bool_)
-    d1 = trie.depth1
+    d1 = trie.depth1 if start is None else start
     first = np.stack([dfa.row(s) for s in states])[:, node_class[d1]].ravel()
     keep = first != 0
     nodes = np.tile(d1, b)[keep]
@@ -401,11 +411,13 @@ def walk_flags_multi(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, st
         is_token = np.zeros(n, dtype=np.bool_)
         is_token[trie.token_node] = True
         trie.__dict__["_is_token"] = is_token
+    depth = 0
     while len(nodes):
         alive[src + nodes] = True
         if ends is not None:
             ends.update(np.unique(st[is_token[nodes]]).tolist())
-        if len(nodes) <= PY_TAIL_NODES:
+        depth += 1
+        if len(nodes) <= PY_TAIL_NODES and (start is None or depth > 3):  # (a few roots may hold big subtrees)
             _python_tail(dfa, trie, nodes.tolist(), st.tolist(), src.tolist(), alive, ends, is_token)
             break
         cs = trie.child_start[nodes]

@@ -76,6 +76,11 @@ class VocabIndex:
             node = self.parent[node]
         return bytes(reversed(out))
 
+    def subtree_size(self, node: int) -> int:
+        """How many tokens start with `node`'s prefix."""
+        lo, hi = self.prefix_range(self.node_prefix(node))
+        return hi - lo
+
     def prefix_range(self, prefix: bytes) -> tuple[int, int]:
         """[lo, hi) of the sorted tokens that start with `prefix`."""
         sb = self.sorted_bytes
