@@ -29,14 +29,15 @@ def _decoded_dfas():
 
 
 def _escapings(text: str, rng: random.Random) -> list[str]:
-    """Several JSON escapings of `text` (raw, \\u plus four hex digits for ASCII in either hex case, short escapes)."""
+    """Several JSON escapings of `text` (raw, \\u plus four hex digits of BMP characters in either hex case,
+    json.dumps' default, short escapes)."""
     short = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-    outs = [json.dumps(text, ensure_ascii=False)[1:-1]]
+    outs = [json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]]
     for _ in range(3):
         parts = []
         for ch in text:
             k = rng.random()
-            if ord(ch) < 0x80 and k < 0.3:
+            if k < 0.3 and ord(ch) < 0x10000:  # any BMP character (json.dumps writes non-ASCII so)
                 code = f"{ord(ch):04x}"
                 parts.append("\\u" + (code.upper() if k < 0.15 else code))
             elif ch in short and (k < 0.7 or ch in '"\\' or ord(ch) < 0x20):
@@ -54,7 +55,7 @@ def test_escape_lift_accepts_exactly_the_escapings_of_accepted_text(k):
     decoded = list(_decoded_dfas())[k]
     lifted = escape_lift(decoded)
     rng = random.Random(k)
-    alphabet = 'abcxyzORD-0123456789 "\\/\n\t\x01é€@.:'
+    alphabet = 'abcxyzORD-0123456789 "\\/\n\t\x01é€@.:ß中'
     texts = ["", "name", "naming", "ab", "ORD-123456", 'x"y', "a\\b", "\n", "abc", "2024-02-29", "a@b.co"]
     texts += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(8))) for _ in range(150)]
     for text in texts:
@@ -67,7 +68,8 @@ def test_escape_lift_rejects_bad_escapes():
     lifted = escape_lift(any_text_dfa())
     for bad in ['"', "\\", "\\x41", "\\u00", "\\u004", "\\u0g41", "\x01", "\\a"]:
         assert not lifted.fullmatch(bad.encode()), bad
-    assert lifted.fullmatch(b"\\u0041\\u000A\\n") and not lifted.fullmatch(b"\\u00e9")  # only ASCII escapes
+    assert lifted.fullmatch(b"\\u0041\\u000A\\n") and lifted.fullmatch(b"\\u00e9\\u4E2D\\u07ff\\uffff")
+    assert not lifted.fullmatch(b"\\ud83d")  # a lone surrogate is no character (pairs are not lifted)
 
 
 def _alive_everywhere(nfa: ByteNFA) -> bool:

@@ -3,14 +3,18 @@
 1. sparse: few bytes are allowed (keys, literals, numbers, punctuation) -> a pure-Python walk of
    the vocabulary trie that only follows allowed bytes (tens of nodes, no numpy per depth);
    subtrees that re-enter a string body (after an escape) are decided at once by range;
+1b. region (region_memo.py): text loops back to the state (a string body, free text) -> the
+   mask of its local region (up to the closing quote), shared by every constraint of the
+   tokenizer, plus a short walk of what follows the quote from the real state after it;
 2. text chain: every text byte (printable ASCII but `"` and `\\`) leads to the same next state,
    for as long as a text token can be (string bodies, free text) -> text tokens are decided by
    length alone (one precomputed bitmask), and only the ~1.2k other tokens are walked;
 3. split: dense, but text bytes lead to different states (names other than the declared
-   ones) -> text tokens decided per first byte, the odd first bytes walked as in 1;
+   ones) -> text tokens decided per first byte, the odd first bytes walked as in 1 (or, where
+   their subtrees are big, one numpy walk of just those subtrees);
 4. otherwise the breadth-first numpy walk over the whole trie.
 
-All four give the same set; the automaton is anything with LazyDFA's interface (row, step,
+All give the same set; the automaton is anything with LazyDFA's interface (row, step,
 class_of, class_size, num_classes, table, fill_pairs): LazyDFA or GrammarAutomaton.
 """
 
