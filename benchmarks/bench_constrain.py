@@ -7,7 +7,10 @@
 2. Per-token mask cost on the schemas of docs/benchmarks-constrain.md: cold (a fresh request
    on a freshly compiled constraint) and warm (states seen before), p99 after the first call.
 
-Run: python benchmarks/bench_constrain.py [--corpus N] [--skip-masks]
+3. --first-masks: every mask of each schema's first request over the real-world-like sample,
+   p50/p99 beside llguidance on the same schemas and texts, and a 128-tool schema's cold compile.
+
+Run: python benchmarks/bench_constrain.py [--corpus N] [--realworld] [--first-masks] [--skip-masks]
 """
 
 from __future__ import annotations
@@ -353,6 +356,95 @@ def corpus_run(tok, n: int, realworld: bool = False) -> None:
             print(f"|   {label} refused {v}x: {k}")
 
 
+# --- first-request masks on the corpus, and the 128-tool schema ------------------------------
+def first_request_masks(tok, realworld: bool = True, n: int = 60) -> None:
+    """For each schema of the sample (its first valid instance): compile, then time every mask
+    of that first request (sgrun: fill_bitmask on a fresh constraint; llguidance:
+    compute_bitmask on a fresh matcher), and the same walk again (sgrun warm: masks cached per
+    state). p50 / p99 over all masks of all schemas, both engines on the same schemas and texts."""
+    import warnings
+
+    from sgrun.constrain import compile_constraint
+    from sgrun.errors import ConstraintError
+    if realworld:
+        from realworld_corpus import cases as realworld_cases
+        cases = realworld_cases()
+    else:
+        from schema_corpus import generate
+        cases = generate(n)
+    lt = llg_tokenizer(tok)
+    cold, warm, llg = [], [], []
+    used = 0
+    for case in cases:
+        if not case.valid:
+            continue
+        try:
+            m0 = llg_matcher(lt, {"json_schema": case.schema})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                c = compile_constraint(tok, json_schema=case.schema, use_cache=False)
+        except (ConstraintError, ValueError, RuntimeError):
+            continue  # refused by either: not comparable
+        ids = tok.encode(case.valid[0])
+        try:
+            first = _walk(c, ids)
+        except AssertionError:
+            continue
+        times = []
+        for t_id in ids:
+            t0 = time.perf_counter()
+            m0.compute_bitmask()
+            times.append(time.perf_counter() - t0)
+            if not m0.consume_token(t_id):
+                break
+        else:
+            used += 1
+            cold += first
+            warm += _walk(c, ids)
+            llg += times
+    print(f"\nfirst-request masks, {used} {'real-world-like' if realworld else 'generated'} schemas both engines "
+          f"compile and walk, {len(cold)} masks each (every call, the first of each walk included)")
+    print("| engine | first request p50 / p99 / max us | warm (state seen) p50 / p99 us |")
+    print("|---|---|---|")
+    print(f"| sgrun | {pct(cold, 50) * 1e6:.0f} / {pct(cold, 99) * 1e6:.0f} / {max(cold) * 1e6:.0f} | "
+          f"{pct(warm, 50) * 1e6:.1f} / {pct(warm, 99) * 1e6:.1f} |")
+    print(f"| llguidance | {pct(llg, 50) * 1e6:.0f} / {pct(llg, 99) * 1e6:.0f} / {max(llg) * 1e6:.0f} | "
+          f"(no mask cache: every mask is computed) |")
+
+
+def many_tools_schema(n: int = 128) -> dict:
+    """One call of any of n tools: anyOf of {"name": const, "arguments": {...}} objects, each
+    with its own typed parameters (strings, enums, integers, nested objects, arrays)."""
+    tools = []
+    for i in range(n):
+        params = {"query": {"type": "string", "maxLength": 200}, "limit": {"type": "integer", "minimum": 1,
+                                                                            "maximum": 100 + i},
+                  "mode": {"enum": [f"m{i}_a", f"m{i}_b", "auto"]},
+                  "filters": {"type": "array", "items": {"type": "object", "properties": {
+                      "field": {"type": "string"}, "value": {"type": ["string", "number", "boolean"]}},
+                      "required": ["field", "value"]}, "maxItems": 8},
+                  f"flag_{i}": {"type": "boolean"}}
+        tools.append({"type": "object", "properties": {"name": {"const": f"tool_{i:03d}"}, "arguments": {
+            "type": "object", "properties": params, "required": ["query"], "additionalProperties": False}},
+            "required": ["name", "arguments"], "additionalProperties": False})
+    return {"anyOf": tools}
+
+
+def many_tools(tok, n: int = 128) -> None:
+    from sgrun.constrain import compile_constraint
+    schema = many_tools_schema(n)
+    t = time.perf_counter()
+    c = compile_constraint(tok, json_schema=schema, use_cache=False)
+    ours = time.perf_counter() - t
+    ok = c.matches(json.dumps({"name": "tool_077", "arguments": {"query": "x", "limit": 3}}, separators=(",", ":")))
+    lt = llg_tokenizer(tok)
+    t = time.perf_counter()
+    llg_matcher(lt, {"json_schema": schema})
+    theirs = time.perf_counter() - t
+    print(f"\n{n}-tool schema ({len(json.dumps(schema)) // 1024} KiB), cold compile: sgrun {ours * 1e3:.0f} ms "
+          f"(accepts a call: {ok}), llguidance {theirs * 1e3:.1f} ms")
+
+
 def main() -> None:
     import argparse
     import sys
@@ -361,9 +453,12 @@ def main() -> None:
     ap.add_argument("--skip-masks", action="store_true")
     ap.add_argument("--realworld", action="store_true",
                     help="also run the hand-written real-world-like sample (benchmarks/realworld_corpus.py)")
+    ap.add_argument("--first-masks", action="store_true",
+                    help="first-request masks on the real-world-like sample beside llguidance, and the 128-tool compile")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_options import uptime
+    from bench_options import cpu_line, uptime
+    print(cpu_line())
     from sgrun.constrain.token_table import token_table
     from sgrun.constrain.vocab_index import vocab_index
     from sgrun.models.loader import load_tokenizer
@@ -378,6 +473,10 @@ def main() -> None:
     if args.realworld:
         corpus_run(tok, 0, realworld=True)
         print("load after real-world sample:", uptime())
+    if args.first_masks:
+        first_request_masks(tok)
+        many_tools(tok)
+        print("load after first-request masks:", uptime())
     if args.skip_masks:
         return
     lt = llg_tokenizer(tok)

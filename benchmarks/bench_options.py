@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,20 @@ def read_bandwidth_gbs() -> float:
         x.sum()
         best = min(best, time.perf_counter() - t)
     return x.numel() * 4 / best / 1e9
+
+
+SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_tile",
+              "amx_bf16", "amx_int8", "asimd", "sve")
+
+
+def cpu_line() -> str:
+    """'CPU: <model>, <cores> cores, flags: avx2 avx512f ...' (the SIMD flags that decide speed)."""
+    from sgrun.models.cpp_build import cpu_flags
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    flags = set(cpu_flags().split(":", 1)[-1].split())
+    return f"CPU: {model}, {os.cpu_count()} cores, flags: {' '.join(f for f in SIMD_FLAGS if f in flags) or 'none of ' + '/'.join(SIMD_FLAGS[:3])}"

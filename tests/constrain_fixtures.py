@@ -3,11 +3,10 @@ process) and a canonical JSON serializer matching the compiler's output form."""
 
 from __future__ import annotations
 
-import json
 import os
+import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +16,10 @@ os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
 # outside the repository. SGRUN_SUITE_DIR points the suite test at another copy (a newer suite).
 SUITE_DIR = (Path(os.environ["SGRUN_SUITE_DIR"]) if os.environ.get("SGRUN_SUITE_DIR")
              else Path(__file__).resolve().parent / "data/json-schema-test-suite/draft2020-12")
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from schema_order import SchemaOrder, _canon_numbers  # noqa: E402,F401  (re-exported for the tests)
 
 
 @lru_cache(maxsize=1)
@@ -30,83 +33,6 @@ def load_default_tokenizer():
 @pytest.fixture(scope="session")
 def constrain_tok():
     return load_default_tokenizer()
-
-
-def _canon_numbers(v: Any) -> Any:
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e300:
-        return int(v)
-    if isinstance(v, list):
-        return [_canon_numbers(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _canon_numbers(x) for k, x in v.items()}
-    return v
-
-
-class SchemaOrder:
-    """Reorders instance keys the way the compiler emits them: the keys the governing schemas
-    list under `properties` first (schema order), then the others in their original order."""
-
-    def __init__(self, root: Any):
-        from sgrun.constrain.schema_refs import SchemaIndex
-        self.index = SchemaIndex(root)
-        self.root = root
-
-    def _expand(self, schema: Any, base: str, depth: int = 0) -> list[tuple[dict, str]]:
-        if not isinstance(schema, dict) or depth > 20:
-            return []
-        base = self.index.base_for(schema, base)
-        out = [(schema, base)]
-        if isinstance(schema.get("$ref"), str):
-            try:
-                target, _, tbase = self.index.resolve(schema["$ref"], base, "#")
-                out += self._expand(target, tbase, depth + 1)
-            except Exception:
-                pass
-        for key in ("allOf", "anyOf", "oneOf"):
-            for sub in schema.get(key, []) if isinstance(schema.get(key), list) else []:
-                out += self._expand(sub, base, depth + 1)
-        return out
-
-    def serialize(self, value: Any) -> str:
-        return json.dumps(self._order(_canon_numbers(value), [(self.root, "https://sgrun.invalid/root.json")]),
-                          separators=(",", ":"), ensure_ascii=False)
-
-    def _order(self, value: Any, schemas: list[tuple[Any, str]]) -> Any:
-        flat = [x for s, b in schemas for x in self._expand(s, b)]
-        if isinstance(value, dict):
-            declared: list[str] = []
-            for s, _ in flat:
-                props = s.get("properties")
-                if isinstance(props, dict):
-                    declared += [k for k in props if k not in declared]
-            keys = [k for k in declared if k in value] + [k for k in value if k not in declared]
-            out = {}
-            for k in keys:
-                child = []
-                for s, b in flat:
-                    props = s.get("properties") if isinstance(s.get("properties"), dict) else {}
-                    if k in props:
-                        child.append((props[k], b))
-                    for p, sub in (s.get("patternProperties") or {}).items():
-                        child.append((sub, b))
-                    if isinstance(s.get("additionalProperties"), dict):
-                        child.append((s["additionalProperties"], b))
-                out[k] = self._order(value[k], child)
-            return out
-        if isinstance(value, list):
-            out_list = []
-            for i, v in enumerate(value):
-                child = []
-                for s, b in flat:
-                    pre = s.get("prefixItems") if isinstance(s.get("prefixItems"), list) else (
-                        s.get("items") if isinstance(s.get("items"), list) else [])
-                    if i < len(pre):
-                        child.append((pre[i], b))
-                    elif isinstance(s.get("items"), dict):
-                        child.append((s["items"], b))
-                out_list.append(self._order(v, child))
-            return out_list
-        return value
 
 
 def shortest_completion(constraint, state: int, max_states: int = 20000) -> bytes | None:

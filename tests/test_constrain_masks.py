@@ -1,4 +1,4 @@
-"""Fast token masks (sparse walk, text chain + special tokens, numpy walk) must equal the plain
+"""Fast token masks (sparse walk, shared region memo, text chain + special tokens, split, numpy walk) must equal the plain
 whole-vocabulary walk in every state, for schemas, regexes and grammars; the strategies
 themselves are counted, so each one is exercised."""
 
@@ -13,6 +13,8 @@ import torch
 from constrain_fixtures import load_default_tokenizer
 from sgrun.constrain import compile_constraint
 from sgrun.constrain.mask_builder import pack, walk
+from sgrun.constrain.region_memo import region_memo
+from sgrun.constrain.token_table import token_table
 
 SPECS = [
     {"json_schema": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
@@ -106,3 +108,37 @@ def test_warm_up_covers_a_tool_call(tok):
         assert m.advance(t)
     assert m.is_accepting()
     assert sum(c.builder.stats.values()) == computed, "a mask on the request's path was not precomputed"
+
+
+def test_region_memo_is_shared_across_constraints_and_exact(tok):
+    """Two different schemas' string bodies have the same local region: the second one's mask
+    comes from the memo (a hit, no new entry), and both equal the reference walk."""
+    memo = region_memo(token_table(tok))
+    masks = []
+    for schema, prefix in (({"type": "object", "properties": {"city": {"type": "string"}}}, '{"city":"Lis'),
+                           ({"type": "array", "items": {"type": "string"}}, '["a","b\\n')):
+        c = compile_constraint(tok, json_schema=schema, use_cache=False, warm_up=False)
+        m = c.matcher()
+        assert m.advance_text(prefix)
+        hits, misses = memo.hits, memo.misses
+        fast = c.builder.packed(m.state)
+        assert c.builder.stats["region"] == 1
+        assert memo.hits == hits + 1 and memo.misses == misses, "a string body was not a memo hit"
+        assert np.array_equal(fast, _reference(c, m.state))
+        masks.append(fast)
+    assert not np.array_equal(masks[0], masks[1]), "what follows the quote differs: so must the masks"
+
+
+def test_split_of_an_open_object_with_many_names_is_exact(tok):
+    """An open object's key state with many declared names: the odd first letters' subtrees go
+    through the restricted numpy walk (SPLIT_PYTHON_TOKENS), still exact."""
+    names = ["name", "version", "description", "scripts", "dependencies", "devDependencies", "main", "license",
+             "author", "keywords", "repository", "bugs", "homepage", "engines", "files", "type"]
+    schema = {"type": "object", "properties": {n: {"type": "string"} for n in names}}
+    c = compile_constraint(tok, json_schema=schema, use_cache=False, warm_up=False)
+    for prefix in ('{"', '{"name":"x","', '{"name":"x","d'):
+        m = c.matcher()
+        assert m.advance_text(prefix)
+        fast = c.builder.packed(m.state)
+        assert np.array_equal(fast, _reference(c, m.state)), prefix
+    assert c.builder.stats["split"] >= 2

@@ -8,12 +8,12 @@ import json
 import time
 import warnings
 
-import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from constrain_fixtures import SchemaOrder, load_default_tokenizer
+from schema_strategies import SCHEMAS, VALUES, validator
 from sgrun.constrain import compile_constraint
 from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, InvalidSchemaError
 from sgrun.errors import ConstraintError
@@ -136,67 +136,6 @@ def test_choices_and_budget_errors(constrain_tok):
 
 
 # --- the property test ---------------------------------------------------------------------
-_scalar_schemas = st.one_of(
-    st.fixed_dictionaries({"type": st.sampled_from(["integer", "number"])},
-                          optional={"minimum": st.integers(-50, 50), "maximum": st.integers(-50, 50),
-                                    "exclusiveMinimum": st.integers(-50, 50), "multipleOf": st.sampled_from([2, 3, 5])}),
-    st.fixed_dictionaries({"type": st.just("string")},
-                          optional={"minLength": st.integers(0, 4), "maxLength": st.integers(0, 6),
-                                    "pattern": st.sampled_from(["^a", "b$", "[0-9]", "^x*$"]),
-                                    "format": st.sampled_from(["date", "email", "semver"])}),
-    st.fixed_dictionaries({"enum": st.lists(st.one_of(st.integers(-3, 3), st.sampled_from(["a", "b", None, True])),
-                                            min_size=1, max_size=4)}),
-    st.fixed_dictionaries({"type": st.sampled_from(["boolean", "null", ["string", "null"]])}),
-    st.fixed_dictionaries({"const": st.sampled_from([1, "a", None, False])}),
-)
-
-
-def _composite(children):
-    names = st.sampled_from(["a", "b", "c"])
-    return st.one_of(
-        st.fixed_dictionaries({"type": st.just("object"), "properties": st.dictionaries(names, children, max_size=3)},
-                              optional={"required": st.lists(names, max_size=2, unique=True),
-                                        "additionalProperties": st.one_of(st.booleans(), children),
-                                        "minProperties": st.integers(0, 3), "maxProperties": st.integers(0, 3),
-                                        "dependentRequired": st.dictionaries(names, st.lists(names, max_size=2,
-                                                                                             unique=True), max_size=2)}),
-        st.fixed_dictionaries({"type": st.just("array"), "items": children},
-                              optional={"minItems": st.integers(0, 2), "maxItems": st.integers(0, 3),
-                                        "uniqueItems": st.booleans()}),
-        st.fixed_dictionaries({"anyOf": st.lists(children, min_size=1, max_size=3)}),
-        st.fixed_dictionaries({"oneOf": st.lists(children, min_size=1, max_size=3)}),
-        st.fixed_dictionaries({"allOf": st.lists(children, min_size=1, max_size=3)}),
-        st.fixed_dictionaries({"not": children}),
-        st.fixed_dictionaries({"if": children, "then": children}, optional={"else": children}),
-        # discriminator-style conditions and negations, which compile by exact rewrites
-        st.fixed_dictionaries({"if": st.fixed_dictionaries({"properties": st.dictionaries(
-            names, st.fixed_dictionaries({"const": st.sampled_from(["a", "b", "x1"])}), min_size=1, max_size=2)},
-            optional={"required": st.lists(names, max_size=2, unique=True), "type": st.just("object")}),
-            "then": children}, optional={"else": children}),
-        st.fixed_dictionaries({"not": st.one_of(
-            st.fixed_dictionaries({"required": st.lists(names, min_size=1, max_size=2, unique=True)}),
-            st.fixed_dictionaries({"anyOf": st.lists(st.fixed_dictionaries(
-                {"required": st.lists(names, min_size=1, max_size=2, unique=True)}), min_size=1, max_size=2)}))},
-            optional={"type": st.just("object"), "properties": st.dictionaries(names, children, max_size=2)}),
-        st.fixed_dictionaries({"type": st.just("object"), "properties": st.dictionaries(names, children, max_size=3),
-                               "dependentSchemas": st.dictionaries(names, children, min_size=1, max_size=2)}),
-    )
-
-
-SCHEMAS = st.recursive(_scalar_schemas, _composite, max_leaves=6)
-VALUES = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-60, 60), st.sampled_from([0.5, -2.5, 10.0]),
-              st.sampled_from(["", "a", "ab", "b", "x1", "2024-02-29", "a@b.co", "xx", "abcdefg", "1.2.3"])),
-    lambda kids: st.one_of(st.lists(kids, max_size=3), st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), kids,
-                                                                       max_size=3)),
-    max_leaves=6)
-
-
-def _validator(schema):
-    # sgrun enforces the formats it knows (format-assertion); jsonschema checks those too.
-    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
-
-
 def check_sound(tok, schema, instances) -> int:
     """Compile `schema`; assert no instance jsonschema rejects is accepted. Returns how many
     instances were checked against a compiled constraint (0 if the schema was refused)."""
@@ -206,16 +145,16 @@ def check_sound(tok, schema, instances) -> int:
             c = compile_constraint(tok, json_schema=schema, warm_up=False)
     except EmptyConstraintError:
         for v in instances:  # an empty language is right only if nothing is valid
-            assert not _validator(schema).is_valid(v), (schema, v)
+            assert not validator(schema).is_valid(v), (schema, v)
         return 0
     except ConstraintError:
         return 0  # refused with a reason: sound by definition
-    validator = _validator(schema)
+    checker = validator(schema)
     order = SchemaOrder(schema)
     for v in instances:
         text = order.serialize(v)
         if c.matches_bytes(text.encode()):
-            errors = [e.message for e in validator.iter_errors(json.loads(text))]
+            errors = [e.message for e in checker.iter_errors(json.loads(text))]
             # formats sgrun enforces are checked by jsonschema too; unknown ones are annotations
             assert not errors, f"accepted an invalid instance: schema={schema} instance={text} errors={errors}"
     return len(instances)

@@ -14,6 +14,7 @@ from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintErr
 from sgrun.constrain.schema_checks import MAX_DOCUMENT_DEPTH, check_document_depth
 from sgrun.constrain.lazy_dfa import LazyDFA
 from sgrun.constrain.regex_ast import Node
+from sgrun.constrain.region_memo import region_memo
 from sgrun.constrain.token_table import token_table
 from sgrun.errors import ConstraintError
 
@@ -84,6 +85,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
 
     def build_in_budget() -> Constraint:
         table = token_table(tokenizer)  # once per tokenizer, outside the budget
+        region_memo(table)  # likewise: the shared mask memo, seeded with the common lexical classes
         with compile_budget(budget_s, what=kind.replace("_", " ")):
             try:
                 return build(table)

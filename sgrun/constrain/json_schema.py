@@ -641,7 +641,7 @@ class SchemaCompiler:
             text = canonical_json(v)
             if text not in seen:
                 seen.add(text)
-                out.append(json_literal_node(v))
+                out.append(json_literal_node(v, self.ws))
         return alt(*out) if out else NOTHING
 
     def _scalar_ok(self, v: Any, s: dict) -> bool:
@@ -733,6 +733,9 @@ class SchemaCompiler:
         if integer:
             ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
             node = integer_with_multiple(ilo, ihi, mult)
+            if node != NOTHING and self.draft != "4":
+                # from draft 6 on 1.0 is an integer, and json.dumps / serde print integral floats so
+                node = seq(node, opt(lit(".0")))
         else:
             node = number_node(lo, lo_x, hi, hi_x)
             if lo is not None or hi is not None:
@@ -874,7 +877,7 @@ class SchemaCompiler:
             self.refuse("uniqueItems", ptr, f"uniqueItems over {k} item values up to {hi} items needs too many "
                                             f"states; add a smaller maxItems")
             return None
-        values = [json_literal_node(v) for v in domain]
+        values = [json_literal_node(v, self.ws) for v in domain]
         memo: dict[int, Node] = {}
 
         def after(used: int, n: int) -> Node:
@@ -1045,20 +1048,33 @@ class SchemaCompiler:
         return self._any_fid
 
 
-def json_literal_node(v: Any) -> Node:
-    """One JSON value in compact form; objects with few keys in any key order (a const or enum
-    object is the same value whatever order its keys come in)."""
+def json_literal_node(v: Any, ws: Node = EMPTY) -> Node:
+    """One JSON value as the compiler's whitespace option prints it (`ws` around `,` `:` and
+    inside brackets); objects with few keys in any key order (a const or enum object is the same
+    value whatever order its keys come in); an integral number also as `N.0` (json.dumps and
+    serde print an integral float so, and it equals N); a non-ASCII string also escaped (json.dumps default)."""
+    comma, colon = seq(ws, lit(","), ws), seq(ws, lit(":"), ws)
+
+    def member(k: str, x: Any) -> Node:
+        return seq(lit(json.dumps(k, ensure_ascii=False)), colon, json_literal_node(x, ws))
+
+    def wrap(open_: str, parts: list[Node], close: str) -> Node:
+        return seq(lit(open_), ws, *_join(comma, parts), ws, lit(close)) if parts else lit(open_ + close)
+
     if isinstance(v, dict) and 1 < len(v) <= _MAX_PERMUTED_KEYS:
         from itertools import permutations
-        members = {k: seq(lit(json.dumps(k, ensure_ascii=False) + ":"), json_literal_node(x)) for k, x in v.items()}
-        return alt(*(seq(lit("{"), *_join(lit(","), [members[k] for k in order]), lit("}"))
-                     for order in permutations(v)))
+        members = {k: member(k, x) for k, x in v.items()}
+        return alt(*(wrap("{", [members[k] for k in order], "}") for order in permutations(v)))
     if isinstance(v, dict):
-        return seq(lit("{"), *_join(lit(","), [seq(lit(json.dumps(k, ensure_ascii=False) + ":"), json_literal_node(x))
-                                                for k, x in v.items()]), lit("}"))
+        return wrap("{", [member(k, x) for k, x in v.items()], "}")
     if isinstance(v, list):
-        return seq(lit("["), *_join(lit(","), [json_literal_node(x) for x in v]), lit("]"))
-    return lit(canonical_json(v))
+        return wrap("[", [json_literal_node(x, ws) for x in v], "]")
+    text = canonical_json(v)
+    if _json_type(v) == "integer" and not isinstance(v, bool):
+        return seq(lit(text), opt(lit(".0")))
+    if isinstance(v, str) and not v.isascii():
+        return alt(lit(text), lit(json.dumps(v)))  # raw UTF-8, or json.dumps' default \u escapes
+    return lit(text)
 
 
 # Exponent spellings stay inside what a float64 holds: a validator on Python floats (jsonschema)

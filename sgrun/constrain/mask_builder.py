@@ -3,14 +3,18 @@
 1. sparse: few bytes are allowed (keys, literals, numbers, punctuation) -> a pure-Python walk of
    the vocabulary trie that only follows allowed bytes (tens of nodes, no numpy per depth);
    subtrees that re-enter a string body (after an escape) are decided at once by range;
+1b. region (region_memo.py): text loops back to the state (a string body, free text) -> the
+   mask of its local region (up to the closing quote), shared by every constraint of the
+   tokenizer, plus a short walk of what follows the quote from the real state after it;
 2. text chain: every text byte (printable ASCII but `"` and `\\`) leads to the same next state,
    for as long as a text token can be (string bodies, free text) -> text tokens are decided by
    length alone (one precomputed bitmask), and only the ~1.2k other tokens are walked;
 3. split: dense, but text bytes lead to different states (names other than the declared
-   ones) -> text tokens decided per first byte, the odd first bytes walked as in 1;
+   ones) -> text tokens decided per first byte, the odd first bytes walked as in 1 (or, where
+   their subtrees are big, one numpy walk of just those subtrees);
 4. otherwise the breadth-first numpy walk over the whole trie.
 
-All four give the same set; the automaton is anything with LazyDFA's interface (row, step,
+All give the same set; the automaton is anything with LazyDFA's interface (row, step,
 class_of, class_size, num_classes, table, fill_pairs): LazyDFA or GrammarAutomaton.
 """
 
@@ -18,14 +22,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from sgrun.constrain.region_memo import RegionMasks, region_memo
 from sgrun.constrain.token_table import TokenTable
-from sgrun.constrain.vocab_index import TEXT_BYTES, SubTrie, vocab_index
+from sgrun.constrain.trie_walk import ids_of, pack, walk, walk_flags, walk_flags_multi  # noqa: F401 (pack, walk: re-exported)
+from sgrun.constrain.vocab_index import TEXT_BYTES, vocab_index
 
 SPARSE_MAX_LIVE_BYTES = 24   # allowed bytes at the state itself for trying the sparse walk
 SPARSE_BUDGET = 3000         # trie edges the sparse walk may look at before giving up
 MAX_CACHED_ROWS = 50_000
 SHORTCUT_CHILDREN = 16       # a node with more children in a text-run state: decide its subtree at once
 SHORTCUT_WORK = 8            # a range decision costs about as much as eight trie edges
+SPLIT_PYTHON_TOKENS = 600    # tokens under a split's odd first bytes the Python walk may take on
 CHAIN_BATCH = 16             # states along a text chain whose masks one batched walk computes
 _NOT_UNIFORM = -2
 _DEAD = -1  # chain step into the dead state: the state before it allows 0 text bytes
@@ -50,9 +57,24 @@ class MaskBuilder:
         self._batched: set[int] = set()
         self.successors: dict[int, set[int]] = {}  # state -> states its allowed tokens lead to
         self.record_successors = False
-        self._node_class = class_of[table.node_byte].astype(np.int64)
-        self._special_class = class_of[self.vi.special.node_byte].astype(np.int64)
-        self.stats = {"sparse": 0, "chain": 0, "split": 0, "walk": 0}
+        self.regions = RegionMasks(dfa, region_memo(table))
+        self.stats = {"sparse": 0, "region": 0, "chain": 0, "split": 0, "walk": 0}
+
+    # byte class of every trie node, for the numpy walks: built on first use (a schema whose
+    # masks are all sparse or shared never needs them; ~3 ms over the whole trie)
+    @property
+    def _node_class(self) -> np.ndarray:
+        got = self.__dict__.get("_node_class_arr")
+        if got is None:
+            got = self.__dict__["_node_class_arr"] = self.dfa.class_of[self.table.node_byte].astype(np.int64)
+        return got
+
+    @property
+    def _special_class(self) -> np.ndarray:
+        got = self.__dict__.get("_special_class_arr")
+        if got is None:
+            got = self.__dict__["_special_class_arr"] = self.dfa.class_of[self.vi.special.node_byte].astype(np.int64)
+        return got
 
     # --- entry point ------------------------------------------------------------------------
     def packed(self, state: int) -> np.ndarray:
@@ -72,7 +94,15 @@ class MaskBuilder:
             got = self._sparse(state)
             if got is not None:
                 self.stats["sparse"] += 1
-                return pack(_ids(got), self.table.words)
+                return pack(ids_of(got), self.table.words)
+        if self.dfa.uniform_target(state, self.text_classes) == state:
+            # text loops back here (a string body, free text): a small region whose mask any
+            # constraint may have computed already (states that tell text bytes apart, names and
+            # formats, measured: their regions are mostly over MAX_REGION, a wasted walk)
+            got = self.regions.packed(state)
+            if got is not None:
+                self.stats["region"] += 1
+                return got
         if self.chain_length(state) >= 0:
             self.stats["chain"] += 1
             return self._chain_batch(state)
@@ -99,7 +129,7 @@ class MaskBuilder:
         if got is None:
             return None
         self.stats["sparse"] += 1
-        return pack(_ids(got), self.table.words)
+        return pack(ids_of(got), self.table.words)
 
     # --- 1. sparse -------------------------------------------------------------------------
     def _row(self, q: int) -> list[int]:
@@ -223,7 +253,14 @@ class MaskBuilder:
                 r_byte[b] = r
             elif vi.root_kids[b] >= 0:
                 roots.append((vi.root_kids[b], q, bytes((b,))))
-        rest = self._sparse(state, roots) if roots else []
+        if sum(vi.subtree_size(node) for node, _, _ in roots) > SPLIT_PYTHON_TOKENS:
+            # big subtrees (first letters of declared names in an open object's key state: the
+            # rest of each letter's tokens): one numpy walk of just those subtrees
+            flags = walk_flags_multi(self.dfa, self.table, self._node_class, [state],
+                                     start=np.array([node for node, _, _ in roots], dtype=np.int64))[0]
+            rest = [self.table.token_ids[flags]]
+        else:
+            rest = self._sparse(state, roots) if roots else []
         if rest is None:
             return None
         ok = r_byte[vi.text_first] >= vi.text_len - 1
@@ -324,107 +361,3 @@ class MaskBuilder:
 
     def stats_line(self) -> str:
         return ", ".join(f"{k} {v}" for k, v in self.stats.items())
-
-
-def _ids(parts: list) -> np.ndarray:
-    """Token ids from a mix of single ids and id arrays."""
-    singles = [p for p in parts if not isinstance(p, np.ndarray)]
-    arrays = [p for p in parts if isinstance(p, np.ndarray)]
-    return np.concatenate([np.array(singles, dtype=np.int64)] + arrays) if arrays else np.array(singles, dtype=np.int64)
-
-
-def pack(ids: np.ndarray, words: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Set bit i of an int32 word array for every id (into `out` when given)."""
-    if out is None:
-        out = np.zeros(words, dtype=np.int32)
-    if len(ids):
-        u = out.view(np.uint32)
-        np.bitwise_or.at(u, ids >> 5, np.left_shift(np.uint32(1), (ids & 31).astype(np.uint32)))
-    return out
-
-
-def walk(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, state: int) -> np.ndarray:
-    """Token ids of `trie` whose bytes keep `dfa` alive from `state` (see walk_flags_multi)."""
-    return trie.token_ids[walk_flags(dfa, trie, node_class, state)]
-
-
-PY_TAIL_NODES = 24  # below this many live nodes per depth, finish the walk in plain Python
-
-
-def walk_flags(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, state: int) -> np.ndarray:
-    """Per token of `trie` (in trie.token_ids order), whether its bytes keep `dfa` alive."""
-    return walk_flags_multi(dfa, trie, node_class, [state])[0]
-
-
-def walk_flags_multi(dfa, trie: TokenTable | SubTrie, node_class: np.ndarray, states: list[int],
-                     ends: set[int] | None = None) -> np.ndarray:
-    """[len(states), tokens of `trie`]: whether each token keeps `dfa` alive from each state. A
-    breadth-first walk of the trie, all live (start, node) pairs of one depth per numpy step
-    (whole subtrees die with their parent); the last few pairs (long tokens such as runs of
-    spaces) are finished in Python, where a step costs far less than a round of numpy calls.
-    `ends`, when given, collects the states the allowed tokens end in."""
-    ncls = dfa.num_classes
-    n = trie.num_nodes
-    b = len(states)
-    alive = np.zeros(b * n, dtype=np.bool_)
-    d1 = trie.depth1
-    first = np.stack([dfa.row(s) for s in states])[:, node_class[d1]].ravel()
-    keep = first != 0
-    nodes = np.tile(d1, b)[keep]
-    src = np.repeat(np.arange(b, dtype=np.int64) * n, len(d1))[keep]
-    st = first[keep]
-    is_token = trie.__dict__.get("_is_token")
-    if ends is not None and is_token is None:
-        is_token = np.zeros(n, dtype=np.bool_)
-        is_token[trie.token_node] = True
-        trie.__dict__["_is_token"] = is_token
-    while len(nodes):
-        alive[src + nodes] = True
-        if ends is not None:
-            ends.update(np.unique(st[is_token[nodes]]).tolist())
-        if len(nodes) <= PY_TAIL_NODES:
-            _python_tail(dfa, trie, nodes.tolist(), st.tolist(), src.tolist(), alive, ends, is_token)
-            break
-        cs = trie.child_start[nodes]
-        cnt = trie.child_end[nodes] - cs
-        has = cnt > 0
-        if not has.all():
-            cs, cnt, st, src = cs[has], cnt[has], st[has], src[has]
-        total = int(cnt.sum())
-        if total == 0:
-            break
-        offsets = np.cumsum(cnt) - cnt
-        children = np.repeat(cs - offsets, cnt) + np.arange(total)
-        flat = np.repeat(st, cnt).astype(np.int64) * ncls + node_class[children]
-        src = np.repeat(src, cnt)
-        nxt = dfa.table.ravel()[flat]
-        unknown = nxt < 0
-        if unknown.any():
-            pairs = np.array(sorted(set(flat[unknown].tolist())), dtype=np.int64)
-            dfa.fill_pairs(pairs // ncls, pairs % ncls)
-            nxt = dfa.table.ravel()[flat]
-        keep = nxt != 0
-        nodes = children[keep]
-        st = nxt[keep]
-        src = src[keep]
-    return alive.reshape(b, n)[:, trie.token_node]
-
-
-def _python_tail(dfa, trie, nodes: list[int], states: list[int], srcs: list[int], alive: np.ndarray,
-                 ends: set[int] | None = None, is_token: np.ndarray | None = None) -> None:
-    lists = trie.__dict__.get("_py_lists")
-    if lists is None:
-        lists = (trie.node_byte.tolist(), trie.child_start.tolist(), trie.child_end.tolist())
-        trie.__dict__["_py_lists"] = lists
-    node_byte, cs, ce = lists
-    step = dfa.step
-    todo = list(zip(nodes, states, srcs))
-    while todo:
-        node, q, src = todo.pop()
-        alive[src + node] = True
-        if ends is not None and is_token[node]:
-            ends.add(q)
-        for child in range(cs[node], ce[node]):
-            t = step(q, node_byte[child])
-            if t:
-                todo.append((child, t, src))

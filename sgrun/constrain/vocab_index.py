@@ -66,6 +66,20 @@ class VocabIndex:
     text_ids: np.ndarray
     text_first: np.ndarray
     text_len: np.ndarray
+    parent: list[int]                    # node -> parent node (-1 at depth 1)
+
+    def node_prefix(self, node: int) -> bytes:
+        """The bytes from the trie root to `node`."""
+        out = []
+        while node >= 0:
+            out.append(self.node_byte[node])
+            node = self.parent[node]
+        return bytes(reversed(out))
+
+    def subtree_size(self, node: int) -> int:
+        """How many tokens start with `node`'s prefix."""
+        lo, hi = self.prefix_range(self.node_prefix(node))
+        return hi - lo
 
     def prefix_range(self, prefix: bytes) -> tuple[int, int]:
         """[lo, hi) of the sorted tokens that start with `prefix`."""
@@ -85,6 +99,8 @@ def _build(t: TokenTable) -> VocabIndex:
     parent = np.repeat(np.arange(n, dtype=np.int64), counts)
     deeper = np.arange(len(t.depth1), len(t.depth1) + len(parent), dtype=np.int64)
     kids = dict(zip(((parent << 8) | t.node_byte[deeper]).tolist(), deeper.tolist()))
+    parents = np.full(n, -1, dtype=np.int64)
+    parents[deeper] = parent
     root_kids = [-1] * 256
     for d in t.depth1.tolist():
         root_kids[node_byte[d]] = d
@@ -120,7 +136,8 @@ def _build(t: TokenTable) -> VocabIndex:
                       np.array([b'"' in t.token_bytes[i] for i in special.token_ids.tolist()], dtype=np.bool_),
                       sorted_bytes, np.array(order, dtype=np.int64),
                       np.array([len(b) for b in sorted_bytes], dtype=np.int64), np.array(tails, dtype=np.int64),
-                      text_arr, np.array([t.token_bytes[i][0] for i in text_ids], dtype=np.int64), lengths)
+                      text_arr, np.array([t.token_bytes[i][0] for i in text_ids], dtype=np.int64), lengths,
+                      parents.tolist())
 
 
 _indexes: dict[str, VocabIndex] = {}
