@@ -9,7 +9,9 @@ Three layers, each exact for what it measures:
 2. a witness: the byte string itself, walked through the DFA (each byte to a state one byte
    closer to the end), so it is a real path whatever the distances assumed;
 3. tokens: the fewest vocabulary tokens that spell the witness (dynamic programming over the
-   token trie), plus one for EOS unless the state it ends in stops the output by itself.
+   token trie). An accepting state needs 0: cut there (finish "length"), the output is valid as
+   it stands; EOS is not counted, since free text that may end anywhere would otherwise be
+   closed one token early instead of reporting that it ran out.
 
 The token count is an upper bound of the true shortest (another byte string may tokenize
 shorter), and a *consistent* one: computing a state's count also records, for every state on
@@ -293,8 +295,8 @@ class ShortestCompletion:
 
     # --- tokens -----------------------------------------------------------------------------
     def tokens_needed(self, state: int) -> float:
-        """Tokens (EOS included where the output needs one) of the shortest ending known from
-        `state`: an upper bound of the true shortest; inf where the state has no ending."""
+        """Tokens of the shortest ending known from `state` (to an accepting state, EOS not
+        counted): an upper bound of the true shortest; inf where the state has no ending."""
         got = self._tokens.get(state)
         if got is not None:
             return got
@@ -316,11 +318,9 @@ class ShortestCompletion:
         except _NoEnding:
             self._tokens[state] = INF
             return INF
-        end = after[-1] if after else state
-        eos = 1 if c.can_continue(end) else 0    # a state nothing can follow stops the output itself
         if not data:
-            self._tokens[state] = eos
-            return eos
+            self._tokens[state] = 0
+            return 0
         tokens = self.spelling.fewest_tokens(data)
         if not tokens:
             self._tokens[state] = INF
@@ -328,17 +328,15 @@ class ShortestCompletion:
         # Record the count left at every token boundary of the witness (a shorter count another
         # witness found there stays: it has its own continuation recorded).
         q, pos = state, 0
-        total = len(tokens) + eos
         for i, tok in enumerate(tokens):
-            left = total - i
+            left = len(tokens) - i
             if self._tokens.get(q, INF) > left:
                 self._tokens[q] = left
                 self._next[q] = tok
             pos += len(c.table.token_bytes[tok])
             q = after[pos - 1]
-        if self._tokens.get(q, INF) > eos:
-            self._tokens[q] = eos
-            self._next.pop(q, None)
+        self._tokens[q] = 0
+        self._next.pop(q, None)
         return self._tokens[state]
 
 
