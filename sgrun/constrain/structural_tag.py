@@ -216,9 +216,8 @@ class _Builder:
         bodies = [self.tag(t, f"{where}.tags[{i}]", skip=_owner(fmt["triggers"], t["begin"]))
                   for i, t in enumerate(fmt["tags"])]
         looped = _triggered_loop(fmt["triggers"], fmt["tags"], bodies, list(fmt.get("excludes", [])), once)
-        if first:   # the first tag opens the output, as xgrammar does
-            rest = looped if not once else _text_without(list(fmt.get("excludes", [])))
-            return seq(alt(*tags), rest)
+        if first:   # the first tag opens the output, as xgrammar does; `once`: and it is all
+            return alt(*tags) if once else seq(alt(*tags), looped)
         return looped
 
     def tag(self, tag: dict[str, Any], where: str, skip: str = "") -> Node:
