@@ -43,8 +43,13 @@ class NfaDistances:
         n = len(nfa.edges)
         self.dist: list[float] = [INF] * n
         self.shortest: list[float] = [INF] * len(nfa.frag_start)
+        # Reverse edges, once for the whole NFA (fragments never share an edge): (source, bytes
+        # consumed) and, per return state, the calls that return there (source, fragment, lo).
+        self._back: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self._back_calls: dict[int, list[tuple[int, int, int]]] = {}
         members, callees = self._fragments()
         for group in _callee_first_groups(callees):
+            recursive = len(group) > 1 or group[0] in callees[group[0]]
             while True:   # a recursive group: iterate until its fragments' lengths settle
                 changed = False
                 for f in group:
@@ -53,63 +58,67 @@ class NfaDistances:
                     if got < self.shortest[f]:
                         self.shortest[f] = got
                         changed = True
-                if not changed or len(group) == 1 and f not in callees[f]:
+                if not (changed and recursive):
                     break
 
     def _fragments(self) -> tuple[list[list[int]], list[set[int]]]:
         nfa = self.nfa
+        back, back_calls = self._back, self._back_calls
         members: list[list[int]] = []
         callees: list[set[int]] = []
         for f in range(len(nfa.frag_start)):
-            seen = {nfa.frag_start[f], nfa.frag_end[f]}
-            todo = [nfa.frag_start[f]]
+            start = nfa.frag_start[f]
+            seen = {start, nfa.frag_end[f]}
+            todo = [start]
             called: set[int] = set()
             while todo:
                 s = todo.pop()
-                nxt = [t for _, t in nfa.edges[s]] + list(nfa.eps[s])
-                for call in nfa.calls[s]:
-                    called.add(call[0])
-                    nxt.append(call[1])
-                for t in nxt:
+                for _, t in nfa.edges[s]:
+                    back[t].append((s, 1))
                     if t not in seen:
                         seen.add(t)
                         todo.append(t)
+                for t in nfa.eps[s]:
+                    back[t].append((s, 0))
+                    if t not in seen:
+                        seen.add(t)
+                        todo.append(t)
+                for call in nfa.calls[s]:
+                    fid, ret = call[0], call[1]
+                    called.add(fid)
+                    back_calls.setdefault(ret, []).append((s, fid, call[2] if len(call) > 2 else 1))
+                    if ret not in seen:
+                        seen.add(ret)
+                        todo.append(ret)
             members.append(list(seen))
             callees.append(called)
         return members, callees
 
     def _fragment_distances(self, f: int, states: list[int]) -> None:
         """Backward Dijkstra from the fragment's end over its own edges."""
-        nfa = self.nfa
-        inside = set(states)
-        back: dict[int, list[tuple[int, float]]] = {s: [] for s in states}
-        for s in states:
-            for _, t in nfa.edges[s]:
-                if t in inside:
-                    back[t].append((s, 1))
-            for t in nfa.eps[s]:
-                if t in inside:
-                    back[t].append((s, 0))
-            for call in nfa.calls[s]:
-                fid, ret = call[0], call[1]
-                lo = call[2] if len(call) > 2 else 1
-                cost = 0 if lo == 0 else lo * self.shortest[fid]
-                if ret in inside and cost < INF:
-                    back[ret].append((s, cost))
-        dist = self.dist
+        dist, back, back_calls, shortest = self.dist, self._back, self._back_calls, self.shortest
         for s in states:
             dist[s] = INF
-        end = nfa.frag_end[f]
+        end = self.nfa.frag_end[f]
         dist[end] = 0
         heap = [(0, end)]
+        pop, push = heapq.heappop, heapq.heappush
         while heap:
-            d, s = heapq.heappop(heap)
+            d, s = pop(heap)
             if d > dist[s]:
                 continue
             for p, w in back[s]:
-                if d + w < dist[p]:
-                    dist[p] = d + w
-                    heapq.heappush(heap, (d + w, p))
+                nd = d + w
+                if nd < dist[p]:
+                    dist[p] = nd
+                    push(heap, (nd, p))
+            calls = back_calls.get(s)
+            if calls:
+                for p, fid, lo in calls:
+                    nd = d + (0 if lo == 0 else lo * shortest[fid])
+                    if nd < dist[p]:
+                        dist[p] = nd
+                        push(heap, (nd, p))
 
     def stack_cost(self, stk, memo: dict) -> float:
         """Bytes the return frames still need after the current fragment ends."""
