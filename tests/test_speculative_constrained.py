@@ -18,6 +18,7 @@ from sgrun.constrain.budget import budgeted_matcher
 from sgrun.constrain.shortest_completion import shortest_completion
 from sgrun.engine.ngram_draft import allowed_prefix
 from sgrun.engine.speculative import _fill_draft_masks
+from test_speculative import _both, _chi2_critical   # the same request off and on; the chi-square bound
 
 ORDER = {"order_id": "A-1042", "customer": "Alice Smith", "email": "alice.smith@example.com",
          "city": "Paris", "tracking": "JD014600006281234567"}
@@ -30,18 +31,6 @@ row: FIELD ("," FIELD)*
 FIELD: /[A-Za-z0-9 .@-]{1,30}/
 """
 TAG = {"structures": [{"begin": "<order>", "schema": ORDER_SCHEMA, "end": "</order>"}], "triggers": ["<order>"]}
-
-
-def _both(engine, prompt, **kw):
-    off = engine.generate(prompt, sgrun.SamplingParams(**kw, speculative_ngram=False))[0].outputs[0]
-    on = engine.generate(prompt, sgrun.SamplingParams(**kw, speculative_ngram=True))[0].outputs[0]
-    return off, on
-
-
-def _chi2_critical(df: int) -> float:
-    """The 99.9th percentile of chi-square with df degrees of freedom (Wilson-Hilferty)."""
-    z = 3.0902
-    return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
 
 
 class _Seq:

@@ -32,7 +32,7 @@ import torch
 from sgrun.constrain.bitmask import unpack_bitmask
 from sgrun.constrain.constraint import _FINISHED, Constraint, Matcher
 from sgrun.constrain.mask_builder import pack
-from sgrun.constrain.shortest_completion import INF, ShortestCompletion, shortest_completion
+from sgrun.constrain.shortest_completion import INF, ShortestCompletion, per_vocabulary, shortest_completion
 from sgrun.errors import InvalidRequestError
 
 STEER_WINDOW = 48          # tokens of slack under which the mask is filtered by the budget
@@ -178,24 +178,22 @@ class BudgetSteering:
         return out
 
 
-_padded: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 _steer_lock = threading.Lock()
 
 
+def _padded(table) -> tuple[np.ndarray, np.ndarray]:
+    tb = table.token_bytes
+    lengths = np.fromiter((len(b) for b in tb), dtype=np.int64, count=len(tb))
+    data = np.zeros((len(tb), max(1, int(lengths.max()))), dtype=np.uint8)
+    for i, b in enumerate(tb):
+        if b:
+            data[i, :len(b)] = np.frombuffer(b, dtype=np.uint8)
+    return data, lengths
+
+
 def padded_token_bytes(table) -> tuple[np.ndarray, np.ndarray]:
-    """Every token's bytes as a zero-padded [vocab, longest] uint8 matrix, and the lengths
-    (once per vocabulary)."""
-    with _steer_lock:
-        got = _padded.get(table.fingerprint)
-        if got is None:
-            tb = table.token_bytes
-            lengths = np.fromiter((len(b) for b in tb), dtype=np.int64, count=len(tb))
-            data = np.zeros((len(tb), max(1, int(lengths.max()))), dtype=np.uint8)
-            for i, b in enumerate(tb):
-                if b:
-                    data[i, :len(b)] = np.frombuffer(b, dtype=np.uint8)
-            got = _padded[table.fingerprint] = (data, lengths)
-        return got
+    """Every token's bytes as a zero-padded [vocab, longest] uint8 matrix, and the lengths."""
+    return per_vocabulary(table, "padded bytes", _padded)
 
 
 def _steering(constraint: Constraint, sc: ShortestCompletion) -> BudgetSteering:

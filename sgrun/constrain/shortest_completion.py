@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import threading
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from sgrun.constrain.token_table import TokenTable
 
@@ -226,24 +227,33 @@ class VocabSpelling:
         return out[::-1]
 
 
-_spellings: dict[str, VocabSpelling] = {}
-_spell_lock = threading.Lock()
+_per_vocabulary: dict[tuple[str, str], Any] = {}
+_vocab_lock = threading.Lock()
+
+
+def per_vocabulary(table: TokenTable, what: str, build: Callable[[TokenTable], Any]) -> Any:
+    """build(table), once per vocabulary (fingerprint) and `what`."""
+    with _vocab_lock:
+        key = (table.fingerprint, what)
+        got = _per_vocabulary.get(key)
+        if got is None:
+            got = _per_vocabulary[key] = build(table)
+        return got
+
+
+def _spelling(table: TokenTable) -> VocabSpelling:
+    by_bytes: dict[bytes, int] = {}
+    prefixes: set[bytes] = set()
+    for tid, b in enumerate(table.token_bytes):
+        if b and b not in by_bytes:
+            by_bytes[b] = tid
+            for k in range(1, len(b) + 1):
+                prefixes.add(b[:k])
+    return VocabSpelling(by_bytes, frozenset(prefixes), all(bytes([x]) in by_bytes for x in range(256)))
 
 
 def vocab_spelling(table: TokenTable) -> VocabSpelling:
-    with _spell_lock:
-        got = _spellings.get(table.fingerprint)
-        if got is None:
-            by_bytes: dict[bytes, int] = {}
-            prefixes: set[bytes] = set()
-            for tid, b in enumerate(table.token_bytes):
-                if b and b not in by_bytes:
-                    by_bytes[b] = tid
-                    for k in range(1, len(b) + 1):
-                        prefixes.add(b[:k])
-            every = all(bytes([x]) in by_bytes for x in range(256))
-            got = _spellings[table.fingerprint] = VocabSpelling(by_bytes, frozenset(prefixes), every)
-        return got
+    return per_vocabulary(table, "spelling", _spelling)
 
 
 class ShortestCompletion:
@@ -380,9 +390,11 @@ def shortest_completion(constraint) -> ShortestCompletion | None:
         return None
     got = constraint.__dict__.get("_shortest")
     if got is None:
-        with _spell_lock:
+        with _build_lock:
             got = constraint.__dict__.get("_shortest")
-        if got is None:
-            got = ShortestCompletion(constraint)
-            constraint.__dict__["_shortest"] = got
+            if got is None:
+                got = constraint.__dict__["_shortest"] = ShortestCompletion(constraint)
     return got
+
+
+_build_lock = threading.Lock()
