@@ -164,3 +164,26 @@ def test_server_budget_just_above_succeeds_and_below_is_a_400(client, model, siz
     body = err.value.body
     assert body["param"] == "max_tokens"
     assert f"max_tokens is {need - 1}" in body["message"] and f"needs {need} tokens" in body["message"]
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+
+
+def test_server_tool_call_fits_the_count_the_400_names(client, model):
+    """A required call below its shortest is refused with the count; at that count it completes."""
+    import re
+    messages = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="required",
+                                       max_tokens=5, temperature=0)
+    assert err.value.body["param"] == "max_tokens"
+    need = int(re.search(r"needs (\d+) tokens", err.value.body["message"]).group(1))
+    r = client.chat.completions.create(model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="required",
+                                       max_tokens=need, temperature=0)
+    assert r.choices[0].finish_reason == "tool_calls" and r.usage.completion_tokens <= need
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
