@@ -8,8 +8,9 @@ within STEER_WINDOW tokens, the mask keeps only tokens after which a valid endin
 what is left. The output then closes validly within the budget instead of being cut mid-value:
 with exactly enough tokens it is the shortest ending, with a few more the model still chooses
 among the endings that fit. A JSON value's closing brace ends the output by itself (finish
-"stop"); where the constraint may go on (free text, a top-level number) the output is valid
-when the budget runs out and reports "length", as a plain request would.
+"stop"), a tool call's end keeps a token for EOS; where the constraint may end anywhere (free
+text, a top-level number) the output is valid when the budget runs out and reports "length",
+as a plain request would.
 
 Token counts come from shortest_completion.py (an upper bound that is consistent: from a state
 that needs n there is always a token to one that needs n - 1), so the set never runs empty.

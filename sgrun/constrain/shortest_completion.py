@@ -9,9 +9,10 @@ Three layers, each exact for what it measures:
 2. a witness: the byte string itself, walked through the DFA (each byte to a state one byte
    closer to the end), so it is a real path whatever the distances assumed;
 3. tokens: the fewest vocabulary tokens that spell the witness (dynamic programming over the
-   token trie). An accepting state needs 0: cut there (finish "length"), the output is valid as
-   it stands; EOS is not counted, since free text that may end anywhere would otherwise be
-   closed one token early instead of reporting that it ran out.
+   token trie), plus one for EOS where the witness ends in a state that could go on (after a
+   tool call: another one may follow), so the output finishes as "stop". An accepting state
+   itself needs 0: cut there (finish "length") the output is valid as it stands, and free text
+   that may end anywhere is not closed one token early instead of reporting that it ran out.
 
 The token count is an upper bound of the true shortest (another byte string may tokenize
 shorter), and a *consistent* one: computing a state's count also records, for every state on
@@ -314,8 +315,8 @@ class ShortestCompletion:
 
     # --- tokens -----------------------------------------------------------------------------
     def tokens_needed(self, state: int) -> float:
-        """Tokens of the shortest ending known from `state` (to an accepting state, EOS not
-        counted): an upper bound of the true shortest; inf where the state has no ending."""
+        """Tokens of the shortest ending known from `state` (0 where it accepts; an EOS counted
+        where the ending could go on): an upper bound of the true shortest; inf where none."""
         got = self._tokens.get(state)
         if got is not None:
             return got
@@ -346,9 +347,12 @@ class ShortestCompletion:
             return INF
         # Record the count left at every token boundary of the witness (a shorter count another
         # witness found there stays: it has its own continuation recorded).
+        # Leaving structure for an end that could go on (another call, free text) keeps one token
+        # for the EOS that finishes it as "stop"; an end nothing can follow finishes by itself.
+        eos = 1 if c.can_continue(after[-1]) else 0
         q, pos = state, 0
         for i, tok in enumerate(tokens):
-            left = len(tokens) - i
+            left = len(tokens) + eos - i
             if self._tokens.get(q, INF) > left:
                 self._tokens[q] = left
                 self._next[q] = tok
