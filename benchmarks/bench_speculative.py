@@ -11,7 +11,9 @@ result (JSON, a log, code) in the context and an answer that quotes it (repeat i
 it, extract fields under a JSON schema, edit the code). Reported: completion tokens / wall
 seconds for each side, the ratio, the acceptance rate of the drafts (accepted / drafted), the
 mean tokens per verify step, and the load average before and after. Greedy by default (outputs
-must then be identical on both sides, which is checked).
+must then be identical on both sides, which is checked). Constrained turns (a JSON schema, tool
+calls held to their schemas in the model's call format) are also summed on their own line: the
+drafts there are cut at the first token the constraint forbids before they are verified.
 """
 
 from __future__ import annotations
@@ -47,6 +49,38 @@ EXTRACT_SCHEMA = {"type": "object", "properties": {
     "additionalProperties": False}
 
 
+TOOLS = [{"type": "function", "function": {
+    "name": "update_order", "description": "Update an order's shipping record",
+    "parameters": {"type": "object", "properties": {
+        "order_id": {"type": "string"}, "email": {"type": "string"}, "tracking": {"type": "string"},
+        "carrier": {"type": "string", "enum": ["DHL", "UPS", "FedEx"]}},
+        "required": ["order_id", "email", "tracking", "carrier"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "notify_customer", "description": "Email a customer",
+        "parameters": {"type": "object", "properties": {"email": {"type": "string"}, "message": {"type": "string"}},
+                       "required": ["email", "message"], "additionalProperties": False}}}]
+CALLS = {"tool_calls": {"format": "hermes", "tools": TOOLS, "mode": "required", "parallel": False}}
+
+
+def cpu_line() -> str:
+    """The CPU model and the vector ISA flags that pick the kernels (from /proc/cpuinfo)."""
+    import platform
+    model, flags = platform.processor() or platform.machine(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model") and model in ("", platform.machine(), platform.processor()):
+                    model = value.strip()
+                elif key.strip() in ("flags", "Features"):
+                    flags = set(value.split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "asimd", "asimddp")
+           if f in flags]
+    return f"cpu {model}  cores {os.cpu_count()}  flags {' '.join(isa) or 'none of the vector ISAs'}"
+
+
 def agent_turns() -> list[tuple[str, list[dict], dict]]:
     """(name, chat messages, extra SamplingParams) of the workload."""
     def turn(tool: str, result: str, ask: str) -> list[dict]:
@@ -62,6 +96,12 @@ def agent_turns() -> list[tuple[str, list[dict], dict]]:
         ("weather-list", turn("get_forecast", weather, "Repeat the forecast JSON, then list each day."), {}),
         ("quote-log", turn("read_logs", LOG, "Quote the three log lines exactly, then say what failed."), {}),
         ("edit-code", turn("read_file", CODE, "Rewrite this function exactly, adding a docstring."), {}),
+        ("call-update", turn("get_order", order, "Now call update_order with this order's id, the customer's "
+                                                 "email, its tracking number and carrier. Tools: "
+                             + json.dumps(TOOLS[:1])), CALLS),
+        ("call-notify", turn("get_order", order, "Now call notify_customer: email the customer that order "
+                                                 "A-1042 shipped with DHL, tracking JD014600006281234567. Tools: "
+                             + json.dumps(TOOLS[1:])), CALLS),
     ]
 
 
@@ -80,6 +120,7 @@ def main() -> None:
     engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=args.quantization,
                           speculative_num_draft=args.num_draft, speculative_ngram_max=args.ngram_max,
                           speculative_ngram_min=args.ngram_min)
+    print(cpu_line())
     print(f"model {engine.model_name}  quantization {engine.quantization}  dtype {engine.dtype}  threads "
           f"{args.threads}  k={args.num_draft} n={args.ngram_min}..{args.ngram_max}  T={args.temperature}")
     turns = [(name, engine.tokenizer.apply_chat_template(msgs, add_generation_prompt=True), extra)
@@ -123,6 +164,11 @@ def main() -> None:
         off, on = (arms[s][0] / arms[s][1] for s in (False, True))
         print(f"  {name:13s} off {off:6.1f} tok/s  on {on:6.1f} tok/s  x{on / off:.2f}  "
               f"({arms[True][0] // args.rounds} tokens)")
+    constrained = [name for name, _, extra in turns if extra]
+    c_off, c_on = (sum(per_turn[n][s][0] for n in constrained) / sum(per_turn[n][s][1] for n in constrained)
+                   for s in (False, True))
+    print(f"constrained turns ({', '.join(constrained)}): off {c_off:.1f} tok/s, on {c_on:.1f} tok/s, "
+          f"speed-up x{c_on / c_off:.2f}")
     off = totals[False][0] / totals[False][1]
     on = totals[True][0] / totals[True][1]
     rate = spec_accepted / spec_drafted if spec_drafted else 0.0

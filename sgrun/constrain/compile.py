@@ -21,7 +21,7 @@ from sgrun.errors import ConstraintError
 
 def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None = None, grammar: str | None = None,
                        choices: list[str] | None = None, triggers: list[dict] | None = None,
-                       tool_calls: Any = None, reasoning: tuple[str, str] | None = None,
+                       tool_calls: Any = None, reasoning: tuple[str, str] | None = None, structural_tag: Any = None,
                        whitespace: str = "compact", lenient: bool = False, key_order: str = "schema",
                        use_cache: bool = True, warm_up: bool = True,
                        budget_s: float | None = DEFAULT_COMPILE_BUDGET_S, isolate: bool = False) -> Constraint:
@@ -47,14 +47,17 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     triggers: free text until one of the triggers appears, then that trigger's constraint (see
     triggered.py): a list of {"trigger": str, <one of json_schema / regex / choices>: ...}.
     tool_calls: a tool_calls.ToolCallConstraint (calls in a model's format, held to the tools).
+    structural_tag: free text with triggered constrained segments, SGLang's / xgrammar's shape
+    (structural_tag.py): {"structures": [{begin, schema, end}], "triggers": [...]} or {"format": {...}}.
     reasoning: (open, close), e.g. ("<think>", "</think>"): the output may start with a reasoning
     section (`open`, free text up to `close`); the constraint holds from there on. ("", close):
     the prompt already opened the section, so the output must close it first.
     """
     given = [k for k, v in (("json_schema", json_schema), ("regex", regex), ("grammar", grammar),
-                            ("choices", choices), ("triggers", triggers), ("tool_calls", tool_calls)) if v is not None]
+                            ("choices", choices), ("triggers", triggers), ("tool_calls", tool_calls),
+                            ("structural_tag", structural_tag)) if v is not None]
     if len(given) != 1:
-        raise ConstraintError(f"give exactly one of json_schema, regex, grammar, choices, triggers, tool_calls "
+        raise ConstraintError(f"give exactly one of json_schema, regex, grammar, choices, triggers, tool_calls, structural_tag "
                               f"(got {given or 'none'})")
     kind = given[0]
     if reasoning is not None and kind == "grammar":
@@ -76,6 +79,9 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
         spec, options = canonical_triggers(triggers), (whitespace,)
     elif kind == "tool_calls":
         spec, options = tool_calls.spec(), ()
+    elif kind == "structural_tag":
+        from sgrun.constrain.structural_tag import canonical_structural_tag
+        spec, options = canonical_structural_tag(structural_tag), (whitespace,)
     else:
         if not isinstance(choices, (list, tuple)) or not choices or not all(isinstance(c, str) for c in choices):
             raise ConstraintError("choices must be a non-empty list of strings")
@@ -108,6 +114,9 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
             elif kind == "triggers":
                 from sgrun.constrain.trigger_spec import triggers_nfa
                 nfa, root = triggers_nfa(triggers, whitespace)
+            elif kind == "structural_tag":
+                from sgrun.constrain.structural_tag import structural_tag_nfa
+                nfa, root = structural_tag_nfa(structural_tag, whitespace)
             elif kind == "tool_calls":
                 from sgrun.constrain.tool_calls.call_constraint import tool_calls_node
                 nfa = ByteNFA()

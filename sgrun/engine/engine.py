@@ -132,14 +132,19 @@ class Engine:
                 field="max_new_tokens" if len(prompt_ids) < self.max_context else "prompt")
         if constraint is None and params.has_constraint:
             constraint = self.compile_constraint(params)
+        # Refuses a constraint whose shortest output exceeds max_new_tokens; masks that close within it.
+        new_matcher = None
+        if constraint is not None:
+            from sgrun.constrain.budget import budgeted_matcher
+            new_matcher = budgeted_matcher(constraint, params.max_new_tokens)
         request_id = request_id or uuid.uuid4().hex
         handle = RequestHandle(self.abort, request_id, prompt_ids, params.n)
         for i in range(params.n):
             detok = IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens, params.stop)
             seq = Sequence(seq_id=next(self._seq_ids), request_id=request_id, index=i, tokens=list(prompt_ids),
                            prompt_len=len(prompt_ids), params=params, detok=detok, emit=handle.push)
-            if constraint is not None:
-                seq.matcher = constraint.matcher()
+            if new_matcher is not None:
+                seq.matcher = new_matcher()
             if not params.greedy:   # counter-based noise: hash(sample_seed, step) (counter_rng.py)
                 seed = params.sample_seed(i)
                 seq.sample_seed = (seed if seed is not None else int.from_bytes(os.urandom(8), "little")) & ((1 << 63) - 1)

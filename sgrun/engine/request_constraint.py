@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from sgrun.constrain import Constraint
     from sgrun.models.tokenizer import Tokenizer
 
-CONSTRAINT_KINDS = ("json_schema", "regex", "grammar", "choices", "triggers", "tool_calls")
+CONSTRAINT_KINDS = ("json_schema", "regex", "grammar", "choices", "triggers", "tool_calls", "structural_tag")
 
 
 def constraint_of(params: SamplingParams) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def constraint_of(params: SamplingParams) -> dict[str, Any]:
 def compile_for_request(tokenizer: Tokenizer, *, budget_s: float = DEFAULT_COMPILE_BUDGET_S,
                         reasoning: tuple[str, str] | None = None, **kind: Any) -> Constraint:
     """Compile one constraint kind (`json_schema=`, `regex=`, `grammar=`, `choices=`,
-    `triggers=` or `tool_calls=`: a ToolCallConstraint or its dict form) for one request."""
+    `triggers=`, `structural_tag=` or `tool_calls=`: a ToolCallConstraint or its dict form) for one request."""
     from sgrun.constrain import compile_constraint
     if budget_s is None or not budget_s > 0:
         raise ValueError(f"a request's constraint compiles under a positive time budget, got {budget_s!r}")

@@ -60,6 +60,9 @@ class SamplingParams:
     # Tool calls in a model's call format, held to the tools' schemas (JSON form of
     # sgrun.constrain.tool_calls.ToolCallConstraint: format, tools, mode, parallel, answer_schema).
     tool_calls: dict[str, Any] | None = None
+    # Free text with triggered segments, SGLang's / xgrammar's structural tag (constrain/structural_tag.py):
+    # {"structures": [{"begin", "schema", "end"}], "triggers": [...]} or {"format": {...}}.
+    structural_tag: dict[str, Any] | str | None = None
     # The output may open with a reasoning section (open tag, close tag); the constraint starts after it.
     reasoning: tuple[str, str] | list[str] | None = None
     jump_forward: bool = True
@@ -88,7 +91,7 @@ class SamplingParams:
     @property
     def has_constraint(self) -> bool:
         return any(x is not None and x is not False for x in (self.json_schema, self.regex, self.grammar, self.choices,
-                                                              self.triggers, self.tool_calls))
+                                                              self.triggers, self.tool_calls, self.structural_tag))
 
     def sample_seed(self, index: int) -> int | None:
         """The seed of sample `index` of n: seed + index, wrapped into the 63-bit range."""
@@ -229,7 +232,7 @@ def _stop_regex(value: Any) -> list[str]:
 
 
 def _check_constraints(p: SamplingParams) -> None:
-    given = [n for n in ("json_schema", "regex", "grammar", "choices", "triggers", "tool_calls")
+    given = [n for n in ("json_schema", "regex", "grammar", "choices", "triggers", "tool_calls", "structural_tag")
              if getattr(p, n) is not None and getattr(p, n) is not False]
     if len(given) > 1:
         raise _bad(given[1], f"cannot be combined with {given[0]}: give one constraint per request")
@@ -237,6 +240,9 @@ def _check_constraints(p: SamplingParams) -> None:
                                    or not all(isinstance(t, Mapping) for t in p.triggers)):
         raise _bad("triggers", f"must be a non-empty list of {{\"trigger\": ..., <constraint>: ...}} objects, "
                                f"got {_kind(p.triggers)}")
+    if p.structural_tag is not None and not isinstance(p.structural_tag, (Mapping, str)):
+        raise _bad("structural_tag", f"must be an object (or its JSON text) with 'format', or 'structures' and "
+                                     f"'triggers', got {_kind(p.structural_tag)}")
     if p.tool_calls is not None and not isinstance(p.tool_calls, Mapping):
         raise _bad("tool_calls", f"must be an object with format, tools and mode, got {_kind(p.tool_calls)}")
     if p.reasoning is not None:

@@ -16,7 +16,7 @@ from sgrun.constrain import Constraint
 from sgrun.constrain.tool_calls import ToolCallConstraint
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.server.chat_prompt import render_prompt
-from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
+from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint, structural_tag_of
 from sgrun.server.engine_bridge import RunningRequest, submit
 from sgrun.server.errors import bad_request
 from sgrun.server.field_mapping import CHAT_NAMES, FieldNames, openai_sampling_params
@@ -59,9 +59,11 @@ def constraint_spec(req: ChatCompletionRequest, plan: ToolPlan, state: ServerSta
             schema = rf.json_schema.schema
             given.append(ConstraintSpec("json_schema", True if schema is None or schema is True else schema,
                                         "response_format.json_schema.schema"))
+        elif rf.type == "structural_tag":
+            given.append(ConstraintSpec("structural_tag", structural_tag_of(rf), "response_format"))
         elif rf.type != "text":
-            raise bad_request(f"response_format type must be 'text', 'json_object' or 'json_schema', got {rf.type!r}",
-                              param="response_format.type")
+            raise bad_request(f"response_format type must be 'text', 'json_object', 'json_schema' or 'structural_tag', "
+                              f"got {rf.type!r}", param="response_format.type")
     if req.regex is not None:
         given.append(ConstraintSpec("regex", req.regex, "regex"))
     if req.ebnf is not None:

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sgrun.server")
 _KIND_NAMES = {"json_schema": "JSON Schema", "regex": "regex", "grammar": "grammar", "choices": "choices list",
-               "triggers": "triggers list", "tool_calls": "tools list"}
+               "triggers": "triggers list", "tool_calls": "tools list",
+               "structural_tag": "structural tag"}
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,13 @@ def compile_spec(tokenizer: Tokenizer, spec: ConstraintSpec, metrics: ServerMetr
     finally:
         metrics.observe_constraint_compile(time.perf_counter() - started)
     return constraint
+
+
+def structural_tag_of(rf: Any) -> dict[str, Any]:
+    """response_format {"type": "structural_tag", ...} -> compile_constraint's structural_tag
+    (its shape is checked there: a bad one is a 400 under response_format)."""
+    return {k: v for k, v in (("format", rf.format), ("structures", rf.structures), ("triggers", rf.triggers))
+            if v is not None}
 
 
 # Compiles get their own threads: a burst of slow constraints then queues here instead of

@@ -114,7 +114,9 @@ def from_exception(exc: BaseException, names: "FieldNames | None" = None) -> API
     if isinstance(exc, ConstraintError):
         return APIError(400, str(exc), "invalid_request_error", param=param, code="constraint_error")
     if isinstance(exc, InvalidRequestError):
-        return APIError(400, str(exc), "invalid_request_error", param=param, code="invalid_value")
+        # An error that can say itself under the client's field name does (max_tokens, not max_new_tokens).
+        text = exc.message_for(param) if param and hasattr(exc, "message_for") else str(exc)
+        return APIError(400, text, "invalid_request_error", param=param, code="invalid_value")
     if isinstance(exc, msgspec.DecodeError):
         return from_decode_error(exc)
     if isinstance(exc, ModelLoadError):

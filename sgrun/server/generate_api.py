@@ -59,7 +59,7 @@ def _rids(req: GenerateRequest, count: int) -> list[str]:
 
 
 def _constraint_spec(params: SamplingParams, names: FieldNames) -> ConstraintSpec | None:
-    for kind in ("json_schema", "regex", "grammar", "choices", "triggers", "tool_calls"):
+    for kind in ("json_schema", "regex", "grammar", "choices", "triggers", "tool_calls", "structural_tag"):
         value = getattr(params, kind)
         if value is not None and value is not False:
             param = names.client(kind) or kind

@@ -67,6 +67,10 @@ class JsonSchemaFormat(msgspec.Struct):
 class ResponseFormat(msgspec.Struct):
     type: str
     json_schema: JsonSchemaFormat | None = None
+    # type "structural_tag" (constrain/structural_tag.py): SGLang's shape, or xgrammar's newer `format`.
+    structures: list[Any] | None = None
+    triggers: list[Any] | None = None
+    format: Any = None
 
 
 class StreamOptions(msgspec.Struct):

@@ -1,0 +1,189 @@
+"""JSON that fits its budget (constrain/budget.py, shortest_completion.py): with max_new_tokens and
+a schema, the output closes validly within the budget whenever an instance that short exists,
+and a budget below the shortest instance is refused, naming the tokens it needs.
+
+Schemas whose shortest instance is about 5, 20 and 60 tokens, at budgets just above and just
+below: model-free (random tokens from the budget mask: the steering alone must close the
+output), through the engine on the real default model, and through the server (400 naming
+max_tokens)."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import numpy as np
+import openai
+import pytest
+
+from constrain_fixtures import load_default_tokenizer
+from server_fixtures import client_fixture, engine_fixture, model_fixture, server_fixture
+
+from sgrun.constrain import compile_constraint
+from sgrun.constrain.bitmask import unpack_bitmask
+from sgrun.constrain.budget import OutputBudgetError, budgeted_matcher
+from sgrun.constrain.shortest_completion import shortest_completion
+
+SHORT = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+MEDIUM = {"type": "object", "properties": {
+    "name": {"type": "string", "minLength": 3}, "age": {"type": "integer", "minimum": 18},
+    "tags": {"type": "array", "items": {"type": "string"}, "minItems": 2}, "active": {"type": "boolean"}},
+    "required": ["name", "age", "tags", "active"]}
+LONG = {"type": "object", "properties": {
+    "user": {"type": "object", "properties": {
+        "first_name": {"type": "string"}, "last_name": {"type": "string"},
+        "address": {"type": "object", "properties": {
+            "street": {"type": "string"}, "city": {"type": "string"},
+            "zip": {"type": "string", "pattern": "^[0-9]{5}$"}}, "required": ["street", "city", "zip"]}},
+        "required": ["first_name", "last_name", "address"]},
+    "items": {"type": "array", "minItems": 3, "items": {"type": "object", "properties": {
+        "sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1}}, "required": ["sku", "qty"]}}},
+    "required": ["user", "items"]}
+# (schema, the range its shortest instance's token count must fall in)
+CASES = {"5": (SHORT, (4, 7)), "20": (MEDIUM, (17, 24)), "60": (LONG, (55, 75))}
+PROMPT = "Describe a customer order for Alice Smith, 12 Long Street, Springfield, with three items, as JSON."
+
+engine = engine_fixture(num_threads=2, memory_gb=0.3)   # the default configuration (int4, auto dtype)
+server = server_fixture("engine")
+client = client_fixture(timeout=300)
+model = model_fixture()
+
+
+def _needed(schema) -> int:
+    c = compile_constraint(load_default_tokenizer(), json_schema=schema)
+    return int(shortest_completion(c).tokens_needed(c.initial_state))
+
+
+@pytest.mark.parametrize("size", CASES)
+def test_shortest_instance_sizes_and_the_count_is_a_real_path(size):
+    """The count is at most what the tokenizer needs for the shortest instance, and following next_token
+    from the start spells a valid instance in exactly that many tokens."""
+    schema, (lo, hi) = CASES[size]
+    tok = load_default_tokenizer()
+    c = compile_constraint(tok, json_schema=schema)
+    sc = shortest_completion(c)
+    need = sc.tokens_needed(c.initial_state)
+    assert lo <= need <= hi, need
+    witness, _ = sc.witness(c.initial_state)
+    jsonschema.validate(json.loads(witness), schema)
+    # At most what the tokenizer spends on that instance (the fewest-token spelling may beat BPE).
+    assert need <= len(tok.encode(witness.decode(), add_bos=False))
+    state, path = c.initial_state, []
+    while (t := sc.next_token(state)) is not None:
+        path.append(t)
+        state = c.advance(state, t)
+        assert sc.tokens_needed(state) <= need - len(path)   # (the end itself needs 0, not its EOS)
+    jsonschema.validate(json.loads(tok.decode(path)), schema)
+
+
+@pytest.mark.parametrize("size", CASES)
+def test_random_tokens_under_the_budget_mask_always_close_validly(size):
+    """Uniformly random tokens from the mask, budgets from the shortest to a little above: the
+    output is a valid instance, ends by itself (EOS or a closed value) within the budget."""
+    schema, _ = CASES[size]
+    tok = load_default_tokenizer()
+    c = compile_constraint(tok, json_schema=schema)
+    need = _needed(schema)
+    eos = set(c.table.eos_ids.tolist())
+    rng = np.random.default_rng(0)
+    row = np.zeros(c.table.words, dtype=np.int32)
+    import torch
+    row_t = torch.from_numpy(row)
+    for budget in (need, need + 1, need + 3, need + 12, need + 40):
+        for _ in range(3):
+            m = budgeted_matcher(c, budget)()
+            out: list[int] = []
+            while not m.is_terminated():
+                m.fill_bitmask(row_t)
+                allowed = np.flatnonzero(unpack_bitmask(row_t, c.table.vocab_size))
+                assert len(allowed), f"empty mask after {out}"
+                t = int(rng.choice(allowed))
+                assert m.advance(t)
+                if t in eos:
+                    break
+                out.append(t)
+            assert len(out) + (1 if m.num_advanced > len(out) else 0) <= budget
+            jsonschema.validate(json.loads(tok.decode(out)), schema)
+
+
+@pytest.mark.parametrize("size", CASES)
+def test_budget_below_the_shortest_is_refused_naming_the_count(size):
+    schema, _ = CASES[size]
+    c = compile_constraint(load_default_tokenizer(), json_schema=schema)
+    need = _needed(schema)
+    with pytest.raises(OutputBudgetError, match=rf"needs {need} tokens") as err:
+        budgeted_matcher(c, need - 1)
+    assert err.value.field == "max_new_tokens" and err.value.needed == need
+    budgeted_matcher(c, need)   # exactly enough is accepted
+
+
+@pytest.mark.parametrize("size", CASES)
+def test_engine_closes_within_the_budget_on_the_real_model(engine, size):
+    import sgrun
+    schema, _ = CASES[size]
+    need = _needed(schema)
+    prompt = engine.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}], add_generation_prompt=True)
+    for budget, temperature in ((need, 0.0), (need + 1, 0.8), (need + 2, 0.0)):
+        out = engine.generate(prompt, sgrun.SamplingParams(max_new_tokens=budget, temperature=temperature, seed=3,
+                                                           json_schema=schema))[0]
+        assert out.finish_reason == "stop", (budget, out.text)
+        assert len(out.token_ids) <= budget
+        jsonschema.validate(json.loads(out.text), schema)
+    with pytest.raises(OutputBudgetError, match=rf"max_new_tokens is {need - 1}, .* needs {need} tokens"):
+        engine.submit(prompt, sgrun.SamplingParams(max_new_tokens=need - 1, json_schema=schema))
+    assert engine.stats()["running"] == 0
+
+
+def test_regex_and_tool_arguments_fit_too(engine):
+    import sgrun
+    pattern = r"[a-z]{12,20}@example\.(com|org)"
+    tok = engine.tokenizer
+    c = compile_constraint(tok, regex=pattern)
+    need = int(shortest_completion(c).tokens_needed(c.initial_state))
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Give an email address."}], add_generation_prompt=True)
+    out = engine.generate(prompt, sgrun.SamplingParams(max_new_tokens=need, temperature=0.0, regex=pattern))[0]
+    assert out.finish_reason == "stop" and c.matches_bytes(out.text.encode()), out.text
+    with pytest.raises(OutputBudgetError):
+        engine.submit(prompt, sgrun.SamplingParams(max_new_tokens=need - 1, regex=pattern))
+
+
+@pytest.mark.parametrize("size", ["20", "60"])
+def test_server_budget_just_above_succeeds_and_below_is_a_400(client, model, size):
+    schema, _ = CASES[size]
+    need = _needed(schema)
+    rf = {"type": "json_schema", "json_schema": {"name": "order", "schema": schema}}
+    messages = [{"role": "user", "content": PROMPT}]
+    r = client.chat.completions.create(model=model, messages=messages, max_tokens=need + 1, temperature=0,
+                                       response_format=rf)
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage.completion_tokens <= need + 1
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=model, messages=messages, max_tokens=need - 1, temperature=0,
+                                       response_format=rf)
+    body = err.value.body
+    assert body["param"] == "max_tokens"
+    assert f"max_tokens is {need - 1}" in body["message"] and f"needs {need} tokens" in body["message"]
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+
+
+def test_server_tool_call_fits_the_count_the_400_names(client, model):
+    """A required call below its shortest is refused with the count; at that count it completes."""
+    import re
+    messages = [{"role": "user", "content": "What is the weather in Oslo?"}]
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="required",
+                                       max_tokens=5, temperature=0)
+    assert err.value.body["param"] == "max_tokens"
+    need = int(re.search(r"needs (\d+) tokens", err.value.body["message"]).group(1))
+    r = client.chat.completions.create(model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="required",
+                                       max_tokens=need, temperature=0)
+    assert r.choices[0].finish_reason == "tool_calls" and r.usage.completion_tokens <= need
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
