@@ -1,5 +1,8 @@
 """Continuous batching never changes greedy results: batched, chunked and preempted runs give
-exactly what each prompt gives alone."""
+exactly what each prompt gives alone. Batching and preemption are checked in the default
+configuration (int4, dtype auto); prefill in 16-token chunks in dense float32, since chunking
+changes the order of attention's sums and bf16 rounding of that flips near-ties (measured: one
+token of 160 under the default configuration), while float32 keeps greedy exact."""
 
 from __future__ import annotations
 
@@ -31,7 +34,9 @@ def test_batched_equals_alone(engine, prompts, alone):
     assert [o.token_ids for o in outs] == alone
 
 
-def test_tiny_prefill_chunks_equal_alone(model_path, prompts, alone):
+def test_tiny_prefill_chunks_equal_alone(model_path, prompts, float32_engine):
+    float32_engine.flush_cache()
+    alone = [float32_engine.generate([p], PARAMS)[0].token_ids for p in prompts]
     with sgrun.Engine(str(model_path), dtype="float32", quantization="none", memory_gb=0.2, max_batch_tokens=16,
                       debug_checks=True) as eng:
         outs = eng.generate(prompts, PARAMS)
@@ -43,7 +48,7 @@ def test_tiny_prefill_chunks_equal_alone(model_path, prompts, alone):
 @pytest.mark.parametrize("prefix_cache", [True, False])
 def test_preemption_under_a_small_pool_equals_alone(model_path, prompts, alone, prefix_cache):
     # 24 pages of 16 tokens hold ~2-3 of these requests at once: the rest must wait or be preempted.
-    with sgrun.Engine(str(model_path), dtype="float32", quantization="none", max_pages=24, page_size=16, max_batch_tokens=512,
+    with sgrun.Engine(str(model_path), max_pages=24, page_size=16, max_batch_tokens=512,
                       enable_prefix_cache=prefix_cache, debug_checks=True) as eng:
         outs = eng.generate(prompts, PARAMS)
         stats = eng.stats()

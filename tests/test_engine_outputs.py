@@ -10,7 +10,10 @@ GREEDY = sgrun.SamplingParams(max_new_tokens=40, temperature=0)
 
 
 def test_capital_of_france_answer_mentions_paris(engine, chat_prompt):
-    out = engine.generate([chat_prompt("What is the capital of France?")], GREEDY)[0]
+    # "Answer in one sentence." makes "The" the clear first token (1.5 nats ahead, int4 and dense
+    # float32 alike); the bare question is a near-tie with "L" that the compiled bf16 int4 forward
+    # tips into a French non-answer.
+    out = engine.generate([chat_prompt("What is the capital of France? Answer in one sentence.")], GREEDY)[0]
     assert "Paris" in out.text
     assert out.finish_reason == "stop" and out.outputs[0].matched_stop in engine.tokenizer.eos_token_ids
     assert out.prompt_tokens == len(out.prompt_token_ids) and out.completion_tokens == len(out.token_ids)

@@ -1,4 +1,7 @@
-"""Radix prefix cache: shared prefixes are prefilled once and outputs never change."""
+"""Radix prefix cache: shared prefixes are prefilled once and outputs never change. In the
+default configuration (int4, dtype auto), except the eviction stress test: its 50 prompts reuse
+cached prefixes at every split point, and bf16 rounding of a prefill in pieces flips a near-tie
+there (one of 50 under the default configuration), so it checks exactness in dense float32."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ GREEDY = sgrun.SamplingParams(max_new_tokens=12, temperature=0)
 
 @pytest.fixture(scope="module")
 def no_cache(model_path):
-    with sgrun.Engine(str(model_path), dtype="float32", quantization="none", memory_gb=0.5, enable_prefix_cache=False) as eng:
+    with sgrun.Engine(str(model_path), memory_gb=0.5, enable_prefix_cache=False) as eng:
         yield eng
 
 
@@ -88,13 +91,16 @@ def test_concurrent_requests_share_a_prefix_being_decoded(engine, tokenizer):
     assert second.cached_tokens >= (len(prefix) // engine.pool.page_size) * engine.pool.page_size - engine.pool.page_size
 
 
-def test_eviction_under_a_small_pool_keeps_everything_consistent(model_path, no_cache, tokenizer):
+def test_eviction_under_a_small_pool_keeps_everything_consistent(model_path, float32_engine, tokenizer):
     rng = random.Random(1)
     prefixes = [tokenizer.encode(f"Document {i}: " + " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "omega"])
                                                                 for _ in range(150))) for i in range(10)]
     prompts = [p + tokenizer.encode(f" Question {j}: summarise.") for j in range(5) for p in prefixes]
     params = sgrun.SamplingParams(max_new_tokens=4, temperature=0)
-    expected = [o.token_ids for o in no_cache.generate(prompts, params)]
+    expected = []
+    for p in prompts:   # each prompt prefilled whole: nothing cached from the one before
+        float32_engine.flush_cache()
+        expected.append(float32_engine.generate([p], params)[0].token_ids)
     with sgrun.Engine(str(model_path), dtype="float32", quantization="none", max_pages=80, page_size=16, max_running=8,
                       debug_checks=True) as eng:  # the checker runs after every engine step
         outs = eng.generate(prompts, params)
@@ -107,7 +113,7 @@ def test_eviction_under_a_small_pool_keeps_everything_consistent(model_path, no_
 
 
 def test_cache_capacity_fraction_bounds_cached_pages(model_path, tokenizer):
-    with sgrun.Engine(str(model_path), dtype="float32", quantization="none", max_pages=64, cache_fraction=0.25, debug_checks=True) as eng:
+    with sgrun.Engine(str(model_path), max_pages=64, cache_fraction=0.25, debug_checks=True) as eng:
         for i in range(4):
             eng.generate([tokenizer.encode(f"Prompt number {i}. " * 40)], sgrun.SamplingParams(max_new_tokens=2, temperature=0))
         assert eng.stats()["pages_cached"] <= 16

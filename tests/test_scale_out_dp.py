@@ -1,5 +1,5 @@
-"""`sgrun serve --dp 2`: two real replicas (SmolLM2, float32) behind the cache-aware router on
-loopback, driven with the official openai client."""
+"""`sgrun serve --dp 2`: two real replicas (SmolLM2, the default int4 weights and dtype) behind
+the cache-aware router on loopback, driven with the official openai client."""
 
 import subprocess
 import sys
@@ -20,7 +20,7 @@ def dp_server(tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("dp") / "serve.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "sgrun.cli", "serve", "--dp", "2", "--port", str(port),
-                             "--dtype", "float32", "--max-running", "8", "--log-level", "warning"],
+                             "--max-running", "8", "--log-level", "warning"],
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300

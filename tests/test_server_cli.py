@@ -1,5 +1,6 @@
 """`sgrun serve` as a user runs it: a subprocess on a free loopback port, reached with the
-official openai client, shut down with SIGINT. Shares nothing with the in-process tests."""
+official openai client, shut down with SIGINT. Shares nothing with the in-process tests. No
+--dtype or --quantization: the configuration a user's `sgrun serve` gets."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from sgrun.server.background import free_port
 
 def test_sgrun_serve_subprocess():
     port = free_port()
-    cmd = [sys.executable, "-m", "sgrun.cli", "serve", "--port", str(port), "--dtype", "float32",
+    cmd = [sys.executable, "-m", "sgrun.cli", "serve", "--port", str(port),
            "--api-key", "cli-key", "--max-running", "8", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ))
     url = f"http://127.0.0.1:{port}"

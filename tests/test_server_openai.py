@@ -1,6 +1,6 @@
 """The HTTP server end to end: one uvicorn server (in-process, on a loopback port) over the real
-engine in float32 on the default SmolLM2, driven by the official openai client (sync and async)
-and httpx. Generations are kept short: the whole file should run in a few minutes on 2 cores."""
+engine in the default configuration (conftest's session engine: the file's int4 weights, dtype
+auto) on the default SmolLM2, driven by the official openai client (sync and async) and httpx. Generations are kept short: the whole file should run in a few minutes on 2 cores."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import jsonschema
 import openai
 import pytest
 
-from server_fixtures import client_fixture, engine_fixture, model_fixture, server_fixture
+from server_fixtures import client_fixture, model_fixture, server_fixture
 
 
 API_KEY = "test-secret-key"
@@ -33,11 +33,10 @@ LONG_PROMPT = ("Paris is a city that many people visit every year for its museum
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
 
 
-# The module's own engine (default memory and threads; conftest's shared one is smaller).
-engine = engine_fixture(dtype="float32", quantization="none")
-server = server_fixture("engine")
-# A second app over the same engine with an API key and a small body limit.
-guarded_server = server_fixture("engine", api_key=API_KEY, max_body_bytes=64 * 1024)
+# Both apps serve conftest's session engine (tests that look at it ask for `engine`, its
+# per-test view); the second has an API key and a small body limit.
+server = server_fixture()
+guarded_server = server_fixture(api_key=API_KEY, max_body_bytes=64 * 1024)
 client = client_fixture(timeout=120)
 model = model_fixture()
 
