@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from types import ModuleType
 
+import platformdirs
 import torch
 
 from sgrun.cpu_kernels import isa
@@ -63,8 +64,9 @@ class CppKernel:
         return f"sgrun_{self.name}_{built.name}_" + hashlib.sha256(key.encode()).hexdigest()[:12]
 
     def build_dir(self, level: isa.Level) -> str:
-        from sgrun.models.fetch import cache_dir
-        path = cache_dir() / "torch_extensions" / self.build_name(level)
+        # sgrun's cache folder (models/fetch.cache_dir), read here so this package imports nothing above it.
+        root = os.environ.get("SGRUN_CACHE") or platformdirs.user_cache_dir("sgrun")
+        path = Path(root) / "torch_extensions" / self.build_name(level)
         path.mkdir(parents=True, exist_ok=True)
         return str(path)
 
