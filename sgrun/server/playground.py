@@ -152,11 +152,10 @@ async def constraint_check(state: Any, req: ConstraintCheck) -> Response:
         raise APIError(400, f"kind must be json_schema, regex or grammar; got {req.kind!r}", param="kind")
     if req.kind != "json_schema" and not isinstance(req.source, str):
         raise APIError(400, f"source must be a string for kind {req.kind}", param="source")
-    from sgrun.engine.request_constraint import compile_for_request   # as every request's: isolated, budgeted
+    from sgrun.constrain import compile_constraint
     started = time.perf_counter()
     try:
-        constraint = await asyncio.to_thread(compile_for_request, state.tokenizer, budget_s=state.constraint_budget_s,
-                                             **{req.kind: req.source})
+        constraint = await asyncio.to_thread(compile_constraint, state.tokenizer, **{req.kind: req.source})
     except ConstraintError as exc:
         return _json({"ok": False, "message": str(exc), "keyword": getattr(exc, "keyword", None),
                       "pointer": getattr(exc, "pointer", None), "error_type": type(exc).__name__})
