@@ -7,15 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-
-def _canon_numbers(v: Any) -> Any:
-    if isinstance(v, float) and v.is_integer() and abs(v) < 1e300:
-        return int(v)
-    if isinstance(v, list):
-        return [_canon_numbers(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _canon_numbers(x) for k, x in v.items()}
-    return v
+from sgrun.constrain.json_schema import _canon_numbers  # the compiler's canonical numbers
 
 
 class SchemaOrder:

@@ -19,7 +19,7 @@ SUITE_DIR = (Path(os.environ["SGRUN_SUITE_DIR"]) if os.environ.get("SGRUN_SUITE_
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from schema_order import SchemaOrder, _canon_numbers  # noqa: E402,F401  (re-exported for the tests)
+from schema_order import SchemaOrder  # noqa: E402,F401  (re-exported for the tests)
 
 
 @lru_cache(maxsize=1)
