@@ -33,7 +33,8 @@ import torch
 from sgrun.constrain.bitmask import unpack_bitmask
 from sgrun.constrain.constraint import _FINISHED, Constraint, Matcher
 from sgrun.constrain.mask_builder import pack
-from sgrun.constrain.shortest_completion import INF, ShortestCompletion, per_vocabulary, shortest_completion
+from sgrun.constrain.shortest_completion import INF, ShortestCompletion, shortest_completion
+from sgrun.constrain.token_spelling import per_vocabulary
 from sgrun.errors import InvalidRequestError
 
 STEER_WINDOW = 48          # tokens of slack under which the mask is filtered by the budget
