@@ -260,9 +260,10 @@ def test_forced_build_failure_falls_back(monkeypatch):
         paged_decode_cpp.reset_for_tests()   # later tests load the real build again
 
 
-def test_engine_greedy_cascade_on_off_and_gather_agree(engine, native_op):
+def test_engine_greedy_cascade_on_off_and_gather_agree(float32_engine, native_op):
     """Real SmolLM2 weights, float32, greedy: requests sharing a long system prompt decode the
     same tokens with cascade attention on and off, and as the gather backend would."""
+    engine = float32_engine
     assert engine.runner.backend == "CppPagedAttention"
     attn = engine.runner.attn
     system = list(range(1000, 1400))   # 25 pages of 16: a radix-cache hit for requests 2..4

@@ -41,7 +41,8 @@ def _view(outs):
     return [[(c.token_ids, c.text, c.finish_reason) for c in o.outputs] for o in outs]
 
 
-def test_overlap_outputs_equal_the_plain_loop(engine, overlapped, requests):
+def test_overlap_outputs_equal_the_plain_loop(float32_engine, overlapped, requests):
+    engine = float32_engine
     prompts, params = requests
     engine.flush_cache()
     plain = _view(engine.generate(prompts, params))
@@ -56,7 +57,8 @@ def test_overlap_outputs_equal_the_plain_loop(engine, overlapped, requests):
     assert overlapped.runner.future_tokens > 50 and overlapped.pipeline.dropped > 0
 
 
-def test_overlap_drains_for_scoring_and_aborts(engine, overlapped, requests):
+def test_overlap_drains_for_scoring_and_aborts(float32_engine, overlapped, requests):
+    engine = float32_engine
     prompts, _ = requests
     handle = overlapped.submit(prompts[0], sgrun.SamplingParams(max_new_tokens=200, temperature=0.0, ignore_eos=True))
     scores = overlapped.score(prompts[1], [" Four", " Five"])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
+from engine_numerics import logprob_tolerance
 
 from sgrun.constrain import compile_constraint
 from sgrun.constrain.shortest_completion import shortest_completion
@@ -44,11 +44,9 @@ def test_forced_tokens_are_reported_exactly(engine, chat_prompt, slack):
     # Every token's logprob is the model's: a teacher-forced pass over the same tokens agrees.
     scored = engine.score(prompt, [out.token_ids])[0]
     assert len(scored) == len(out.token_ids)
-    # Decode and the teacher-forced prefill round differently: float32 agrees to 2e-3, bf16 (the
-    # default on CPUs with native bf16) to 2e-2 (measured 4e-3); a placeholder logprob is far off.
-    tolerance = 2e-3 if engine.dtype == torch.float32 else 2e-2
+    tolerance = logprob_tolerance(engine)   # the decode and the teacher-forced prefill round differently
     for lp, ref in zip(out.logprobs, scored):
-        assert lp.logprob == pytest.approx(ref, abs=tolerance), (lp.token, lp.logprob, ref)
+        assert lp.logprob == pytest.approx(ref, **tolerance), (lp.token, lp.logprob, ref)
         assert len(lp.top) == 3 and lp.top[0][2] >= lp.logprob - 1e-4
     forced = sum(1 for ev in events for _ in ev.token_ids) - sum(1 for ev in events if ev.token_ids)
     assert forced > 0, "the schema's long keys should have been jumped over"

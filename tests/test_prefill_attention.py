@@ -135,11 +135,11 @@ def _generate(engine, prompts, params):
     return [o.token_ids for o in engine.generate(prompts, params)]
 
 
-def test_engine_float32_greedy_equal_with_kernel(engine, native_op):
-    op = native_op
+def test_engine_float32_greedy_equal_with_kernel(float32_engine, native_op):
     """Real SmolLM2 weights, float32 (the kernel's portable path, forced on: the backend uses
     SDPA for float32): greedy tokens equal SDPA's for whole prompts, a prefill split into
     64-token chunks, and a request whose prefix is a radix-cache hit."""
+    engine, op = float32_engine, native_op
     attn = engine.runner.attn
     assert isinstance(attn, CppPagedAttention) and attn.prefill_op is None   # float32 pool: SDPA
     system = list(range(1000, 1200))
