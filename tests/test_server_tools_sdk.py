@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from typing import Optional
 
 import jsonschema
@@ -139,25 +140,35 @@ def test_tools_with_response_format(client, model):
     jsonschema.validate(json.loads(plain.choices[0].message.content), ANSWER)
 
 
-def test_truncated_call_is_a_partial_tool_call(client, model):
+def _needed_tokens(error: openai.BadRequestError) -> int:
+    """The count a budget refusal names ("... needs N tokens ..."), so tests follow the constraint's own
+    arithmetic instead of a number measured once."""
+    assert error.body.get("param") == "max_tokens", error.body
+    match = re.search(r"needs (\d+) tokens", error.body["message"])
+    assert match, error.body["message"]
+    return int(match.group(1))
+
+
+def test_a_call_that_cannot_fit_max_tokens_is_refused_and_fits_at_the_named_count(client, model):
+    """A required call that cannot close within max_tokens is refused up front (a 400 naming
+    max_tokens and the tokens the shortest call needs), streamed or not; at that count the call is
+    complete and the turn ends with tool_calls, never cut mid-argument."""
     tool = openai.pydantic_function_tool(GetForecast)
-    del tool["function"]["strict"]  # a strict tool makes the SDK's stream helper raise on "length" itself
-    r = client.chat.completions.create(model=model, messages=ask("Forecast for Paris?"), tools=[tool],
-                                       tool_choice="required", temperature=0, max_tokens=20)
+    ask_forecast = dict(model=model, messages=ask("Forecast for Paris?"), tools=[tool], tool_choice="required",
+                        temperature=0)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(**ask_forecast, max_tokens=8)
+    needed = _needed_tokens(refused.value)
+    assert needed > 8
+    with pytest.raises(openai.BadRequestError) as refused_streamed:
+        list(client.chat.completions.create(**ask_forecast, max_tokens=8, stream=True))
+    assert _needed_tokens(refused_streamed.value) == needed
+    r = client.chat.completions.create(**ask_forecast, max_tokens=needed)
     choice = r.choices[0]
-    assert choice.finish_reason == "length"
-    assert choice.message.content is None
+    assert choice.finish_reason == "tool_calls" and r.usage.completion_tokens <= needed
     call = choice.message.tool_calls[0]
-    assert call.function.name == "GetForecast" and call.function.arguments.startswith("{")
-    assert r.usage.completion_tokens <= 20
-    # Streamed (the SDK's .stream() helper raises on "length" by design, so read the raw chunks).
-    chunks = list(client.chat.completions.create(model=model, messages=ask("Forecast for Paris?"), tools=[tool],
-                                                 tool_choice="required", temperature=0, max_tokens=20, stream=True))
-    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or []]
-    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
-    assert content == "" and deltas[0].id.startswith("call_") and deltas[0].function.name == "GetForecast"
-    assert "".join(d.function.arguments or "" for d in deltas) == call.function.arguments
+    assert call.function.name == "GetForecast"
+    GetForecast.model_validate_json(call.function.arguments)
 
 
 def test_three_turn_tool_loop(client, model):
@@ -187,7 +198,11 @@ def test_usage_and_logprobs_under_jump_forward(client, model, shared_engine):
                                                "another_quite_long_property_name": {"type": "boolean"}},
               "required": ["a_rather_long_property_name", "another_quite_long_property_name"]}
     rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
-    for max_tokens in (6, 9, 40):
+    with pytest.raises(openai.BadRequestError) as refused:   # below the shortest object: refused up front
+        client.chat.completions.create(model=model, messages=ask("Give me the object."), response_format=rf,
+                                       temperature=0, max_tokens=6)
+    needed = _needed_tokens(refused.value)
+    for max_tokens in (needed, needed + 3, max(40, needed + 10)):   # tight budgets: jump-forward near the end
         r = client.chat.completions.create(model=model, messages=ask("Give me the object."), response_format=rf,
                                            temperature=0, max_tokens=max_tokens, logprobs=True, top_logprobs=2)
         choice = r.choices[0]
