@@ -59,14 +59,11 @@ def float32_engine(model_path):
 
 
 @pytest.fixture(scope="session")
-def default_engine(model_path):
-    """The engine a user gets from `sgrun serve` with no options (int4 weights, dtype auto), shared
-    by the agent modules (tests/test_agent_suite.py, test_agent_clients.py): what they check is what
-    the default model does, not what the float32 reference does."""
-    import sgrun
-    engine = sgrun.Engine(str(model_path), num_threads=2, memory_gb=0.5)
-    yield engine
-    engine.close()
+def default_engine(shared_engine):
+    """The engine a user gets from `sgrun serve` with no options (int4 weights, dtype auto), for the
+    agent modules (tests/test_agent_suite.py, test_agent_clients.py): what they check is what the
+    default model does. It is `shared_engine` itself: one default-configuration model in memory."""
+    return shared_engine
 
 
 @pytest.fixture
