@@ -41,7 +41,7 @@ def test_compiled_engine_reports_its_warm_up(int8_engines):
     assert on.model is off.model
     report = on.startup_report()
     assert report["compile"] is True and report["compile_warm_up_s"] >= 0
-    assert "compile" not in off.startup_report()
+    assert off.startup_report()["compile"] is False
 
 
 def test_compiled_greedy_tokens_and_logprobs_equal_eager(int8_engines):

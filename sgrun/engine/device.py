@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from dataclasses import dataclass
 
 import torch
@@ -161,7 +160,9 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disable-cuda-graph", action="store_true", help="CUDA: run decode steps eagerly")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="CPU: torch.compile the decode forward's non-attention blocks and the lm_head "
-                        "(default: on when a C++ compiler is found; $SGRUN_COMPILE=0/1 overrides the default)")
+                        "(default: serve compiles in the background while it already answers eagerly; generate "
+                        "compiles only when a warm cache makes it pay for --max-tokens; $SGRUN_COMPILE=0/1 "
+                        "overrides the default)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap scheduling (default: on for CUDA, off on the CPU)")
 
@@ -174,28 +175,10 @@ def device_kwargs(args: argparse.Namespace) -> dict:
 
 
 def compiled_forward(model, device: torch.device, compile: bool | None, tp: int) -> tuple[object | None, float | None]:
-    """The engine's CompiledForward (compiled now, timed) or None, and the warm-up seconds.
-    `compile` None: $SGRUN_COMPILE if set (0/1), else on where it can run: the CPU, one
-    process (tensor-parallel shards all-reduce inside the blocks), a C++ compiler present."""
-    from sgrun.models.compiled_forward import compile_available, compiled_forward_for
-    possible = device.type == "cpu" and tp == 1
-    if compile is None:
-        env = os.environ.get("SGRUN_COMPILE", "").strip().lower()
-        if env not in ("", "0", "1", "true", "false", "on", "off"):
-            raise InvalidRequestError(f"SGRUN_COMPILE must be 0 or 1; got {env!r}", field="compile")
-        # The environment sets the default, so it never errors where compiling cannot run.
-        compile = possible and env not in ("0", "false", "off") and compile_available()
-    if not compile:
-        return None, None
-    if not possible:
-        raise InvalidRequestError("compile runs on the CPU with tp=1 (CUDA runs CUDA graphs instead)", field="compile")
-    if not compile_available():
-        raise InvalidRequestError("compile needs a C++ compiler (g++ or clang++) on PATH: install one or "
-                                  "pass compile=False / --no-compile", field="compile")
-    fwd = compiled_forward_for(model)
-    seconds = fwd.warm_up()
-    log.info("compiled the decode forward in %.1f s (torch.compile, inductor C++)", seconds)
-    return fwd, seconds
+    """The engine's CompiledForward or None, and the warm-up seconds when it compiled now
+    (compile_policy.py: None compiles in the background, True now, False never)."""
+    from sgrun.engine.compile_policy import start_compile
+    return start_compile(model, device, compile, tp)
 
 
 def startup_report(engine) -> dict:
@@ -207,8 +190,14 @@ def startup_report(engine) -> dict:
         b = engine.pool_budget
         out.update(device_total_gib=b.total_bytes / 2**30, in_use_before_pool_gib=b.in_use_bytes / 2**30,
                    activation_reserve_gib=b.reserve_bytes / 2**30, kv_pool_gib=b.pool_bytes / 2**30)
-    if engine.compile_s is not None:
-        out.update(compile=True, compile_warm_up_s=engine.compile_s)
+    if engine.compiled is not None:
+        ready = engine.compiled.ready
+        out.update(compile=True if engine.compile_s is not None else "background",
+                   compile_ready=ready, **({"compile_warm_up_s": engine.compiled.warm_up_s} if ready else {}))
+    else:
+        out.update(compile=False)
+    from sgrun.models.auto_config import kernels_summary
+    out.update(kernels_summary(engine))
     if engine.graph_report is not None:
         g = engine.graph_report
         out.update(cuda_graph_sizes=g.sizes, cuda_graph_capture_s=g.seconds, cuda_graph_memory_mib=g.memory_bytes / 2**20)

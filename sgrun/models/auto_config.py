@@ -1,0 +1,111 @@
+"""What `dtype="auto"` and `quantization="auto"` mean on this CPU, and the line that says what runs.
+
+The choice is a table keyed by the CPU level the kernels run at (cpu_kernels/isa.py: the CPU's
+best, or $SGRUN_CPU_ISA), each row the configuration that measured fastest at that level for
+single-stream decode and prefill on SmolLM2 Q4_1 with 2 threads. The measurements behind every
+row are in docs/benchmarks.md ("auto: the measurements behind the choice"), printed by
+`python benchmarks/bench_auto_config.py` (one process per level; lower levels forced). A row's
+`measured` says where its numbers come from; an unmeasured row says why it was chosen.
+
+quantization "auto" keeps a quantized file's format (Q4 -> int4, Q8 -> int8) where the level's
+int4/int8 kernels beat the dense GEMM, and never quantizes a dense file further than it is
+stored (that would change the model's numbers, which is the user's call).
+
+Before this table `auto` meant bf16 only where the CPU has AVX512-BF16/AMX and float32
+elsewhere: on an AVX2-only CPU that was the slowest configuration measured there (4.9 tok/s
+with int4 against 17.7 for bf16 int4: issue 26).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger("sgrun.engine")
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    dtype: torch.dtype          # activations, dense GEMMs and the KV cache
+    keep_file_quantization: bool  # False: a Q4/Q8 file runs dequantized to `dtype`
+    measured: str               # where the row's numbers come from (docs/benchmarks.md)
+
+
+AUTO_TABLE: dict[str, AutoChoice] = {
+    "amx": AutoChoice(torch.bfloat16, True, "this machine, native level"),
+    "avx512_bf16": AutoChoice(torch.bfloat16, True, "this machine forced to avx512_bf16; AMD EPYC (issue 14)"),
+    "avx512": AutoChoice(torch.bfloat16, True, "this machine forced to avx512"),
+    "avx2": AutoChoice(torch.bfloat16, True, "this machine forced to avx2; AMD EPYC AVX2 (issue 26)"),
+    # Not measured (no such machine at hand): bf16 halves the bytes every step reads, and
+    # torch's ARM kernels convert bf16 in registers; the int4/int8 NEON kernels read the file's codes.
+    "neon_dotprod": AutoChoice(torch.bfloat16, True, "not measured: same reasoning as avx2"),
+    "neon": AutoChoice(torch.bfloat16, True, "not measured: same reasoning as avx2"),
+    "scalar": AutoChoice(torch.float32, True, "not measured: no SIMD bf16 conversion to lean on"),
+}
+
+
+def cpu_level() -> str:
+    """The name of the CPU level in force (cpu_kernels/isa.py), e.g. "avx2" or "amx"."""
+    try:
+        from sgrun.cpu_kernels import isa
+    except ImportError:     # before the kernel home existed: the level from the CPU's flags
+        return _level_from_flags()
+    return isa.active_level().name
+
+
+def _level_from_flags() -> str:
+    from sgrun.models.cpp_build import cpu_flags
+    have = set(cpu_flags().split())
+    for name, needs in (("amx", {"amx_bf16", "avx512_bf16"}), ("avx512_bf16", {"avx512_bf16", "avx512_vnni"}),
+                        ("avx512", {"avx512f", "avx512bw", "avx512vl"}), ("avx2", {"avx2", "fma", "f16c"})):
+        if needs <= have:
+            return name
+    return "scalar"
+
+
+def auto_choice(level: str | None = None) -> AutoChoice:
+    return AUTO_TABLE.get(level or cpu_level(), AUTO_TABLE["scalar"])
+
+
+def auto_dtype(device: torch.device | None) -> torch.dtype:
+    """dtype "auto": bf16 on CUDA; on the CPU the table's row for the level in force."""
+    if (device.type == "cuda") if device is not None else torch.cuda.is_available():
+        return torch.bfloat16
+    return auto_choice().dtype
+
+
+def auto_quantization(stored: str, device: torch.device) -> str:
+    """quantization "auto" for a file stored as `stored` (none, int8, int4)."""
+    if device.type != "cpu":
+        return "none"   # the int8/int4 linears are CPU kernels; GPUs run the dense dtype
+    return stored if auto_choice().keep_file_quantization else "none"
+
+
+def weight_format(model) -> str:
+    """How the layer linears are held and multiplied: "int4 (sgrun avx2 kernel)", "dense bf16 (torch)"."""
+    lin = model.layers[0].gate_up
+    kind = type(lin).__name__.replace("Linear", "").lower()
+    kind = f"dense {str(model.dtype).replace('torch.', '')}" if kind == "dense" else kind
+    return f"{kind} ({'sgrun ' + cpu_level() + ' kernel' if getattr(lin, 'cpp', False) else 'torch kernel'})"
+
+
+def kernels_summary(engine) -> dict:
+    """What runs, for the start-up line and startup_report: level, weights, attention kernels."""
+    out = {"cpu_level": cpu_level() if engine.device.type == "cpu" else "cuda",
+           "weights": weight_format(engine.model) if hasattr(engine.model, "layers") else engine.quantization,
+           "decode_attention": engine.runner.backend}
+    attn = engine.runner.attn
+    if hasattr(attn, "prefill_op"):
+        out["prefill_attention"] = "sgrun C++" if attn.prefill_op is not None else "SDPA"
+    return out
+
+
+def startup_line(engine) -> str:
+    """One line naming what runs: level, dtype, weights, kernels, compile."""
+    r = engine.startup_report()
+    compile_state = {True: "on", False: "off", "background": "on (compiling in the background)"}[r["compile"]]
+    attn = r["decode_attention"] + (f", prefill {r['prefill_attention']}" if "prefill_attention" in r else "")
+    return (f"cpu level {r['cpu_level']}, dtype {r['dtype']}, weights {r['weights']}, attention {attn}, "
+            f"compile {compile_state}")
