@@ -123,7 +123,9 @@ def _build_model(path: str, dtype: torch.dtype, quantization: str,
     def build() -> tuple[LlamaModel, Tokenizer]:
         loaded = load_model_files(path, torch.float32)
         return LlamaModel(loaded.config, loaded.weights, dtype, quantization, device), loaded.tokenizer
-    if device.type != "cpu" or Path(path).is_dir():   # folders load fast (no requantizing)
+    # Only quantized CPU models from a file: they are the slow ones to build (requantize + pack),
+    # and the small ones to keep (a dense float32 copy would be 4x the int4 file's size).
+    if device.type != "cpu" or Path(path).is_dir() or quantization == "none":
         return (*build(), path)
     from sgrun.models import cpu_matmul, model_cache
     key = model_cache.model_key(path, dtype, quantization, device, cpu_matmul.available())

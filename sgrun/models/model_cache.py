@@ -5,7 +5,8 @@ requantizes and packs each linear for the kernels in force: ~13 s of CPU on this
 cores, the largest part of a start-up (docs/benchmarks.md, "Start-up"). The result depends only on
 the file, the dtype, the quantization, the kernels that serve it (the ISA level, whether the C++
 kernels built) and sgrun's packing code, so it is saved once with `torch.save` under
-$SGRUN_CACHE/built_models and loaded on later starts (~0.3 s).
+$SGRUN_CACHE/built_models and loaded on later starts (~0.6 s of CPU). loader.py keeps only
+quantized models here (the slow ones to build, and the small ones to keep).
 
 The key covers all of that: the file's path, size and mtime; dtype, quantization, device;
 torch's version; the CPU's flags and $SGRUN_CPU_ISA; a hash of every source file under
