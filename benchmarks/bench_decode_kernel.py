@@ -40,11 +40,13 @@ from bench_options import add_threads, load_avg, read_bandwidth_gbs, uptime  # n
 def build_revision(rev: str):
     """The decode kernel of git revision `rev`, built under its own name (from whichever of its
     source files that revision has, in build order)."""
-    from sgrun.models.cpp_build import DEFAULT_FLAGS, CppKernel
+    from sgrun.cpu_kernels.build import CppKernel
     folder = Path(tempfile.mkdtemp(prefix="sgrun_kernel_rev_"))
     names = []
     for name in ("paged_rows.cpp", "paged_chunk_attention.cpp", "paged_decode.cpp"):
-        got = subprocess.run(["git", "show", f"{rev}:sgrun/engine/{name}"], capture_output=True, text=True)
+        got = subprocess.run(["git", "show", f"{rev}:sgrun/cpu_kernels/{name}"], capture_output=True, text=True)
+        if got.returncode != 0:   # revisions before the one kernel home
+            got = subprocess.run(["git", "show", f"{rev}:sgrun/engine/{name}"], capture_output=True, text=True)
         if got.returncode == 0:
             (folder / name).write_text(got.stdout)
             names.append(name)
@@ -52,7 +54,7 @@ def build_revision(rev: str):
     kernel = CppKernel(f"paged_decode_rev_{rev.replace('/', '_')}", tuple(folder / n for n in names),
                        ["paged_decode", "cascade_prefix"] + (["chunk_tokens"] if new_api else []),
                        what=f"the kernel of {rev}", fallback="not timed", fail_env="SGRUN_NO_SUCH_SWITCH",
-                       flags=DEFAULT_FLAGS + (("-ffp-contract=off",) if new_api else ()))
+                       flags=("-ffp-contract=off",) if new_api else ())
     op = kernel.load()
     assert op is not None, f"the kernel of {rev} did not build"
     return op
@@ -78,7 +80,7 @@ def time_cascade_detection(batch: int, context: int, page_size: int = 16) -> dic
     from sgrun.engine.attention_backend import Segment
     from sgrun.engine.attention_cpp import CppPagedAttention
     from sgrun.engine.page_pool import PagePool
-    from sgrun.engine.paged_decode_cpp import load_kernel
+    from sgrun.cpu_kernels.paged_decode import load_kernel
     pages_per_row = -(-(context + 1) // page_size)
     pool = PagePool(1, batch * pages_per_row + 8, page_size, 1, 16, torch.bfloat16)
     attn = CppPagedAttention(pool, 3, 1, 16, load_kernel())
@@ -110,7 +112,7 @@ def main() -> None:
     ap.add_argument("--baseline", default=None, help="a git revision whose kernel is timed alongside")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from sgrun.engine.paged_decode_cpp import load_kernel
+    from sgrun.cpu_kernels.paged_decode import load_kernel
     kernels = {"this tree": load_kernel()}
     assert kernels["this tree"] is not None, "the kernel did not build"
     if args.baseline:

@@ -27,7 +27,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from bench_options import add_threads, load_avg  # noqa: E402
 
-from sgrun.models import cpu_matmul  # noqa: E402
+from sgrun.cpu_kernels import matmul as cpu_matmul  # noqa: E402
 
 SHAPES = {"qkv 960x576": (960, 576), "o 576x576": (576, 576), "gate_up 3072x576": (3072, 576),
           "down 576x1536": (576, 1536)}

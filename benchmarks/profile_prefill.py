@@ -95,7 +95,7 @@ def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 
     and SDPA, best of 7, as wall time and as CPU time per thread (time.process_time / threads,
     which other tenants' load does not inflate the way it does wall time)."""
     import torch.nn.functional as F
-    from sgrun.engine.prefill_attention_cpp import load_kernel
+    from sgrun.cpu_kernels.prefill_attention import load_kernel
     op = load_kernel()
     H, KV, D = heads
     pages = -(-length // page_size)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine import paged_decode_cpp
+from sgrun.cpu_kernels import paged_decode as paged_decode_cpp
 from paged_batch import segments_over_tables
 from sgrun.engine.attention_backend import make_attention_backend
 from sgrun.engine.attention_cpp import CppPagedAttention

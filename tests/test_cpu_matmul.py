@@ -1,24 +1,31 @@
-"""The C++ small-batch matmul (models/cpu_matmul.cpp): against a float64 reference on random
+"""The C++ small-batch matmuls (sgrun/cpu_kernels/matmul*.cpp) at every CPU level this machine
+runs (tests/cpu_levels.py: AVX2 on an AVX-512 machine too): against a float64 reference on random
 int4 weights, row invariance (a row's output is bit-identical alone and in any batch), the exact
-dequantization, torch.compile without graph breaks, and the fallback where the build fails."""
+dequantization, torch.compile without graph breaks, and the fallback where the build fails. A
+level with tiles must build where the CPU runs it: a failed build fails, it does not skip."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from sgrun.models import cpu_matmul
+from cpu_levels import SIMD_LEVELS, at_level, each_level  # noqa: F401  (at_level is a fixture)
+from sgrun.cpu_kernels import isa
+from sgrun.cpu_kernels import matmul as cpu_matmul
 from sgrun.models.quant_linear import DenseLinear, Int4Linear, Int8Linear
 
-# Only what is truly absent is skipped: on a CPU without AVX512-BF16 the kernel does not exist
-# (Int4Linear then runs torch's kernel, which test_quantization.py and the fallback test below
-# cover). Where the CPU has it, a failed build fails test_the_kernel_builds_where_the_cpu_has_it.
-needs_kernel_cpu = pytest.mark.skipif(not cpu_matmul.cpu_supported(),
-                                      reason="this CPU has no AVX512-BF16, so the C++ kernel does not exist here")
+
+@each_level()
+def test_the_kernel_builds_at_every_level_the_cpu_runs(level):
+    ops = cpu_matmul.kernels(level)
+    assert ops is not None, f"the matmul kernel did not build for CPU level {level}"
+    assert ops.bf16_dot == (level in ("avx512_bf16", "amx"))
 
 
-def test_the_kernel_builds_where_the_cpu_has_it():
-    assert cpu_matmul.available() == cpu_matmul.cpu_supported()
+def test_scalar_level_has_no_tiles_and_linears_keep_torch(monkeypatch):
+    monkeypatch.setenv(isa.ENV, "scalar")
+    assert cpu_matmul.kernels() is None
+    assert not Int4Linear(torch.randn(128, 64) * 0.1, None, torch.bfloat16).cpp
 
 
 def random_int4(n: int, k: int, seed: int = 0):
@@ -31,62 +38,93 @@ def random_int4(n: int, k: int, seed: int = 0):
     s16 = scales[:, :, 0, :].permute(0, 2, 1).reshape(n, k // 32).double()
     m16 = scales[:, :, 1, :].permute(0, 2, 1).reshape(n, k // 32).double()
     w = (codes.double().view(n, k // 32, 32) * s16[..., None] + m16[..., None]).view(n, k)
-    return packed, scales, w
+    return packed, scales, w, (codes, s16, m16)
 
 
-@needs_kernel_cpu
+def q8_reference(x: torch.Tensor, parts) -> torch.Tensor:
+    """What the int8-activation tiles compute, in float64: x quantized per row and group of 32 as the
+    kernel does (d = max|x| / 127, q = round(x * 127 / max|x|) in float32), the scale's term with the
+    quantized x, the minimum's with the exact x."""
+    codes, s16, m16 = parts
+    m, k = x.shape
+    xg = x.float().view(m, k // 32, 32)
+    amax = xg.abs().amax(-1, keepdim=True)
+    # IEEE float32 division as the kernel does it (torch's scalar / tensor multiplies by a reciprocal).
+    inv = torch.where(amax > 0, torch.full_like(amax, 127.0) / amax, torch.zeros_like(amax))
+    q = torch.round(xg * inv)
+    d = (amax / 127.0).double()
+    cg = codes.double().view(-1, k // 32, 32)
+    dots = torch.einsum("mgi,ngi->mng", q.double(), cg)                    # integer dots per group
+    return (dots * d.squeeze(-1)[:, None, :] * s16[None]).sum(-1) + xg.double().sum(-1) @ m16.T
+
+
+@each_level()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
 @pytest.mark.parametrize("n,k", [(16, 32), (48, 96), (576, 576), (960, 576), (576, 1536)])
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 9, 33])
-def test_int4_mm_matches_float64_reference(n, k, m):
-    packed, scales, w = random_int4(n, k)
-    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).bfloat16()
-    y = cpu_matmul.int4_mm(x, packed, scales, n)
-    assert y.dtype == torch.bfloat16 and y.shape == (m, n)
-    ref = x.double() @ w.T
-    # float32 accumulation, one bf16 rounding of the output (relative 2^-8), nothing more.
-    assert ((y.double() - ref).abs() <= ref.abs() * 2 ** -8 + 1e-3 * ref.abs().max()).all()
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 9, 33])
+def test_int4_mm_matches_float64_reference(level, dtype, n, k, m):
+    ops = cpu_matmul.kernels(level)
+    packed, scales, w, parts = random_int4(n, k)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(dtype)
+    y = ops.int4_mm(x, packed, scales, n)
+    assert y.dtype == dtype and y.shape == (m, n)
+    exact = x.double() @ w.T
+    out_rounding = 2 ** -8 if dtype == torch.bfloat16 else 1e-6
+    if ops.bf16_dot and dtype == torch.bfloat16:
+        # float32 accumulation, one bf16 rounding of the output (relative 2^-8), nothing more.
+        assert ((y.double() - exact).abs() <= exact.abs() * 2 ** -8 + 1e-3 * exact.abs().max()).all()
+    else:
+        # int8 activations: exactly the quantized product up to float32 sums and the output rounding,
+        ref = q8_reference(x, parts)
+        assert ((y.double() - ref).abs() <= ref.abs() * out_rounding + 1e-5 * ref.abs().max()).all()
+        # and that product is close to the exact one (8-bit activations per group of 32).
+        assert (y.double() - exact).abs().max() <= 0.02 * exact.abs().max()
 
 
-@needs_kernel_cpu
-def test_rows_are_bit_identical_alone_and_in_any_batch():
+@each_level()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_rows_are_bit_identical_alone_and_in_any_batch(level, dtype):
+    ops = cpu_matmul.kernels(level)
     n, k = 960, 576
-    packed, scales, _ = random_int4(n, k, seed=3)
-    x = torch.randn(70, k, generator=torch.Generator().manual_seed(1)).bfloat16()
-    full = cpu_matmul.int4_mm(x, packed, scales, n)
+    packed, scales, _, _ = random_int4(n, k, seed=3)
+    x = torch.randn(70, k, generator=torch.Generator().manual_seed(1)).to(dtype)
+    full = ops.int4_mm(x, packed, scales, n)
     for m in (1, 2, 3, 5, 7, 8, 13):
-        part = cpu_matmul.int4_mm(x[:m].contiguous(), packed, scales, n)
+        part = ops.int4_mm(x[:m].contiguous(), packed, scales, n)
         assert torch.equal(part, full[:m]), m
     for r in (0, 6, 41, 69):
-        assert torch.equal(cpu_matmul.int4_mm(x[r:r + 1].contiguous(), packed, scales, n)[0], full[r]), r
+        assert torch.equal(ops.int4_mm(x[r:r + 1].contiguous(), packed, scales, n)[0], full[r]), r
 
 
-@needs_kernel_cpu
-def test_dequantize_is_the_weight_rounded_once():
+@each_level()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_dequantize_is_the_weight_rounded_once(level, dtype):
+    ops = cpu_matmul.kernels(level)
     n, k = 96, 128
-    packed, scales, w = random_int4(n, k, seed=5)
-    dense = cpu_matmul.int4_dequantize(packed, scales, n, k)
-    assert torch.equal(dense, w.float().bfloat16())
+    packed, scales, w, _ = random_int4(n, k, seed=5)
+    dense = ops.int4_dequantize(packed, scales, n, k, dtype)
+    assert dense.dtype == dtype and torch.equal(dense, w.float().to(dtype))
 
 
-@needs_kernel_cpu
-def test_int4_linear_uses_the_kernel_for_bf16_and_agrees_across_the_dense_switch():
+@each_level()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_int4_linear_uses_the_kernel_and_agrees_across_the_dense_switch(at_level, dtype):
     torch.manual_seed(0)
     w = torch.randn(192, 256) * 0.05
-    lin = Int4Linear(w, torch.randn(192).bfloat16(), torch.bfloat16)
-    assert lin.cpp
+    lin = Int4Linear(w, torch.randn(192).to(dtype), dtype)
+    assert lin.cpp and lin.ops.level == isa.build_level(isa.level_named(at_level)).name
     dense = lin.dequantized().double()
     for rows in (1, 6, lin.max_rows, lin.max_rows + 5):   # kernel below the switch, dense GEMM above
-        x = torch.randn(rows, 256).bfloat16()
+        x = torch.randn(rows, 256).to(dtype)
         ref = x.double() @ dense.T + lin.bias.double()
         assert (lin(x).double() - ref).abs().max() < 0.02 * ref.abs().max()
-    # float32 activations keep torch's kernel and layout.
-    assert not Int4Linear(w, None, torch.float32).cpp
 
 
-@needs_kernel_cpu
-def test_compiles_without_graph_breaks():
+@each_level()
+def test_compiles_without_graph_breaks(at_level):
     torch.manual_seed(0)
     lin = Int4Linear(torch.randn(128, 64) * 0.1, None, torch.bfloat16)
+    assert lin.cpp
 
     def f(x):
         return torch.nn.functional.silu(lin(x)) * 2
@@ -96,10 +134,14 @@ def test_compiles_without_graph_breaks():
     assert torch.equal(compiled(x), f(x))
 
 
-def test_build_failure_falls_back_to_torchs_kernel(monkeypatch):
+@pytest.mark.parametrize("level", ["avx2"] if "avx2" in SIMD_LEVELS else SIMD_LEVELS[:1])
+def test_build_failure_falls_back_to_torchs_kernel(monkeypatch, level):
+    """Checked at the lowest level with tiles (avx2 on x86), the one every x86 user has."""
+    monkeypatch.setenv(isa.ENV, level)
     monkeypatch.setenv(cpu_matmul.FORCE_BUILD_FAILURE_ENV, "1")
     cpu_matmul.KERNEL.reset_for_tests()
     try:
+        assert cpu_matmul.kernels() is None
         torch.manual_seed(0)
         w = torch.randn(128, 64) * 0.1
         lin = Int4Linear(w, None, torch.bfloat16)
@@ -110,12 +152,12 @@ def test_build_failure_falls_back_to_torchs_kernel(monkeypatch):
     finally:
         monkeypatch.delenv(cpu_matmul.FORCE_BUILD_FAILURE_ENV)
         cpu_matmul.KERNEL.reset_for_tests()
-    assert cpu_matmul.available() == cpu_matmul.cpu_supported()   # the real build loads again for later tests
+    assert cpu_matmul.kernels() is not None   # the real build loads again for later tests
 
 
-@needs_kernel_cpu
+@each_level()
 @pytest.mark.parametrize("m", [1, 3, 4, 6, 65])
-def test_int8_float32_head_matches_float64_and_keeps_rows_invariant(m):
+def test_int8_float32_head_matches_float64_and_keeps_rows_invariant(at_level, m):
     torch.manual_seed(m)
     w = torch.randn(1056, 200) * 0.05
     head = Int8Linear(w, None, torch.float32)
@@ -130,8 +172,8 @@ def test_int8_float32_head_matches_float64_and_keeps_rows_invariant(m):
     assert torch.equal(head.codes(), torch.round(w / head.scale[:, None]).clamp(-127, 127).to(torch.int8))
 
 
-@needs_kernel_cpu
-def test_dense_bf16_linear_packs_once_and_matches_across_the_switch():
+@each_level()
+def test_dense_bf16_linear_packs_once_and_matches_across_the_switch(at_level):
     torch.manual_seed(0)
     w = (torch.randn(96, 130) * 0.05).bfloat16()
     lin = DenseLinear(w, torch.randn(96).bfloat16())
@@ -143,5 +185,15 @@ def test_dense_bf16_linear_packs_once_and_matches_across_the_switch():
         part = lin(x[:rows].contiguous())
         assert torch.equal(part, full[:rows]), rows                  # rows invariant
     ref = x.double() @ w.double().T + lin.bias.double()
-    assert (lin(x).double() - ref).abs().max() < 0.02 * ref.abs().max()   # above max_rows: oneDNN on the unpacked weight
+    assert (lin(x).double() - ref).abs().max() < 0.02 * ref.abs().max()   # above max_rows: the dense GEMM
     assert not DenseLinear(w.float()).cpp
+
+
+def test_forcing_a_level_the_cpu_lacks_is_an_error_naming_the_variable(monkeypatch):
+    lacking = [lv.name for lv in isa.levels() if lv not in isa.supported_levels()]
+    for name in lacking + ["no_such_level"]:
+        monkeypatch.setenv(isa.ENV, name)
+        with pytest.raises(isa.IsaError, match=isa.ENV):
+            isa.active_level()
+    monkeypatch.setenv(isa.ENV, "native")
+    assert isa.active_level() == isa.native_level()

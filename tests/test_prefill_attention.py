@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import sgrun
 from paged_batch import segments_over_tables
-from sgrun.engine import prefill_attention_cpp
+from sgrun.cpu_kernels import prefill_attention as prefill_attention_cpp
 from sgrun.engine.attention_backend import make_attention_backend
 from sgrun.engine.attention_cpp import CppPagedAttention
 from sgrun.engine.attention_torch import TorchPagedAttention

@@ -3,14 +3,14 @@ only in float32: a verify forward gives each draft position bitwise the logits t
 decode at that position gets. Its rows are decode rows of the paged kernel (model_runner.py),
 whose result depends on a row's own query and context alone (paged_decode.cpp: fixed chunks
 folded in order, whatever the batch, the threads or a cascade), and the int4 linears compute
-every row alike at any row count (cpu_matmul.py).
+every row alike at any row count (sgrun/cpu_kernels/matmul.py).
 
 Real SmolLM2 weights, int4 with bf16 activations, compiled forward (the CPU default), and dense
 bf16 weights (eager, to keep the test short). With dense weights the layers are row-invariant too
 (the same C++ kernel), but the float32 lm_head goes through torch's GEMM, whose rows differ at
 ~4e-5 between one row and several: its greedy outputs agree, its logits are not bitwise, so only
-the int4 engine is held to bitwise rows. The kernels that make rows invariant need AVX512-BF16
-(cpu_matmul.available()); elsewhere torch's kernels run and promise nothing of the kind. The
+the int4 engine is held to bitwise rows. The kernels that make rows invariant exist at every CPU
+level but `scalar` (cpu_matmul.has_tiles()); there torch's kernels run and promise nothing of the kind. The
 prefix cache is off: a cache hit prefills a prompt's tail at another row count, which changes
 its rounding whether speculation is on or not.
 """
@@ -22,13 +22,13 @@ import torch
 
 import sgrun
 from sgrun.engine.attention_backend import Segment
-from sgrun.models import cpu_matmul
+from sgrun.cpu_kernels import matmul as cpu_matmul
 
-# Truly absent elsewhere: without AVX512-BF16 the row-invariant kernels do not exist and torch's
-# kernels promise nothing of the kind. Where the CPU has them they must have built
-# (test_cpu_matmul.py::test_the_kernel_builds_where_the_cpu_has_it), so this never skips silently.
-pytestmark = pytest.mark.skipif(not cpu_matmul.cpu_supported(),
-                                reason="this CPU has no AVX512-BF16: the row-invariant kernels do not exist here")
+# Truly absent only at the scalar level (SGRUN_CPU_ISA=scalar, or a CPU without SIMD): there torch's
+# kernels run and promise nothing of the kind. Where the level has tiles they must have built
+# (test_cpu_matmul.py::test_the_kernel_builds_at_every_level_the_cpu_runs), so this never skips silently.
+pytestmark = pytest.mark.skipif(not cpu_matmul.has_tiles(),
+                                reason="the scalar CPU level has no row-invariant kernels")
 
 TOOL_RESULT = ('{"order_id": "A-1042", "customer": "Alice Smith", "email": "alice.smith@example.com", '
                '"tracking": "JD014600006281234567", "city": "Paris"}')

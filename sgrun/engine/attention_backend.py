@@ -65,11 +65,11 @@ def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, he
         if device.type != "cpu":
             raise InvalidRequestError(f"attention_backend 'cpp' runs on the CPU; the pool is on {device} "
                                       "(use 'triton' or 'torch' there)", field="attention_backend")
-        from sgrun.engine.paged_decode_cpp import load_kernel
+        from sgrun.cpu_kernels.paged_decode import load_kernel
         op = load_kernel()
         if op is not None:
             from sgrun.engine.attention_cpp import CppPagedAttention
-            from sgrun.engine.prefill_attention_cpp import prefill_kernel_for
+            from sgrun.cpu_kernels.prefill_attention import prefill_kernel_for
             return CppPagedAttention(pool, num_heads, num_kv_heads, head_dim, op, cascade=cascade,
                                      prefill_op=prefill_kernel_for(pool.k[0].dtype, head_dim))
         backend = "torch"

@@ -1,4 +1,4 @@
-"""The CPU attention backend whose decodes read the KV pages in place (paged_decode_cpp.py),
+"""The CPU attention backend whose decodes read the KV pages in place (cpu_kernels/paged_decode.py),
 with cascade attention over prefixes that several decoding requests share (cascade.py).
 
 The KV writes and everything else are TorchPagedAttention's (attention_torch.py); the
@@ -6,7 +6,7 @@ single-token segments change: one kernel call per layer covers every decode of t
 through its page table, with no gather, no padding and no mask. A decode row's result depends on
 its own query and context alone (not on the batch, the thread count or a cascade), so the rows
 of a speculative verify step get exactly what plain decodes at their positions would. With
-`prefill_op` (bf16 pools on a CPU with avx512_bf16, prefill_attention_cpp.py) the prefill chunks
+`prefill_op` (bf16 pools on a CPU with avx512_bf16, cpu_kernels/prefill_attention.py) the prefill chunks
 likewise take one C++ call per layer that reads their context from the pages; without it they
 go through SDPA.
 """

@@ -1,8 +1,9 @@
 """Linear layers whose weights stay quantized in memory (int8 per row, int4 in groups of 32).
 
 Small batches (decode) multiply with weight-only kernels that read the int8/int4 weights
-directly: for int4 with bf16 activations sgrun's own C++ kernel (cpu_matmul.py: ~2x torch's,
-rows bit-identical at any batch size), otherwise torch's CPU kernels. At batch 1 that is ~4-10x
+directly: sgrun's own C++ kernels for the CPU's level (cpu_kernels/matmul.py: ~2x torch's with
+AVX512-BF16, int8 x int4 integer dot products on AVX2 and NEON; rows bit-identical at any batch
+size), otherwise torch's CPU kernels. At batch 1 that is ~4-10x
 faster than a bf16 `F.linear` on this model's shapes (docs/benchmarks.md), because the step is
 bound by weight bytes and oneDNN's small-M bf16 path has a high fixed cost. Large batches
 (prefill chunks) are compute-bound and the dense bf16 GEMM is as fast or faster there, so above a
@@ -17,18 +18,15 @@ from typing import Literal, Protocol
 import torch
 import torch.nn.functional as F
 
-from sgrun.models import cpu_matmul
+from sgrun.cpu_kernels import matmul as cpu_matmul
 
 QuantMode = Literal["none", "int8", "int4"]
 QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")
 
 # Rows (tokens) up to which torch's weight-only kernels run; above it, dequantize + dense GEMM.
 # Measured crossover on the 2-core AMX machine for SmolLM2's shapes is between 16 and 64 rows.
+# sgrun's C++ kernels say their own (MatmulKernels.max_rows: per level and activation dtype).
 KERNEL_MAX_ROWS = 48
-# The same for sgrun's C++ int4 kernel: level with oneDNN's dense bf16 GEMM up to ~256 rows on
-# an AVX512-BF16 machine without AMX (benchmarks/bench_matmul.py), so decode batches and small
-# chunks never dequantize; with AMX tiles the dense GEMM wins from ~64 rows, as above.
-CPP_KERNEL_MAX_ROWS = KERNEL_MAX_ROWS if cpu_matmul.has_amx() else 256
 INT4_GROUP = 32
 # _weight_int4pack_mm_for_cpu packs weight rows in tiles of 64 (see _unpack_int4).
 _INT4_ROW_TILE = 64
@@ -51,23 +49,25 @@ class DenseLinear:
         weight = weight.contiguous()
         self.bias = bias
         self.out_features, self.in_features = n, k = weight.shape
-        self.cpp = (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and n % cpu_matmul.LANES == 0
-                    and k % 2 == 0 and cpu_matmul.available())
-        self.max_rows = CPP_KERNEL_MAX_ROWS if self.cpp else KERNEL_MAX_ROWS
+        fits = weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and n % cpu_matmul.LANES == 0 and k % 2 == 0
+        ops = cpu_matmul.kernels() if fits else None
+        self.cpp = ops is not None
+        self.max_rows = ops.max_rows(torch.bfloat16) if self.cpp else KERNEL_MAX_ROWS
         if self.cpp:
+            self.ops = ops
             self.packed = cpu_matmul.pack_bf16(weight)
         else:
             self.weight = weight
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.cpp and x.shape[0] <= self.max_rows:
-            y = cpu_matmul.bf16_mm(x, self.packed, self.out_features)
+            y = self.ops.bf16_mm(x, self.packed, self.out_features)
             return y if self.bias is None else y + self.bias
         return F.linear(x, self.dequantized(), self.bias)
 
     def dequantized(self) -> torch.Tensor:
         if self.cpp:
-            return cpu_matmul.bf16_unpack(self.packed, self.out_features, self.in_features)
+            return self.ops.bf16_unpack(self.packed, self.out_features, self.in_features)
         return self.weight
 
     def nbytes(self) -> int:
@@ -88,9 +88,10 @@ class Int8Linear:
         self.scale = scale.to(dtype)
         self.bias = None if bias is None else bias.to(dtype)
         self.out_features, self.in_features = weight.shape
-        self.cpp = (dtype == torch.float32 and weight.device.type == "cpu" and self.out_features % cpu_matmul.LANES == 0
-                    and cpu_matmul.available())
+        ops = cpu_matmul.kernels() if weight.device.type == "cpu" and dtype == torch.float32 else None
+        self.cpp = self.out_features % cpu_matmul.LANES == 0 and ops is not None
         if self.cpp:
+            self.ops = ops
             self.blocked = cpu_matmul.pack_int8(q)
         else:
             self.q = q.contiguous()
@@ -111,7 +112,7 @@ class Int8Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.cpp:
-            y = cpu_matmul.int8_mm_f32(x, self.blocked, self.scale)
+            y = self.ops.int8_mm_f32(x, self.blocked, self.scale)
         elif x.shape[0] > KERNEL_MAX_ROWS:
             return F.linear(x, self.dequantized(), self.bias)
         else:
@@ -139,12 +140,14 @@ class Int4Linear:
         q = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
         self.bias = None if bias is None else bias.to(dtype)
         self.out_features, self.in_features = n, k
-        # bf16 activations on a CPU with AVX512-BF16: sgrun's own kernel and layout (fp16 scale and
-        # minimum per group); otherwise torch's int4 kernel and its layout. One copy either way.
-        self.cpp = (dtype == torch.bfloat16 and weight.device.type == "cpu" and cpu_matmul.fits(n, k)
-                    and _fp16_safe(scale, lo) and cpu_matmul.available())
-        self.max_rows = CPP_KERNEL_MAX_ROWS if self.cpp else KERNEL_MAX_ROWS
+        # Where sgrun's kernels serve this CPU level and the activation dtype: their layout (fp16
+        # scale and minimum per group); otherwise torch's int4 kernel and its layout. One copy either way.
+        ops = cpu_matmul.kernels() if weight.device.type == "cpu" else None
+        self.dtype = dtype
+        self.cpp = (ops is not None and dtype in ops.int4_dtypes and cpu_matmul.fits(n, k) and _fp16_safe(scale, lo))
+        self.max_rows = ops.max_rows(dtype) if self.cpp else KERNEL_MAX_ROWS
         if self.cpp:
+            self.ops = ops
             self.codes, self.group_scales = cpu_matmul.pack_int4(q, scale, lo)
         else:
             self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
@@ -155,7 +158,7 @@ class Int4Linear:
     def dequantized(self) -> torch.Tensor:
         """[n, k] in the activation dtype."""
         if self.cpp:
-            return cpu_matmul.int4_dequantize(self.codes, self.group_scales, self.out_features, self.in_features)
+            return self.ops.int4_dequantize(self.codes, self.group_scales, self.out_features, self.in_features, self.dtype)
         return self._dequantized_torch_layout()
 
     def _dequantized_torch_layout(self) -> torch.Tensor:
@@ -178,7 +181,7 @@ class Int4Linear:
         if x.shape[0] > self.max_rows:
             return F.linear(x, self.dequantized(), self.bias)
         if self.cpp:
-            y = cpu_matmul.int4_mm(x, self.codes, self.group_scales, self.out_features)
+            y = self.ops.int4_mm(x, self.codes, self.group_scales, self.out_features)
         else:
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, INT4_GROUP, self.scales_zeros)
         return y if self.bias is None else y + self.bias

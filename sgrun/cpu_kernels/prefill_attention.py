@@ -1,6 +1,6 @@
 """Causal prefill attention over the paged KV pool: a C++ kernel (prefill_attention.cpp) built on
-first use through models/cpp_build.py, for the prefill chunks (extend segments) of the CPU
-backend (attention_cpp.py).
+first use through build.py, for the prefill chunks (extend segments) of the CPU
+backend (engine/attention_cpp.py).
 
 Why not SDPA: torch's CPU flash attention reaches ~140 GFLOP/s in bf16 at SmolLM2's shape
 (9 query heads, 3 kv heads, head dim 64), well below what the bf16 dot-product instruction
@@ -32,7 +32,8 @@ from types import ModuleType
 
 import torch
 
-from sgrun.models.cpp_build import CppKernel
+from sgrun.cpu_kernels import isa
+from sgrun.cpu_kernels.build import CppKernel
 
 log = logging.getLogger("sgrun.engine")
 
@@ -44,9 +45,10 @@ KERNEL = CppKernel("prefill_attention", Path(__file__).with_name("prefill_attent
                    fallback="prefill chunks use torch's SDPA instead", fail_env=FORCE_BUILD_FAILURE_ENV)
 
 
-def load_kernel() -> ModuleType | None:
-    """The compiled module (`prefill_attention`, `fast_path_available`), or None (logged once)."""
-    return KERNEL.load()
+def load_kernel(level: isa.Level | str | None = None) -> ModuleType | None:
+    """The compiled module (`prefill_attention`, `fast_path_available`) for `level` (default: the
+    active one), or None (logged once)."""
+    return KERNEL.load(level)
 
 
 # Head dims the AVX512-BF16 path is instantiated for (prefill_attention.cpp's dispatch).

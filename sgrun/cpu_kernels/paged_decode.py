@@ -26,7 +26,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from sgrun.models.cpp_build import DEFAULT_FLAGS, CppKernel
+from sgrun.cpu_kernels import isa
+from sgrun.cpu_kernels.build import CppKernel
 
 # Tests set this to simulate a machine where the build fails.
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_ATTENTION_FAIL"
@@ -38,13 +39,13 @@ KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in (
                        "paged_rows.cpp", "paged_chunk_attention.cpp", "paged_decode.cpp")),
                    ["paged_decode", "cascade_prefix", "chunk_tokens"], what="C++ paged decode attention",
                    fallback="decode attention gathers pages with the torch path instead",
-                   fail_env=FORCE_BUILD_FAILURE_ENV, flags=DEFAULT_FLAGS + ("-ffp-contract=off",))
+                   fail_env=FORCE_BUILD_FAILURE_ENV, flags=("-ffp-contract=off",))
 
 
-def load_kernel() -> ModuleType | None:
-    """The compiled module (`paged_decode`, `cascade_prefix`, `chunk_tokens`), built on first use; None (logged
-    once) where it cannot be built."""
-    return KERNEL.load()
+def load_kernel(level: isa.Level | str | None = None) -> ModuleType | None:
+    """The compiled module (`paged_decode`, `cascade_prefix`, `chunk_tokens`) for `level` (default:
+    the active one), built on first use; None (logged once) where it cannot be built."""
+    return KERNEL.load(level)
 
 
 def reset_for_tests() -> None:

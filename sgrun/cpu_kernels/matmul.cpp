@@ -1,0 +1,239 @@
+// Weight-only matmuls for small batches on the CPU, the torch-facing driver: y[M, N] = x[M, K] @
+// W[N, K]^T with W int4 (groups of 32, fp16 scale and minimum), dense bf16, or int8 (the lm_head,
+// float32 activations). Built by matmul.py after matmul_common.cpp and the ISA files, as one unit
+// per CPU level; each op takes the best tiles its level compiled:
+//   SGRUN_BF16_DOT (avx512_bf16, amx): bf16 dot products for bf16 activations (matmul_avx512_bf16.cpp);
+//   SGRUN_SIMD_TILES (avx2 / avx512 / neon / neon_dotprod, and float32 activations at avx512_bf16):
+//   int4 x int8-quantized activations, float32 FMA for bf16 and int8 weights (matmul_avx2.cpp,
+//   matmul_neon.cpp).
+// Ops are registered as sgrun::<op>_<level> so several levels' builds can live in one process
+// (tests run every level the CPU has).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <string>
+
+#define SG_STR2(x) #x
+#define SG_STR(x) SG_STR2(x)
+#define SG_OP(name) name "_" SG_STR(SGRUN_ISA)
+
+namespace {
+
+// Work split: units of `unit_blocks` column blocks, and enough multiply-adds per thread (~8M,
+// ~100 us on one core) that waking a second thread pays: a worker asleep under
+// OMP_WAIT_POLICY=PASSIVE (or descheduled on a shared machine) takes ~10-30 us to join, which at
+// one row is as long as a whole layer's matmul. Measured on two threads at load ~1.1 (median
+// step): splitting from 0.5M per thread gave 11.6 ms at batch 1, from 2M 9.0 / 12.3 / 14.9 /
+// 19.8 / 29.3 ms at batch 1 / 2 / 4 / 8 / 16, from 8M 9.2 / 11.4 / 12.5 / 16.8 / 24.3 ms.
+int64_t grain_for(int64_t m, int64_t k, int64_t unit_blocks) {
+  constexpr int64_t kMinWorkPerThread = 8 << 20;
+  const int64_t work = m * k * LANES * unit_blocks;
+  const int64_t g = (kMinWorkPerThread + work - 1) / (work > 0 ? work : 1);
+  return g > 0 ? g : 1;
+}
+
+// Runs tile(rows, blocks, first block, first row) over every tile of an M x N output: units of two
+// column blocks split across threads (grain_for), rows in blocks of MaxRows (with_rows).
+template <int MaxRows, int TwoBlockRows, class Tile>
+void for_each_tile(int64_t m, int64_t k, int64_t blocks, Tile&& tile) {
+  const int64_t units = (blocks + 1) / 2;
+  at::parallel_for(0, units, grain_for(m, k, 2), [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t b0 = u * 2;
+      for (int64_t r = 0; r < m; r += MaxRows)
+        with_rows<MaxRows, TwoBlockRows>(m - r, b0 + 1 < blocks,
+                                         [&](auto rows, auto nb, int64_t first) { tile(rows, nb, b0 + first, r); });
+    }
+  });
+}
+
+void check_x(const at::Tensor& x, int64_t k_multiple, bool float_ok) {
+  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || (float_ok && x.scalar_type() == at::kFloat)),
+              float_ok ? "x must be a 2-D bf16 or float32 tensor" : "x must be a 2-D bf16 tensor");
+  TORCH_CHECK(x.size(1) % k_multiple == 0, "x's inner dim must be a multiple of ", k_multiple);
+}
+
+}  // namespace
+
+// What this build multiplies with, for the Python side: "bf16dot" and/or the simd tile set's name.
+std::string tiles() {
+  std::string out;
+#ifdef SGRUN_BF16_DOT
+  out += "bf16dot ";
+#endif
+#ifdef SGRUN_SIMD_TILES
+  out += SGRUN_SIMD_TILES;
+#endif
+  return out;
+}
+
+bool fast_path() { return !tiles().empty(); }
+
+at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, int64_t n) {
+  check_x(x, GROUP, true);
+  TORCH_CHECK(n % LANES == 0, "n must be a multiple of 16");
+  const int64_t m = x.size(0), k = x.size(1), blocks = n / LANES, groups = k / GROUP;
+  TORCH_CHECK(codes.scalar_type() == at::kByte && codes.is_contiguous() && codes.numel() == n * k / 2,
+              "codes do not match x and n");
+  TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.numel() == n * groups * 2,
+              "scales do not match x and n");
+  at::Tensor xc = x.contiguous();
+  const uint8_t* cb = codes.data_ptr<uint8_t>();
+  const uint16_t* sb = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
+  const int64_t cs = k / 2 * LANES, ss = groups * 2 * LANES;
+#ifdef SGRUN_BF16_DOT
+  if (x.scalar_type() == at::kBFloat16) {
+    at::Tensor out = at::empty({m, n}, x.options());
+    const uint16_t* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
+    std::vector<float> xs(static_cast<size_t>(m * groups));
+    bf16dot::group_sums(xb, m, k, xs.data());
+    const uint32_t* xp = reinterpret_cast<const uint32_t*>(xb);
+    uint16_t* yb = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    for_each_tile<bf16dot::kRowBlock, bf16dot::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+      bf16dot::int4_tile<decltype(rows)::value, decltype(nb)::value>(cb + b * cs, sb + b * ss, cs, ss, xp + r * (k / 2),
+                                                                     k, xs.data() + r * groups, groups,
+                                                                     yb + r * n + b * LANES, n);
+    });
+    return out;
+  }
+#endif
+#ifdef SGRUN_SIMD_TILES
+  QuantRows qx;
+  if (x.scalar_type() == at::kFloat) {
+    const float* xf = xc.data_ptr<float>();
+    quantize_rows(m, k, [&](int64_t r, int64_t i) { return xf[r * k + i]; }, qx);
+  } else {
+    const uint16_t* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
+    quantize_rows(m, k, [&](int64_t r, int64_t i) { return bf16_to_float(xb[r * k + i]); }, qx);
+  }
+  at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
+  float* yf = out.data_ptr<float>();
+  for_each_tile<simd::kRowBlock, simd::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+    simd::int4_q8_tile<decltype(rows)::value, decltype(nb)::value>(
+        cb + b * cs, sb + b * ss, cs, ss, qx.q.data() + r * k, qx.d.data() + r * groups, qx.sum.data() + r * groups, k,
+        groups, yf + r * n + b * LANES, n);
+  });
+  return x.scalar_type() == at::kFloat ? out : out.to(at::kBFloat16);
+#else
+  TORCH_CHECK(false, "int4_mm has no tiles at CPU level " SG_STR(SGRUN_ISA));
+#endif
+}
+
+at::Tensor bf16_mm(const at::Tensor& x, const at::Tensor& w, int64_t n) {
+  check_x(x, 2, false);
+  TORCH_CHECK(n % LANES == 0, "n must be a multiple of 16");
+  const int64_t m = x.size(0), k = x.size(1), blocks = n / LANES;
+  TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.is_contiguous() && w.numel() == n * k,
+              "w does not match x and n");
+  at::Tensor xc = x.contiguous();
+  const uint32_t* wb = reinterpret_cast<const uint32_t*>(w.data_ptr<at::BFloat16>());
+  const int64_t ws = k / 2 * LANES;   // 32-bit pairs per column block
+#if defined(SGRUN_BF16_DOT)
+  at::Tensor out = at::empty({m, n}, x.options());
+  const uint32_t* xp = reinterpret_cast<const uint32_t*>(xc.data_ptr<at::BFloat16>());
+  uint16_t* yb = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  for_each_tile<bf16dot::kRowBlock, bf16dot::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+    bf16dot::bf16_tile<decltype(rows)::value, decltype(nb)::value>(wb + b * ws, ws, xp + r * (k / 2), k,
+                                                                   yb + r * n + b * LANES, n);
+  });
+  return out;
+#elif defined(SGRUN_SIMD_TILES)
+  at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
+  const uint16_t* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
+  float* yf = out.data_ptr<float>();
+  for_each_tile<simd::kRowBlock, simd::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+    simd::bf16_f32_tile<decltype(rows)::value, decltype(nb)::value>(wb + b * ws, ws, xb + r * k, k,
+                                                                    yf + r * n + b * LANES, n);
+  });
+  return out.to(at::kBFloat16);
+#else
+  TORCH_CHECK(false, "bf16_mm has no tiles at CPU level " SG_STR(SGRUN_ISA));
+#endif
+}
+
+at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a 2-D float32 tensor");
+  const int64_t m = x.size(0), k = x.size(1), n = scale.numel(), blocks = n / LANES;
+  TORCH_CHECK(n % LANES == 0 && q.scalar_type() == at::kChar && q.is_contiguous() && q.numel() == n * k,
+              "q does not match x and scale");
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous(), "scale must be contiguous float32");
+  at::Tensor out = at::empty({m, n}, x.options());
+  at::Tensor xc = x.contiguous();
+  const float* xb = xc.data_ptr<float>();
+  const int8_t* qb = q.data_ptr<int8_t>();
+  const float* sb = scale.data_ptr<float>();
+  float* yb = out.data_ptr<float>();
+  const int64_t qs = k * LANES;
+#if defined(SGRUN_BF16_DOT)
+  namespace tiles_ns = bf16dot;
+#elif defined(SGRUN_SIMD_TILES)
+  namespace tiles_ns = simd;
+#endif
+#if defined(SGRUN_BF16_DOT) || defined(SGRUN_SIMD_TILES)
+  for_each_tile<tiles_ns::kRowBlock, tiles_ns::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+    tiles_ns::int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(qb + b * qs, qs, xb + r * k, k, sb + b * LANES,
+                                                                        yb + r * n + b * LANES, n);
+  });
+#else
+  TORCH_CHECK(false, "int8_mm_f32 has no tiles at CPU level " SG_STR(SGRUN_ISA));
+#endif
+  return out;
+}
+
+// The int4 weight as a dense [K, N] matrix W^T (the caller hands F.linear its .t() view) for
+// prefill chunks, in `dtype` (bf16 or float32); w = s * c + min in float32, rounded once.
+at::Tensor int4_dequantize_t(const at::Tensor& codes, const at::Tensor& scales, int64_t n, int64_t k, bool as_float) {
+  TORCH_CHECK(n % LANES == 0 && k % GROUP == 0, "n must be a multiple of 16 and k of 32");
+  TORCH_CHECK(codes.is_contiguous() && scales.is_contiguous() && codes.numel() == n * k / 2 &&
+              scales.numel() == n * k / GROUP * 2, "codes/scales do not match n, k");
+  const uint8_t* cb = codes.data_ptr<uint8_t>();
+  const uint16_t* sb = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
+  const int64_t blocks = n / LANES;
+#ifdef SGRUN_BF16_DOT
+  if (!as_float) {
+    at::Tensor out = at::empty({k, n}, codes.options().dtype(at::kBFloat16));
+    uint16_t* ob = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
+      for (int64_t blk = begin; blk < end; ++blk) bf16dot::int4_dequantize_block(cb, sb, n, k, blk, ob);
+    });
+    return out;
+  }
+#endif
+  at::Tensor out = at::empty({k, n}, codes.options().dtype(at::kFloat));
+  float* of = out.data_ptr<float>();
+  at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t blk = begin; blk < end; ++blk) int4_dequantize_portable(cb, sb, n, k, blk, of);
+  });
+  return as_float ? out : out.to(at::kBFloat16);
+}
+
+// The dense bf16 weight back as W^T, [K, N], for chunks above the kernel's row limit: each
+// (block, pair) holds 16 interleaved (even k, odd k) pairs, split into the 16 columns of k and k+1.
+at::Tensor bf16_unpack_t(const at::Tensor& w, int64_t n, int64_t k) {
+  TORCH_CHECK(n % LANES == 0 && k % 2 == 0 && w.is_contiguous() && w.numel() == n * k, "w does not match n, k");
+  at::Tensor out = at::empty({k, n}, w.options());
+  const uint16_t* wb = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+  uint16_t* ob = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const int64_t blocks = n / LANES, kp = k / 2;
+  at::parallel_for(0, blocks, 4, [&](int64_t begin, int64_t end) {
+    for (int64_t blk = begin; blk < end; ++blk)
+      for (int64_t p = 0; p < kp; ++p) {
+        const uint16_t* src = wb + (blk * kp + p) * 2 * LANES;
+        uint16_t* even = ob + (2 * p) * n + blk * LANES;
+        uint16_t* odd = even + n;
+        for (int i = 0; i < LANES; ++i) { even[i] = src[2 * i]; odd[i] = src[2 * i + 1]; }
+      }
+  });
+  return out;
+}
+
+TORCH_LIBRARY_FRAGMENT(sgrun, lib) {
+  lib.def(SG_OP("int4_mm") "(Tensor x, Tensor codes, Tensor scales, int n) -> Tensor");
+  lib.def(SG_OP("bf16_mm") "(Tensor x, Tensor w, int n) -> Tensor");
+  lib.def(SG_OP("int8_mm_f32") "(Tensor x, Tensor q, Tensor scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(sgrun, CPU, lib) {
+  lib.impl(SG_OP("int4_mm"), &int4_mm);
+  lib.impl(SG_OP("bf16_mm"), &bf16_mm);
+  lib.impl(SG_OP("int8_mm_f32"), &int8_mm_f32);
+}

@@ -1,0 +1,168 @@
+// The AVX2 + FMA + F16C tiles of the weight-only matmuls (level avx2, and avx512 /
+// avx512_bf16 for what their own tiles lack), the `simd` tile set every non-BF16 level provides
+// (matmul_neon.cpp is the aarch64 one):
+// - int4_q8_tile: int4 codes x activations quantized to int8 per group of 32 (llama.cpp's way on
+//   AVX2): _mm256_maddubs_epi16 multiplies 32 unsigned codes by 32 signed activations and adds
+//   pairs, so one instruction is 16 columns x one activation pair, for two pairs at once; the
+//   int16 sums of a group cannot overflow (8 adds of at most 2 * 15 * 127 per lane), and the
+//   group's scale and minimum are applied once per group in float32.
+// - int8_f32_tile: the int8 lm_head, float32 activations and FMA (the logits keep float32).
+// - bf16_f32_tile: dense bf16 weights widened to float32 (a shift or a mask) and FMA.
+// Layouts: matmul_common.cpp. Every row runs the same instructions whatever the row count.
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(SGRUN_SIMD_TILES)
+#define SGRUN_SIMD_TILES "avx2"
+#include <immintrin.h>
+
+namespace {
+namespace simd {
+
+constexpr int kRowBlock = 4;       // rows per pass over a column block
+constexpr int kTwoBlockRows = 1;   // 16 ymm registers: two blocks at once only for one row
+
+inline __m256 half8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+// R rows x NB column blocks. xq: int8 activations [R, K] (row stride k); xd, xsum: per row and
+// group their scale and exact float sum (row stride `groups`). y: float32, row stride n_total.
+template <int R, int NB>
+void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_stride_codes,
+                  int64_t block_stride_scales, const int8_t* xq, const float* xd, const float* xsum, int64_t k,
+                  int64_t groups, float* y, int64_t n_total) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  // A broadcast dword (q[2p], q[2p+1], q[2p+2], q[2p+3]) -> pair p in the low lane, p+1 in the high.
+  const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  __m256 acc[R][NB][2];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    // Lanes: [pair p, columns 0-7 | pair p+1, columns 0-7] and the same for columns 8-15.
+    __m256i lo_cols[R][NB], hi_cols[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) lo_cols[r][b] = hi_cols[r][b] = _mm256_setzero_si256();
+    for (int64_t p = 0; p < PAIRS_PER_GROUP; p += 2) {
+      const int64_t pair = g * PAIRS_PER_GROUP + p;
+      __m256i wa[NB], wb[NB];
+      for (int b = 0; b < NB; ++b) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + b * block_stride_codes + pair * LANES));
+        const __m256i even = _mm256_and_si256(v, low), odd = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        wa[b] = _mm256_unpacklo_epi8(even, odd);   // (c[n, 2p], c[n, 2p+1]) for columns 0-7
+        wb[b] = _mm256_unpackhi_epi8(even, odd);   // columns 8-15
+      }
+      for (int r = 0; r < R; ++r) {
+        int32_t quad;
+        std::memcpy(&quad, xq + r * k + 2 * pair, sizeof(quad));
+        const __m256i xv = _mm256_shuffle_epi8(_mm256_set1_epi32(quad), spread);
+        for (int b = 0; b < NB; ++b) {
+          lo_cols[r][b] = _mm256_add_epi16(lo_cols[r][b], _mm256_maddubs_epi16(wa[b], xv));
+          hi_cols[r][b] = _mm256_add_epi16(hi_cols[r][b], _mm256_maddubs_epi16(wb[b], xv));
+        }
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      const uint16_t* sg = scales + b * block_stride_scales + g * 2 * LANES;
+      const __m256 s0 = half8(sg), s1 = half8(sg + 8), m0 = half8(sg + LANES), m1 = half8(sg + LANES + 8);
+      for (int r = 0; r < R; ++r) {
+        const __m256i a = lo_cols[r][b], c = hi_cols[r][b];
+        const __m256i dot0 = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(a)),
+                                              _mm256_cvtepi16_epi32(_mm256_extracti128_si256(a, 1)));
+        const __m256i dot1 = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(c)),
+                                              _mm256_cvtepi16_epi32(_mm256_extracti128_si256(c, 1)));
+        const __m256 d = _mm256_set1_ps(xd[r * groups + g]), sum = _mm256_set1_ps(xsum[r * groups + g]);
+        acc[r][b][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot0), _mm256_mul_ps(s0, d), acc[r][b][0]);
+        acc[r][b][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot1), _mm256_mul_ps(s1, d), acc[r][b][1]);
+        acc[r][b][0] = _mm256_fmadd_ps(m0, sum, acc[r][b][0]);
+        acc[r][b][1] = _mm256_fmadd_ps(m1, sum, acc[r][b][1]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) {
+      _mm256_storeu_ps(y + r * n_total + b * LANES, acc[r][b][0]);
+      _mm256_storeu_ps(y + r * n_total + b * LANES + 8, acc[r][b][1]);
+    }
+}
+
+// int8 weights (one scale per output column) x float32 activations: sums blocked by 32 k, added
+// into the total (as the AVX-512 tile: long sequential float sums lose bits on real activations).
+template <int R, int NB>
+void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const float* scale, float* y,
+                   int64_t n_total) {
+  __m256 acc[R][NB][2];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = _mm256_setzero_ps();
+  for (int64_t k0 = 0; k0 < k; k0 += GROUP) {
+    const int64_t k_end = k0 + GROUP < k ? k0 + GROUP : k;
+    __m256 part[R][NB][2];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) part[r][b][0] = part[r][b][1] = _mm256_setzero_ps();
+    for (int64_t kk = k0; kk < k_end; ++kk) {
+      __m256 w[NB][2];
+      for (int b = 0; b < NB; ++b) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + b * block_stride + kk * LANES));
+        w[b][0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+        w[b][1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(bytes, 8)));
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256 xv = _mm256_set1_ps(x[r * k + kk]);
+        for (int b = 0; b < NB; ++b) {
+          part[r][b][0] = _mm256_fmadd_ps(w[b][0], xv, part[r][b][0]);
+          part[r][b][1] = _mm256_fmadd_ps(w[b][1], xv, part[r][b][1]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) {
+        acc[r][b][0] = _mm256_add_ps(acc[r][b][0], part[r][b][0]);
+        acc[r][b][1] = _mm256_add_ps(acc[r][b][1], part[r][b][1]);
+      }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) {
+      _mm256_storeu_ps(y + r * n_total + b * LANES, _mm256_mul_ps(acc[r][b][0], _mm256_loadu_ps(scale + b * LANES)));
+      _mm256_storeu_ps(y + r * n_total + b * LANES + 8,
+                       _mm256_mul_ps(acc[r][b][1], _mm256_loadu_ps(scale + b * LANES + 8)));
+    }
+}
+
+// Dense bf16 weights [pairs][16 columns][2] x bf16 activations: a pair word widens to the even
+// k (shifted up) and the odd k (masked), sums blocked by 16 pairs; float32 out.
+template <int R, int NB>
+void bf16_f32_tile(const uint32_t* w, int64_t block_stride, const uint16_t* x, int64_t k, float* y, int64_t n_total) {
+  const int64_t kp = k / 2;
+  const __m256i high = _mm256_set1_epi32(static_cast<int32_t>(0xFFFF0000u));
+  __m256 acc[R][NB][2];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = _mm256_setzero_ps();
+  for (int64_t p0 = 0; p0 < kp; p0 += PAIRS_PER_GROUP) {
+    const int64_t p_end = p0 + PAIRS_PER_GROUP < kp ? p0 + PAIRS_PER_GROUP : kp;
+    __m256 part[R][NB][2];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) part[r][b][0] = part[r][b][1] = _mm256_setzero_ps();
+    for (int64_t p = p0; p < p_end; ++p) {
+      __m256 we[NB][2], wo[NB][2];
+      for (int b = 0; b < NB; ++b)
+        for (int h = 0; h < 2; ++h) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + b * block_stride + p * LANES + 8 * h));
+          we[b][h] = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+          wo[b][h] = _mm256_castsi256_ps(_mm256_and_si256(v, high));
+        }
+      for (int r = 0; r < R; ++r) {
+        const __m256 xe = _mm256_set1_ps(bf16_to_float(x[r * k + 2 * p]));
+        const __m256 xo = _mm256_set1_ps(bf16_to_float(x[r * k + 2 * p + 1]));
+        for (int b = 0; b < NB; ++b)
+          for (int h = 0; h < 2; ++h)
+            part[r][b][h] = _mm256_fmadd_ps(wo[b][h], xo, _mm256_fmadd_ps(we[b][h], xe, part[r][b][h]));
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b)
+        for (int h = 0; h < 2; ++h) acc[r][b][h] = _mm256_add_ps(acc[r][b][h], part[r][b][h]);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(y + r * n_total + b * LANES + 8 * h, acc[r][b][h]);
+}
+
+}  // namespace simd
+}  // namespace
+#endif

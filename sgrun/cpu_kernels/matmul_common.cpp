@@ -1,0 +1,148 @@
+// Shared, torch-free parts of the weight-only matmuls (matmul.cpp is the driver; one file per ISA
+// holds the tiles: matmul_avx512_bf16.cpp, matmul_avx2.cpp, matmul_neon.cpp). The sources are
+// compiled as one unit in that order, each ISA file guarded by the macros its level's flags set.
+//
+// Layout ("column blocks"), the same at every level: W's output columns are cut into blocks of
+// 16, and inside a block the input dim runs in pairs, so a tile multiplies 16 columns at once with
+// an activation pair broadcast: no horizontal sums, the int4 group scale one multiply per lane.
+//   int4: codes [N/16, K/2, 16] uint8, byte = code[n, 2p] | code[n, 2p+1] << 4;
+//         scales [N/16, K/32, 2, 16] fp16: 16 scales, then 16 minimums (w = scale * code + min).
+//   bf16: weights [N/16, K/2, 16, 2].
+//   int8 (float32 activations, the lm_head): weights [N/16, K, 16], one float32 scale per column.
+//
+// Row invariance: every row of x goes through the same instruction sequence whatever M is, how
+// rows are blocked and how columns are split over threads (no split-K), so a row's result is
+// bit-identical at M = 1 and inside any larger batch. Speculative verification relies on it.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+constexpr int64_t LANES = 16;   // columns per block
+constexpr int64_t GROUP = 32;   // int4 group along K, and the activation quantization block
+constexpr int64_t PAIRS_PER_GROUP = GROUP / 2;
+
+template <int V>
+using Const = std::integral_constant<int, V>;
+
+inline float half_to_float(uint16_t h) {   // IEEE fp16 -> float32, exact
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {   // subnormal: normalise
+    exp = 113;
+    while (!(mant & 0x400)) { mant <<= 1; --exp; }
+    bits = sign | (exp << 23) | ((mant & 0x3FF) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Activations quantized for the integer dot products (llama.cpp's Q8 blocks): per row and group
+// of 32, q = round(x / d) in [-127, 127] with d = max |x| / 127; `sum` keeps the exact float sum
+// of the group's x, for the int4 minimum's term (so only the scale's term sees the rounding).
+struct QuantRows {
+  std::vector<int8_t> q;     // [M, K]
+  std::vector<float> d;      // [M, K / 32]
+  std::vector<float> sum;    // [M, K / 32]
+};
+
+template <class Load>
+void quantize_rows(int64_t m, int64_t k, Load load, QuantRows& out) {
+  const int64_t groups = k / GROUP;
+  out.q.resize(static_cast<size_t>(m * k));
+  out.d.resize(static_cast<size_t>(m * groups));
+  out.sum.resize(static_cast<size_t>(m * groups));
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      float x[GROUP], amax = 0.0f, sum = 0.0f;
+      for (int i = 0; i < GROUP; ++i) {
+        x[i] = load(r, g * GROUP + i);
+        amax = std::fabs(x[i]) > amax ? std::fabs(x[i]) : amax;
+      }
+      for (int i = 0; i < GROUP; ++i) sum += x[i];   // one fixed order
+      const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int8_t* q = out.q.data() + r * k + g * GROUP;
+      for (int i = 0; i < GROUP; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * inv));
+      out.d[r * groups + g] = d;
+      out.sum[r * groups + g] = sum;
+    }
+  }
+}
+
+// Calls tile(rows, blocks, first) with compile-time rows and blocks: min(left, MaxRows) rows over
+// the unit's 2 column blocks (or its 1). Two blocks at once give up to TwoBlockRows rows enough
+// independent chains; more rows give them themselves, and their accumulators would not fit the
+// registers (spills made 7 rows cost 7x one row with AVX-512), so the blocks then go one at a
+// time. Any row count runs the same per-row instruction sequence.
+template <int MaxRows, int TwoBlockRows, class Tile>
+inline void with_rows(int64_t left, bool two_blocks, Tile&& tile) {
+  static_assert(MaxRows >= 1 && MaxRows <= 8, "row blocks of 1..8");
+  const int rows = left < MaxRows ? static_cast<int>(left) : MaxRows;
+  auto blocks = [&](auto r) {
+    if constexpr (decltype(r)::value <= MaxRows) {
+      if (!two_blocks) {
+        tile(r, Const<1>{}, 0);
+      } else if constexpr (decltype(r)::value <= TwoBlockRows) {
+        tile(r, Const<2>{}, 0);
+      } else {
+        tile(r, Const<1>{}, 0);
+        tile(r, Const<1>{}, 1);
+      }
+    }
+  };
+  switch (rows) {
+    case 1: blocks(Const<1>{}); break;
+    case 2: blocks(Const<2>{}); break;
+    case 3: blocks(Const<3>{}); break;
+    case 4: blocks(Const<4>{}); break;
+    case 5: blocks(Const<5>{}); break;
+    case 6: blocks(Const<6>{}); break;
+    case 7: blocks(Const<7>{}); break;
+    default: blocks(Const<8>{}); break;
+  }
+}
+
+// The int4 weight as float32 W^T [K, N] (portable: the levels without an AVX-512 version use it
+// for prefill chunks); w = s * c + min in float32.
+void int4_dequantize_portable(const uint8_t* codes, const uint16_t* scales, int64_t n, int64_t k, int64_t blk,
+                              float* out) {
+  const int64_t groups = k / GROUP;
+  const uint8_t* c = codes + blk * (k / 2) * LANES;
+  const uint16_t* sg = scales + blk * groups * 2 * LANES;
+  for (int64_t g = 0; g < groups; ++g) {
+    float s[LANES], mn[LANES];
+    for (int i = 0; i < LANES; ++i) {
+      s[i] = half_to_float(sg[g * 2 * LANES + i]);
+      mn[i] = half_to_float(sg[g * 2 * LANES + LANES + i]);
+    }
+    for (int64_t p = 0; p < PAIRS_PER_GROUP; ++p) {
+      const int64_t pair = g * PAIRS_PER_GROUP + p;
+      float* lo = out + (2 * pair) * n + blk * LANES;
+      float* hi = lo + n;
+      for (int i = 0; i < LANES; ++i) {
+        const uint8_t b = c[pair * LANES + i];
+        lo[i] = s[i] * static_cast<float>(b & 15) + mn[i];
+        hi[i] = s[i] * static_cast<float>(b >> 4) + mn[i];
+      }
+    }
+  }
+}
+
+}  // namespace
