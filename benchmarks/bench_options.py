@@ -29,27 +29,15 @@ _TORCH_LEVEL = {"avx2": ("avx2", "AVX2"), "avx512": ("avx512", "AVX512_CORE"),
                 "avx512_bf16": ("avx512", "AVX512_CORE_BF16"), "amx": ("avx512", "AVX512_CORE_AMX")}
 
 
-def cpu_model() -> str:
-    import platform
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "Model", "CPU part")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_line(threads: int | None = None, env: dict[str, str] | None = None) -> str:
     """'cpu: <model>, 2 cores, flags [avx2 fma ...], cpu level avx2 (forced by SGRUN_CPU_ISA), torch X,
     threads, load'. `env`: describe a child process started with that environment instead."""
     import torch
 
+    from sgrun.cpu_kernels.isa import cpu_features, cpu_model
     from sgrun.models.auto_config import cpu_level
-    from sgrun.models.cpp_build import cpu_flags
     env = os.environ if env is None else env
-    have = set(cpu_flags().split(":", 1)[-1].split())
+    have = cpu_features()
     flags = " ".join(f for f in SIMD_FLAGS if f in have)
     forced = env.get("SGRUN_CPU_ISA")
     level = f"{forced} (forced by SGRUN_CPU_ISA)" if forced else f"{cpu_level()} (native)"

@@ -51,35 +51,27 @@ def test_start_up_line_names_level_dtype_weights_kernels_and_compile(model_path)
     assert report["compile"] is False and report["weights"].startswith("int4")
 
 
-def test_built_model_cache_reuses_the_packed_model_across_loads(cache_dir, monkeypatch):
+def test_built_model_cache_reuses_rebuilds_when_corrupt_and_can_be_switched_off(cache_dir, monkeypatch):
     from sgrun.models import loader
+    from sgrun.models.compiled_forward import _NoAttention
     monkeypatch.setattr(loader, "_MODELS", {})
     first, _, _ = load_model(None, torch.bfloat16, "int4", "cpu")
-    entries = list((cache_dir / "built_models").glob("*.pt"))
-    assert len(entries) == 1
+    (entry,) = (cache_dir / "built_models").glob("*.pt")
     monkeypatch.setattr(loader, "_MODELS", {})     # a new process: nothing in memory
+    real_files = loader.load_model_files
     calls = []
-    monkeypatch.setattr(loader, "load_model_files", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(loader, "load_model_files", lambda *a, **k: calls.append(a) or real_files(*a, **k))
     second, tok, _ = load_model(None, torch.bfloat16, "int4", "cpu")
     assert calls == [], "the cached model was rebuilt from the file"
     assert second is not first and tok.vocab_size > 0
     ids, pos = torch.tensor([1, 2, 3]), torch.arange(3)
-    from sgrun.models.compiled_forward import _NoAttention
     with torch.inference_mode():
-        torch.testing.assert_close(second.forward(ids, pos, _NoAttention(), pos), first.forward(ids, pos, _NoAttention(), pos),
-                                   rtol=0, atol=0)
-
-
-def test_built_model_cache_rebuilds_a_corrupt_entry_and_can_be_switched_off(cache_dir, monkeypatch):
-    from sgrun.models import loader
+        torch.testing.assert_close(second.forward(ids, pos, _NoAttention(), pos),
+                                   first.forward(ids, pos, _NoAttention(), pos), rtol=0, atol=0)
+    entry.write_bytes(b"not a model")               # a truncated or foreign file: rebuilt, saved again
     monkeypatch.setattr(loader, "_MODELS", {})
-    load_model(None, torch.bfloat16, "int4", "cpu")
-    (entry,) = (cache_dir / "built_models").glob("*.pt")
-    entry.write_bytes(b"not a model")
-    monkeypatch.setattr(loader, "_MODELS", {})
-    model, _, _ = load_model(None, torch.bfloat16, "int4", "cpu")
-    assert model.quantization == "int4" and entry.stat().st_size > 1000   # rebuilt and saved again
-    assert model_cache.cached_build("x", "k", lambda: 7) == 7
+    third, _, _ = load_model(None, torch.bfloat16, "int4", "cpu")
+    assert calls and third.quantization == "int4" and entry.stat().st_size > 1000
     monkeypatch.setenv(model_cache.DISABLE_ENV, "0")
     built = []
     assert model_cache.cached_build("y", "k", lambda: built.append(1) or 8) == 8

@@ -56,12 +56,12 @@ def marker_path(model) -> Path:
     """Where the warm marker of this model's graphs lives (keyed like the built-model cache)."""
     import hashlib
 
-    from sgrun.models.cpp_build import cpu_flags
+    from sgrun.cpu_kernels.isa import cpu_features
     from sgrun.models.fetch import cache_dir
     from sgrun.models.model_cache import source_hash
     c = model.cfg
     parts = [c.name, str(c.hidden_size), str(c.num_layers), str(c.vocab_size), str(model.dtype), model.quantization,
-             torch.__version__, cpu_flags(), os.environ.get("SGRUN_CPU_ISA", ""), source_hash(),
+             torch.__version__, " ".join(sorted(cpu_features())), os.environ.get("SGRUN_CPU_ISA", ""), source_hash(),
              use_sgrun_inductor_cache()]
     key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
     return cache_dir() / "compile" / f"{key}.json"

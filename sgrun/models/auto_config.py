@@ -48,21 +48,8 @@ AUTO_TABLE: dict[str, AutoChoice] = {
 
 def cpu_level() -> str:
     """The name of the CPU level in force (cpu_kernels/isa.py), e.g. "avx2" or "amx"."""
-    try:
-        from sgrun.cpu_kernels import isa
-    except ImportError:     # before the kernel home existed: the level from the CPU's flags
-        return _level_from_flags()
+    from sgrun.cpu_kernels import isa
     return isa.active_level().name
-
-
-def _level_from_flags() -> str:
-    from sgrun.models.cpp_build import cpu_flags
-    have = set(cpu_flags().split())
-    for name, needs in (("amx", {"amx_bf16", "avx512_bf16"}), ("avx512_bf16", {"avx512_bf16", "avx512_vnni"}),
-                        ("avx512", {"avx512f", "avx512bw", "avx512vl"}), ("avx2", {"avx2", "fma", "f16c"})):
-        if needs <= have:
-            return name
-    return "scalar"
 
 
 def auto_choice(level: str | None = None) -> AutoChoice:

@@ -54,10 +54,10 @@ def source_hash() -> str:
 
 def model_key(path: str, dtype: torch.dtype, quantization: str, device: torch.device,
               kernels_available: bool) -> str:
-    from sgrun.models.cpp_build import cpu_flags
+    from sgrun.cpu_kernels.isa import cpu_features
     st = os.stat(path)
     parts = [os.path.realpath(path), str(st.st_size), str(st.st_mtime_ns), str(dtype), quantization, str(device),
-             torch.__version__, platform.machine(), cpu_flags(), os.environ.get("SGRUN_CPU_ISA", ""),
+             torch.__version__, platform.machine(), " ".join(sorted(cpu_features())), os.environ.get("SGRUN_CPU_ISA", ""),
              str(kernels_available), source_hash()]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
@@ -74,6 +74,7 @@ def cached_build(name: str, key: str, build: Callable[[], _T]) -> _T:
     folder = cache_folder()
     target = folder / f"{name}-{key}.pt"
     if target.exists():
+        _register_kernel_pickling()
         try:
             obj = torch.load(target, weights_only=False, map_location="cpu")
             os.utime(target)        # recently used: kept by _prune
@@ -81,15 +82,28 @@ def cached_build(name: str, key: str, build: Callable[[], _T]) -> _T:
         except Exception as exc:    # noqa: BLE001 - a truncated or stale file: rebuild it
             log.warning("built-model cache entry %s unreadable (%s): rebuilding", target.name, type(exc).__name__)
     obj = build()
+    _register_kernel_pickling()
+    tmp = None
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as tmp:
             torch.save(obj, tmp)
         os.replace(tmp.name, target)   # atomic: a concurrent reader sees the old file or the whole new one
         _prune(folder)
-    except OSError as exc:             # a read-only or full cache: the model still runs
-        log.warning("could not save the built model to %s (%s)", folder, exc)
+    except Exception as exc:  # noqa: BLE001 - a read-only or full cache, an unpicklable part: the model still runs
+        log.warning("could not save the built model to %s (%s: %s)", folder, type(exc).__name__, exc)
+        if tmp is not None:
+            Path(tmp.name).unlink(missing_ok=True)
     return obj
+
+
+def _register_kernel_pickling() -> None:
+    """The linears hold their level's kernel ops (a loaded C++ module): saved as the level's
+    name and looked up again on load, where the key guarantees the same level and build."""
+    import copyreg
+
+    from sgrun.cpu_kernels import matmul
+    copyreg.pickle(matmul.MatmulKernels, lambda k: (matmul.kernels, (k.level,)))
 
 
 def _prune(folder: Path) -> None:
