@@ -363,7 +363,8 @@ def main() -> None:
                     help="also run the hand-written real-world-like sample (benchmarks/realworld_corpus.py)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_options import uptime
+    from bench_options import machine_line, uptime
+    print(machine_line(None), flush=True)
     from sgrun.constrain.token_table import token_table
     from sgrun.constrain.vocab_index import vocab_index
     from sgrun.models.loader import load_tokenizer

@@ -25,7 +25,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench_options import add_threads, load_avg  # noqa: E402
+from bench_options import add_threads, load_avg, machine_line  # noqa: E402
 
 from sgrun.cpu_kernels import matmul as cpu_matmul  # noqa: E402
 
@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--rows", default="1,2,4,7,16,32,64,128")
     ap.add_argument("--reps", type=int, default=200)
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     if not cpu_matmul.available():
         raise SystemExit("the C++ kernel is not available on this machine (needs AVX512-BF16 and a compiler)")
