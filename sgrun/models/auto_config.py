@@ -45,7 +45,9 @@ AUTO_TABLE: dict[str, AutoChoice] = {
     "avx512": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
     "neon_dotprod": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
     "neon": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
-    "scalar": AutoChoice(torch.float32, True, "not measured: no SIMD bf16 conversion to lean on"),
+    # No sgrun kernel at all: int4 would run torch's int4 kernel, ~20 ms a row per weight in
+    # float32 (measured, docs/benchmarks.md); the dequantized file through the dense GEMM is not.
+    "scalar": AutoChoice(torch.float32, False, "not measured as a whole: torch's int4 kernel measured"),
 }
 
 
