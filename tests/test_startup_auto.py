@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -97,14 +98,19 @@ def test_inductor_cache_lives_under_sgrun_cache(cache_dir, monkeypatch):
     assert compile_policy.use_sgrun_inductor_cache() == "/somewhere/else"
 
 
-def test_default_engine_serves_eagerly_while_it_compiles_in_the_background(cache_dir, monkeypatch):
+def test_default_engine_serves_eagerly_while_it_compiles_in_the_background(monkeypatch, tmp_path):
+    # The shared inductor cache (warm after the first run: a cold compile on 2 busy cores takes
+    # minutes); the warm marker goes to a private folder.
+    from sgrun.models.fetch import cache_dir
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(cache_dir() / "inductor"))
+    monkeypatch.setenv("SGRUN_CACHE", str(tmp_path))
     monkeypatch.delenv("SGRUN_COMPILE", raising=False)
     with sgrun.Engine("random:tiny", dtype="float32", num_threads=2, memory_gb=0.05) as engine:
         assert engine.compiled is not None and engine.startup_report()["compile"] == "background"
         params = sgrun.SamplingParams(max_new_tokens=4, temperature=0, ignore_eos=True)
         eager = engine.generate(["a b c"], params)[0].token_ids     # answered whether or not compiled yet
         import time
-        deadline = time.time() + 300
+        deadline = time.time() + 900
         while not engine.compiled.ready and time.time() < deadline:
             time.sleep(0.1)
         assert engine.compiled.ready
