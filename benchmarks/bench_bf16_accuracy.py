@@ -23,7 +23,7 @@ from teacher_forced import decode_trace, drift  # the script's folder (benchmark
 from sgrun.models.fetch import default_model_path
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model_files
-from bench_options import add_quantization, add_threads, load_avg
+from bench_options import add_quantization, add_threads, load_avg, machine_line
 
 # Thirty everyday chat requests of a new user: facts, arithmetic, definitions, short writing,
 # code. The first is the README's.
@@ -68,6 +68,7 @@ def main() -> None:
     add_threads(ap)
     add_quantization(ap, "none,int4", several=True)
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     loaded = load_model_files(default_model_path(), torch.float32)
     tok = loaded.tokenizer

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from bench_options import uptime
+from bench_options import uptime, machine_line
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
@@ -80,6 +80,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=3.0)
     args = ap.parse_args()
+    print(machine_line(None), flush=True)
     torch.set_num_threads(1)
     from constrain_fixtures import load_default_tokenizer
     from sgrun.constrain.token_table import token_table

@@ -457,8 +457,8 @@ def main() -> None:
                     help="first-request masks on the real-world-like sample beside llguidance, and the 128-tool compile")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_options import cpu_line, uptime
-    print(cpu_line())
+    from bench_options import machine_line, uptime
+    print(machine_line(None), flush=True)
     from sgrun.constrain.token_table import token_table
     from sgrun.constrain.vocab_index import vocab_index
     from sgrun.models.loader import load_tokenizer

@@ -30,7 +30,7 @@ os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_constrain import TOOL  # noqa: E402
-from bench_options import add_dtype, add_rounds, uptime  # noqa: E402
+from bench_options import add_dtype, add_rounds, uptime, machine_line  # noqa: E402
 
 import sgrun  # noqa: E402
 
@@ -57,6 +57,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=16)
     add_dtype(ap, "bfloat16")
     args = ap.parse_args()
+    print(machine_line(None), flush=True)
     print("load before:", uptime())
     engine = sgrun.Engine(dtype=args.dtype, num_threads=2)
     tok = engine.tokenizer

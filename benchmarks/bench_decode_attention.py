@@ -39,7 +39,7 @@ import torch  # noqa: E402
 
 import sgrun  # noqa: E402
 from sgrun.engine.attention.torch_backend import TorchPagedAttention  # noqa: E402
-from bench_options import add_dtype, add_quantization, add_threads, load_avg, uptime  # noqa: E402
+from bench_options import add_dtype, add_quantization, add_threads, load_avg, uptime, machine_line  # noqa: E402
 
 
 class AlternatingSteps:
@@ -114,6 +114,7 @@ def main() -> None:
     add_dtype(ap, "auto")
     add_quantization(ap, "auto")
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     print(uptime())
     batches = [int(b) for b in args.batches.split(",")]
     max_b = max(batches + [args.agent_requests])

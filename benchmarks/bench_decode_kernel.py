@@ -34,7 +34,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import torch  # noqa: E402
-from bench_options import add_threads, load_avg, read_bandwidth_gbs, uptime  # noqa: E402
+from bench_options import add_threads, load_avg, read_bandwidth_gbs, uptime, machine_line  # noqa: E402
 
 
 def build_revision(rev: str):
@@ -111,6 +111,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="timed passes over all layers per kernel")
     ap.add_argument("--baseline", default=None, help="a git revision whose kernel is timed alongside")
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     from sgrun.cpu_kernels.paged_decode import load_kernel
     kernels = {"this tree": load_kernel()}

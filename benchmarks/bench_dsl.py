@@ -31,7 +31,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import sgrun  # noqa: E402
-from bench_options import add_dtype, add_json_output, uptime, write_json  # noqa: E402
+from bench_options import add_dtype, add_json_output, uptime, write_json, machine_line  # noqa: E402
 
 TOOLS = [
     ("web_search", "Search the web and return the top results.", {"query": "string", "num_results": "integer"}),
@@ -231,6 +231,7 @@ def main() -> None:
     parser.add_argument("--num-threads", type=int, default=None, help="torch threads of the server")
     add_json_output(parser)
     args = parser.parse_args()
+    print(machine_line(None), flush=True)
 
     questions = (QUESTIONS * (args.num_inputs // len(QUESTIONS) + 1))[: args.num_inputs]
     from sgrun.models.loader import load_tokenizer

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 
 import sgrun  # noqa: E402
 from sgrun.models.fetch import default_model_path  # noqa: E402
-from bench_options import add_quantization, add_rounds, add_threads, load_avg  # noqa: E402
+from bench_options import add_quantization, add_rounds, add_threads, load_avg, machine_line  # noqa: E402
 
 
 def dense_folder(gguf: Path) -> Path:
@@ -225,6 +225,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--sequential-sample", type=int, default=8)
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     parts = args.parts.split(",")
     gguf = default_model_path()

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_constrain import llg_tokenizer, pct  # noqa: E402
-from bench_options import load_avg  # noqa: E402
+from bench_options import machine_line  # noqa: E402
 
 RUNS = 3
 AMBIGUOUS_EXPR = ('start: expr\nexpr: expr "+" expr | expr "*" expr | "(" expr ")" | NUMBER\n'
@@ -127,7 +127,7 @@ def main() -> None:
     from sgrun.models.loader import load_tokenizer
     tok = load_tokenizer(None)
     lt = llg_tokenizer(tok)
-    print(f"load: {load_avg()}")
+    print(machine_line(None), flush=True)
     print("| grammar | sgrun path | sgrun compile ms | sgrun mask cold mean / p99 us | sgrun warm mean us "
           "| llguidance compile ms | llguidance mask mean / p99 us |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")

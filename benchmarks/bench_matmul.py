@@ -28,7 +28,7 @@ import time  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench_options import add_threads, load_avg  # noqa: E402
+from bench_options import add_threads, load_avg, machine_line  # noqa: E402
 
 from sgrun.cpu_kernels import isa  # noqa: E402
 from sgrun.cpu_kernels import matmul as cpu_matmul  # noqa: E402
@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--levels", default=",".join(lv.name for lv in isa.supported_levels()
                                                  if lv.name != "scalar" and lv.builds_as is None))
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     simd = sorted(f for f in isa.cpu_features() if f.startswith(("avx", "amx", "fma", "f16c", "asimd")))
     print(f"CPU {isa.cpu_model()}; SIMD flags {' '.join(simd)}; native level {isa.native_level().name}")

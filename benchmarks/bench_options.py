@@ -5,6 +5,10 @@ here (--threads, --rounds, --quantization, --dtype, --json); a benchmark's own o
 its file, and each keeps its own default. The machine is shared, so every benchmark prints the
 load average with its numbers (docs/benchmarks.md compares ratios measured in one run only).
 Benchmarks run as `python benchmarks/X.py`, which puts this folder on sys.path.
+
+`machine_line()` names the CPU every benchmark ran on: its model, the SIMD flags that decide
+which kernels run, and the CPU level in force (sgrun's kernels; $SGRUN_CPU_ISA forces a lower
+one, `forced_level_env` also holds torch's own kernels to it).
 """
 
 from __future__ import annotations
@@ -16,6 +20,49 @@ import platform
 import subprocess
 from pathlib import Path
 from typing import Any
+
+# Benchmarks time the steady state: engines they build without an explicit compile= compile
+# before they start (as they did before the default became "compile in the background");
+# bench_startup.py removes this again for the starts it measures.
+os.environ.setdefault("SGRUN_COMPILE", "1")
+
+
+# The flags that decide which kernels run (sgrun's, torch's, llama.cpp's).
+SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
+              "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "asimd", "asimddp", "sve", "bf16", "i8mm")
+# torch's own kernels held to a level: ATen's vectorised CPU kernels and oneDNN's GEMMs.
+_TORCH_LEVEL = {"avx2": ("avx2", "AVX2"), "avx512": ("avx512", "AVX512_CORE"),
+                "avx512_bf16": ("avx512", "AVX512_CORE_BF16"), "amx": ("avx512", "AVX512_CORE_AMX")}
+
+
+def machine_line(threads: int | None = None, env: dict[str, str] | None = None) -> str:
+    """'cpu: <model>, 2 cores, flags [avx2 fma ...], cpu level avx2 (forced by SGRUN_CPU_ISA), torch X,
+    threads, load'. `env`: describe a child process started with that environment instead."""
+    import torch
+
+    from sgrun.cpu_kernels.isa import cpu_features, cpu_model
+    from sgrun.models.auto_config import cpu_level
+    env = os.environ if env is None else env
+    have = cpu_features()
+    flags = " ".join(f for f in SIMD_FLAGS if f in have)
+    forced = env.get("SGRUN_CPU_ISA")
+    level = f"{forced} (forced by SGRUN_CPU_ISA)" if forced else f"{cpu_level()} (native)"
+    torch_side = env.get("ATEN_CPU_CAPABILITY")
+    torch_side = f", torch kernels held to {torch_side}/{env.get('ONEDNN_MAX_CPU_ISA')}" if torch_side else ""
+    return (f"cpu: {cpu_model()}, {os.cpu_count()} cores, flags [{flags}], cpu level {level}{torch_side}, "
+            f"torch {torch.__version__}, {threads if threads is not None else torch.get_num_threads()} threads, "
+            f"load {load_avg()}")
+
+
+def forced_level_env(level: str | None) -> dict[str, str]:
+    """Environment for a child process that runs at `level` as a CPU of that level would: sgrun's
+    kernels via SGRUN_CPU_ISA, ATen's vector code via ATEN_CPU_CAPABILITY, oneDNN via
+    ONEDNN_MAX_CPU_ISA (both read once, at start-up: so only in a fresh process). None: native."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SGRUN_CPU_ISA", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")}
+    if level:
+        aten, onednn = _TORCH_LEVEL.get(level, ("default", "ALL"))
+        env.update(SGRUN_CPU_ISA=level, ATEN_CPU_CAPABILITY=aten, ONEDNN_MAX_CPU_ISA=onednn)
+    return env
 
 
 def add_threads(ap: argparse.ArgumentParser, default: int = 2, help: str | None = None) -> None:

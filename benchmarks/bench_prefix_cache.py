@@ -22,7 +22,7 @@ import torch
 import sgrun
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.radix_cache import RadixCache
-from bench_options import add_dtype, add_threads, load_avg
+from bench_options import add_dtype, add_threads, load_avg, machine_line
 
 
 def ids(rng: random.Random, n: int) -> list[int]:
@@ -102,6 +102,7 @@ def main() -> None:
     add_threads(ap)
     ap.add_argument("--plot", default=None, metavar="OUT.png", help="also sweep TTFT vs cached prefix length and draw it")
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     if args.plot:
         from sgrun.bench_plot import pyplot_or_error
         pyplot_or_error()  # fail before the run if matplotlib is missing

@@ -23,7 +23,7 @@ import torch  # noqa: E402
 
 import sgrun  # noqa: E402
 from sgrun.models.fetch import resolve_model_path  # noqa: E402
-from bench_options import add_threads, load_avg  # noqa: E402
+from bench_options import add_threads, load_avg, machine_line  # noqa: E402
 
 TEXT = Path(__file__).parent / "data" / "perplexity_text.txt"
 
@@ -56,6 +56,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=512)
     add_threads(ap)
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     model = resolve_model_path(args.model)
     from sgrun.models.loader import load_tokenizer

@@ -39,7 +39,7 @@ import httpx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from sgrun.server.replicas import free_port  # noqa: E402
-from bench_options import add_json_output, add_threads, write_json  # noqa: E402
+from bench_options import add_json_output, add_threads, write_json, machine_line  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 WORDS = ("cargo manifest vessel harbour customs invoice pallet freight route tariff container crane berth "
@@ -215,6 +215,7 @@ def main() -> None:
     ap.add_argument("--wire-iters", type=int, default=300, help="tp2-wire: messages each way")
     add_json_output(ap)
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
 
     results = {}
     for name in args.configs.split(","):

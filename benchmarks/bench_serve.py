@@ -28,7 +28,7 @@ import httpx
 from sgrun.models.fetch import resolve_model_path
 from sgrun.server.background import free_port
 from sgrun.bench import BenchConfig, print_report, run_benchmark
-from bench_options import add_dtype, add_json_output, add_threads, load_avg, write_json
+from bench_options import add_dtype, add_json_output, add_threads, load_avg, write_json, machine_line
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 600) -> None:
@@ -90,6 +90,7 @@ def main() -> int:
     ap.add_argument("--workloads", default="chat,agents", help="comma-separated subset of chat,agents")
     add_json_output(ap)
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     gguf = str(resolve_model_path(args.model))
     print(f"model {gguf}; load: {load_avg()}")
     results: dict[str, dict] = {}

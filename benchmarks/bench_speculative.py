@@ -27,7 +27,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 import sgrun  # noqa: E402
-from bench_options import add_dtype, add_quantization, add_rounds, add_threads, load_avg  # noqa: E402
+from bench_options import add_dtype, add_quantization, add_rounds, add_threads, load_avg, machine_line  # noqa: E402
 
 ORDER = {"order_id": "A-1042", "customer": {"name": "Alice Smith", "email": "alice.smith@example.com"},
          "status": "shipped", "carrier": "DHL", "tracking": "JD014600006281234567",
@@ -117,6 +117,7 @@ def main() -> None:
     add_quantization(ap, "auto")
     add_dtype(ap, "auto")
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=args.quantization,
                           speculative_num_draft=args.num_draft, speculative_ngram_max=args.ngram_max,
                           speculative_ngram_min=args.ngram_min)

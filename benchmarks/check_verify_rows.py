@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 
 import torch
-from bench_options import add_dtype, add_quantization, add_threads, load_avg
+from bench_options import add_dtype, add_quantization, add_threads, load_avg, machine_line
 
 from sgrun.engine.attention.backend import Segment
 from sgrun.engine.attention.choice import make_attention_backend
@@ -64,6 +64,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=7)
     add_threads(ap)
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     gen = torch.Generator().manual_seed(0)

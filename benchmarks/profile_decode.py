@@ -22,7 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import sgrun
-from bench_options import add_dtype, add_quantization, add_threads, load_avg, read_bandwidth_gbs
+from bench_options import add_dtype, add_quantization, add_threads, load_avg, read_bandwidth_gbs, machine_line
 
 CATEGORIES = {
     "matmul": ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
@@ -171,6 +171,7 @@ def main() -> None:
     ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
     ap.add_argument("--top", type=int, default=0, help="also print the N events with the most self time per step")
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     bw = read_bandwidth_gbs()
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, "

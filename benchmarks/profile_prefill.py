@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 import sgrun
 from sgrun.models import quant_linear
-from bench_options import add_quantization, add_threads, load_avg
+from bench_options import add_quantization, add_threads, load_avg, machine_line
 
 MATMUL = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
           "aten::_weight_int4pack_mm_for_cpu")
@@ -163,6 +163,7 @@ def main() -> None:
     ap.add_argument("--compare-sdpa", action="store_true",
                     help="only time TTFT with the C++ prefill kernel and with SDPA, interleaved, in one engine")
     args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
     print(f"machine: {os.cpu_count()} cores, torch {torch.__version__}, {args.threads} threads, load {load_avg()}")
     for cls in (quant_linear.Int4Linear, quant_linear.Int8Linear):

@@ -8,7 +8,8 @@ import sys
 
 def add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a local .gguf file or model folder (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--dtype", default="auto", help="auto (bf16 where the CPU has native bf16), float32, bfloat16")
+    p.add_argument("--dtype", default="auto",
+                   help="auto (what measured fastest at this CPU's level: sgrun/models/auto_config.py), float32, bfloat16")
     p.add_argument("--num-threads", type=int, default=None, help="torch compute threads (default: all cores)")
     p.add_argument("--tp", type=int, default=1, help="tensor parallelism: shard the model over N processes")
     p.add_argument("--quantization", default="auto", choices=["auto", "none", "int8", "int4"],
@@ -23,8 +24,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import sgrun
 
     from sgrun.cli_flags import device_kwargs, speculative_kwargs
+    from sgrun.engine.compile_policy import compile_for_one_shot
+    from sgrun.models.auto_config import startup_line
+    kwargs = device_kwargs(args)
+    one_shot = kwargs["compile"] is None   # no --compile/--no-compile: compile only where it pays
+    if one_shot:
+        kwargs["compile"] = False
     with sgrun.Engine(args.model, dtype=args.dtype, num_threads=args.num_threads, quantization=args.quantization,
-                      tp=args.tp, **device_kwargs(args), **speculative_kwargs(args)) as engine:
+                      tp=args.tp, **kwargs, **speculative_kwargs(args)) as engine:
+        if one_shot:
+            compile_for_one_shot(engine.parts, args.max_tokens)
+        print(f"sgrun: {startup_line(engine)}", file=sys.stderr, flush=True)
         prompt = args.prompt
         if args.chat:
             messages = ([{"role": "system", "content": args.system}] if args.system else [])

@@ -27,7 +27,9 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disable-cuda-graph", action="store_true", help="CUDA: run decode steps eagerly")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="CPU: torch.compile the decode forward's non-attention blocks and the lm_head "
-                        "(default: on when a C++ compiler is found; $SGRUN_COMPILE=0/1 overrides the default)")
+                        "(default: serve compiles in the background while it already answers eagerly; generate "
+                        "compiles only when a warm cache makes it pay for --max-tokens; $SGRUN_COMPILE=0/1 "
+                        "overrides the default)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap scheduling (default: on for CUDA, off on the CPU)")
 

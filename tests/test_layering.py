@@ -47,7 +47,7 @@ ENGINE_ROOMS: dict[str, int] = {
                      "radix_snapshot", "isolation", "model_like"], 0),
     # parts the stages are made of
     **dict.fromkeys(["sampler", "sampling_rows", "ngram_draft", "attention", "cuda_graph_runner", "device",
-                     "request_constraint", "step_broadcast"], 1),
+                     "request_constraint", "step_broadcast", "compile_policy"], 1),
     # the stages
     **dict.fromkeys(["scheduler", "stats", "speculative", "model_runner", "postprocess", "consistency",
                      "tp_worker"], 2),

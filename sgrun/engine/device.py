@@ -8,7 +8,7 @@ rest becomes pages. On the CPU the pool is `memory_gb` of host memory, as before
 
 The choices made here, each a function engine_builder.py calls in this order: `resolve_device`,
 `wants_cuda_graphs`, `plan_pool` (the dtype is models/loader.py's `resolve_dtype`, the compiled
-forward models/compiled_forward.py's `compile_decode_forward`, the attention backend
+forward compile_policy.py's `start_compile`, the attention backend
 attention/choice.py's `default_backend`). The CLI flags for them are sgrun/cli_flags.py's.
 """
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from sgrun.engine.attention.choice import default_backend
+from sgrun.engine.compile_policy import start_compile
 from sgrun.engine.device import PoolBudget, plan_pool, resolve_device, wants_cuda_graphs
-from sgrun.models.compiled_forward import compile_decode_forward
 from sgrun.engine.model_like import ModelLike
 from sgrun.engine.model_runner import ModelRunner
 from sgrun.engine.ngram_draft import SpeculativeConfig
@@ -148,7 +148,7 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         speculation = Speculation(spec, max_context, enabled=drafts_possible(depth))
         scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens,
                               speculation.draft_for if drafts_possible(depth) else None)
-        compiled, compile_s = compile_decode_forward(model, device, o.compile, tp)
+        compiled, compile_s = start_compile(model, device, o.compile, tp)
         runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
                              cascade_attention=o.cascade_attention, compiled=compiled)
         graph_report = runner.capture_cuda_graphs(o.max_running, max_context) if use_graphs else None

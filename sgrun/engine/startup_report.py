@@ -1,10 +1,12 @@
 """What `Engine.startup_report()` says: where the engine runs and what start-up measured, read
 off the built parts (engine_builder.py): the device, the attention backend, the pool sizing
-(CUDA), the compile warm-up and the CUDA-graph capture time and memory."""
+(CUDA), the compile warm-up (or that it runs in the background), what kernels run (models/auto_config.py)
+and the CUDA-graph capture time and memory."""
 
 from __future__ import annotations
 
 from sgrun.engine.engine_builder import EngineParts
+from sgrun.models.auto_config import kernels_summary
 
 
 def startup_report(parts: EngineParts) -> dict:
@@ -16,8 +18,13 @@ def startup_report(parts: EngineParts) -> dict:
         b = parts.pool_budget
         out.update(device_total_gib=b.total_bytes / 2**30, in_use_before_pool_gib=b.in_use_bytes / 2**30,
                    activation_reserve_gib=b.reserve_bytes / 2**30, kv_pool_gib=b.pool_bytes / 2**30)
-    if parts.compile_s is not None:
-        out.update(compile=True, compile_warm_up_s=parts.compile_s)
+    if parts.compiled is not None:
+        ready = parts.compiled.ready
+        out.update(compile=True if parts.compile_s is not None else "background",
+                   compile_ready=ready, **({"compile_warm_up_s": parts.compiled.warm_up_s} if ready else {}))
+    else:
+        out.update(compile=False)
+    out.update(kernels_summary(parts))
     if parts.graph_report is not None:
         g = parts.graph_report
         out.update(cuda_graph_sizes=g.sizes, cuda_graph_capture_s=g.seconds, cuda_graph_memory_mib=g.memory_bytes / 2**20)

@@ -19,13 +19,16 @@ Shapes: batch sizes up to `max_rows`, the smallest row limit of the model's weig
 (48 for torch's, 256 for sgrun's C++ int4 kernel on a CPU without AMX: quant_linear.py); larger
 prefill chunks are GEMM-bound and stay eager. Dynamo specialises T = 1 and compiles one
 dynamic-T graph for 2..max_rows, so at most two graphs per block exist and nothing recompiles on the hot path; both
-are compiled by `warm_up` at engine start-up, which reports the seconds it took.
+are compiled by `warm_up` at engine start-up, which reports the seconds it took, or by
+`warm_up_in_background` while the engine already serves eagerly: `eligible` is False until the
+graphs are ready, so no request waits on the compile (compile_policy.py decides which).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 import weakref
 from typing import Callable
@@ -35,7 +38,6 @@ import torch
 from sgrun.errors import InvalidRequestError
 from sgrun.models.llama import LayerBlocks, LlamaModel, first_block, inner_block, layer_tail
 from sgrun.models.quant_linear import KERNEL_MAX_ROWS, Int8Linear
-
 
 log = logging.getLogger("sgrun.engine")
 
@@ -83,11 +85,13 @@ class CompiledForward:
         else:
             self.lm_head = head
         self.warm_up_s: float | None = None
+        self.ready = False               # both graphs of every block compiled (warm_up done)
+        self._lock = threading.Lock()    # one warm-up at a time (a background one and a caller's)
         self.max_rows = min(getattr(lin, "max_rows", KERNEL_MAX_ROWS) for lw in model.layers
                             for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
 
     def eligible(self, num_tokens: int) -> bool:
-        return num_tokens <= self.max_rows
+        return self.ready and num_tokens <= self.max_rows
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
@@ -96,16 +100,34 @@ class CompiledForward:
     def warm_up(self) -> float:
         """Compile both graphs of every block now (T = 1 and a dynamic T) with a dummy batch
         whose attention is a stand-in, so no request pays for it. Returns the seconds taken."""
-        if self.warm_up_s is not None:
-            return 0.0
-        t0 = time.perf_counter()
-        dev = self.model.device
-        for t in (1, 2):
-            ids = torch.zeros(t, dtype=torch.long, device=dev)
-            positions = torch.arange(t, device=dev)
-            self.forward(ids, positions, _NoAttention(), torch.arange(t, device=dev))
-        self.warm_up_s = time.perf_counter() - t0
-        return self.warm_up_s
+        with self._lock:
+            if self.warm_up_s is not None:
+                return 0.0
+            t0 = time.perf_counter()
+            dev = self.model.device
+            for t in (1, 2):
+                ids = torch.zeros(t, dtype=torch.long, device=dev)
+                positions = torch.arange(t, device=dev)
+                self.forward(ids, positions, _NoAttention(), torch.arange(t, device=dev))
+            self.warm_up_s = time.perf_counter() - t0
+            self.ready = True
+            return self.warm_up_s
+
+    def warm_up_in_background(self, done: Callable[[float], None] | None = None) -> threading.Thread:
+        """warm_up() on a daemon thread; `done(seconds)` when the graphs are in use. A failure is
+        logged and leaves the engine eager (ready stays False)."""
+        def run() -> None:
+            try:
+                seconds = self.warm_up()
+            except Exception:  # noqa: BLE001 - the eager forward serves on
+                log.exception("background compile failed; the engine stays eager")
+                return
+            log.info("compiled the decode forward in the background in %.1f s; compiled graphs in use", seconds)
+            if done is not None:
+                done(seconds)
+        thread = threading.Thread(target=run, name="sgrun-compile", daemon=True)
+        thread.start()
+        return thread
 
 
 class _NoAttention:
@@ -124,28 +146,3 @@ def compiled_forward_for(model: LlamaModel) -> CompiledForward:
     if model not in _COMPILED:
         _COMPILED[model] = CompiledForward(model)
     return _COMPILED[model]
-
-
-def compile_decode_forward(model: LlamaModel, device: torch.device, compile: bool | None,
-                           tp: int) -> tuple[CompiledForward | None, float | None]:
-    """The engine's CompiledForward (compiled now, timed) or None, and the warm-up seconds.
-    `compile` None: $SGRUN_COMPILE if set (0/1), else on where it can run: the CPU, one
-    process (tensor-parallel shards all-reduce inside the blocks), a C++ compiler present."""
-    possible = device.type == "cpu" and tp == 1
-    if compile is None:
-        env = os.environ.get("SGRUN_COMPILE", "").strip().lower()
-        if env not in ("", "0", "1", "true", "false", "on", "off"):
-            raise InvalidRequestError(f"SGRUN_COMPILE must be 0 or 1; got {env!r}", field="compile")
-        # The environment sets the default, so it never errors where compiling cannot run.
-        compile = possible and env not in ("0", "false", "off") and compile_available()
-    if not compile:
-        return None, None
-    if not possible:
-        raise InvalidRequestError("compile runs on the CPU with tp=1 (CUDA runs CUDA graphs instead)", field="compile")
-    if not compile_available():
-        raise InvalidRequestError("compile needs a C++ compiler (g++ or clang++) on PATH: install one or "
-                                  "pass compile=False / --no-compile", field="compile")
-    fwd = compiled_forward_for(model)
-    seconds = fwd.warm_up()
-    log.info("compiled the decode forward in %.1f s (torch.compile, inductor C++)", seconds)
-    return fwd, seconds

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -67,16 +68,13 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 
 
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device | None = None) -> torch.dtype:
-    """A dtype name (or "auto": bf16 on CUDA or CPUs with native bf16 matmuls, else fp32).
-    `device` is where the model will run (default: CUDA when present)."""
+    """A dtype name, or "auto": bf16 on CUDA, on the CPU what measured fastest at its level
+    (auto_config.py). `device` is where the model will run (default: CUDA when present)."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        if (device.type == "cuda") if device is not None else torch.cuda.is_available():
-            return torch.bfloat16
-        flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-        # bf16 matmuls are only fast with native instructions (AMX / AVX512-BF16).
-        return torch.bfloat16 if ("amx_bf16" in flags or "avx512_bf16" in flags) else torch.float32
+        from sgrun.models.auto_config import auto_dtype
+        return auto_dtype(device)
     if dtype not in _DTYPES:
         raise InvalidRequestError(f"dtype must be one of auto, {', '.join(_DTYPES)}; got {dtype!r}", field="dtype")
     return _DTYPES[dtype]
@@ -91,7 +89,7 @@ def load_model(model: str | os.PathLike | None, dtype: torch.dtype,
     """(model, tokenizer, path), loaded once per process and device: weights are read-only at
     inference, so several engines on the same file (tests, benchmarks comparing settings) share
     them. quantization "auto" follows the file (a Q4 GGUF stays int4, Q8 int8, f16/bf16/f32
-    dense). "random:<preset>" builds random weights in a known config's shape, drawn directly
+    dense) where the CPU level's kernels make that fastest (auto_config.py). "random:<preset>" builds random weights in a known config's shape, drawn directly
     on the device, with a synthetic tokenizer (random_model.py)."""
     if quantization not in ("auto", *QUANT_MODES):
         raise InvalidRequestError(f"quantization must be one of auto, {', '.join(QUANT_MODES)}; got {quantization!r}",
@@ -109,14 +107,31 @@ def load_model(model: str | os.PathLike | None, dtype: torch.dtype,
             return _MODELS[key]
     path = str(resolve_model_path(model).resolve())
     if quantization == "auto":
-        quantization = stored_quantization(path)
+        from sgrun.models.auto_config import auto_quantization
+        quantization = auto_quantization(stored_quantization(path), device)
     key = (path, dtype, quantization, str(device))
     with _MODELS_LOCK:
         if key not in _MODELS:
-            loaded = load_model_files(path, torch.float32)
-            _MODELS[key] = (LlamaModel(loaded.config, loaded.weights, dtype, quantization, device),
-                            loaded.tokenizer, loaded.path)
+            _MODELS[key] = _build_model(path, dtype, quantization, device)
         return _MODELS[key]
+
+
+def _build_model(path: str, dtype: torch.dtype, quantization: str,
+                 device: torch.device) -> tuple[LlamaModel, Tokenizer, str]:
+    """The LlamaModel for one file; on the CPU from the built-model cache when a previous process
+    built the same one (model_cache.py), which skips dequantizing and repacking every tensor."""
+    def build() -> tuple[LlamaModel, Tokenizer]:
+        loaded = load_model_files(path, torch.float32)
+        return LlamaModel(loaded.config, loaded.weights, dtype, quantization, device), loaded.tokenizer
+    # Only quantized CPU models from a file: they are the slow ones to build (requantize + pack),
+    # and the small ones to keep (a dense float32 copy would be 4x the int4 file's size).
+    if device.type != "cpu" or Path(path).is_dir() or quantization == "none":
+        return (*build(), path)
+    from sgrun.cpu_kernels import matmul
+    from sgrun.models import model_cache
+    key = model_cache.model_key(path, dtype, quantization, device, matmul.available())
+    model = model_cache.cached_build(Path(path).stem, key, lambda: build()[0])
+    return model, load_tokenizer(path), path
 
 
 def forget_model(model: str | os.PathLike | None, dtype: torch.dtype, device: str | torch.device) -> None:

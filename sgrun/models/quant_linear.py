@@ -27,6 +27,12 @@ QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")
 # Measured crossover on the 2-core AMX machine for SmolLM2's shapes is between 16 and 64 rows.
 # sgrun's C++ kernels say their own (MatmulKernels.max_rows: per level and activation dtype).
 KERNEL_MAX_ROWS = 48
+# torch's int4 kernel (`_weight_int4pack_mm_for_cpu`, torch 2.13) with float32 activations costs
+# ~20 ms per row for a 3072x576 weight on either ATen level of this machine, against ~6 ms for
+# dequantize + F.linear at 2-20 rows (bf16 at ATen's avx2 level: 0.2 ms at 1 row, 3.7 ms at 20):
+# a 20-token chunk after a cached prefix took 23 s in float32 (docs/benchmarks.md, "Start-up and
+# auto"). So with float32 activations only single rows take it.
+TORCH_INT4_MAX_ROWS = {torch.float32: 1}
 INT4_GROUP = 32
 # _weight_int4pack_mm_for_cpu packs weight rows in tiles of 64 (see _unpack_int4).
 _INT4_ROW_TILE = 64
@@ -145,7 +151,7 @@ class Int4Linear:
         ops = cpu_matmul.kernels() if weight.device.type == "cpu" else None
         self.dtype = dtype
         self.cpp = (ops is not None and dtype in ops.int4_dtypes and cpu_matmul.fits(n, k) and _fp16_safe(scale, lo))
-        self.max_rows = ops.max_rows(dtype) if self.cpp else KERNEL_MAX_ROWS
+        self.max_rows = ops.max_rows(dtype) if self.cpp else TORCH_INT4_MAX_ROWS.get(dtype, KERNEL_MAX_ROWS)
         if self.cpp:
             self.ops = ops
             self.codes, self.group_scales = cpu_matmul.pack_int4(q, scale, lo)

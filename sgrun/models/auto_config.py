@@ -1,0 +1,104 @@
+"""What `dtype="auto"` and `quantization="auto"` mean on this CPU, and the line that says what runs.
+
+The choice is a table keyed by the CPU level the kernels run at (cpu_kernels/isa.py: the CPU's
+best, or $SGRUN_CPU_ISA), each row the configuration that measured fastest at that level for
+single-stream decode and prefill on SmolLM2 Q4_1 with 2 threads. The measurements behind every
+row are in docs/benchmarks.md ("auto: the measurements behind the choice"), printed by
+`python benchmarks/bench_auto_config.py` (one process per level; lower levels forced). A row's
+`measured` says where its numbers come from; an unmeasured row says why it was chosen.
+
+quantization "auto" keeps a quantized file's format (Q4 -> int4, Q8 -> int8) where the level's
+int4/int8 kernels beat the dense GEMM, and never quantizes a dense file further than it is
+stored (that would change the model's numbers, which is the user's call).
+
+Before this table `auto` meant bf16 only where the CPU has AVX512-BF16/AMX and float32
+elsewhere: on an AVX2-only CPU that was the slowest configuration measured there (4.9 tok/s
+with int4 against 17.7 for bf16 int4: issue 26).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger("sgrun.engine")
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    dtype: torch.dtype          # activations, dense GEMMs and the KV cache
+    keep_file_quantization: bool  # False: a Q4/Q8 file runs dequantized to `dtype`
+    measured: str               # where the row's numbers come from (docs/benchmarks.md)
+
+
+AUTO_TABLE: dict[str, AutoChoice] = {
+    "amx": AutoChoice(torch.bfloat16, True, "Sapphire Rapids, native: bf16 int4 prefill 5.6x float32's; "
+                                            "149 tok/s decode in the issue 14 reruns"),
+    "avx512_bf16": AutoChoice(torch.bfloat16, True, "AMD EPYC avx512_bf16 (issue 14): bf16 int4 the fastest decode"),
+    "avx2": AutoChoice(torch.bfloat16, True, "AMD EPYC AVX2 (issue 26): bf16 int4 17.7 tok/s, float32 int4 4.9; "
+                                             "torch's float32 int4 kernel ~20 ms a row (docs/benchmarks.md)"),
+    # Not measured (no such machine at hand, or not yet forced here): bf16 halves the bytes each
+    # step reads, sgrun's int4 kernels take bf16 or float32 activations at every SIMD level, and
+    # torch's float32 int4 fallback is the scalar path measured above.
+    "avx512": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
+    "neon_dotprod": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
+    "neon": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
+    # No sgrun kernel at all: int4 would run torch's int4 kernel, ~20 ms a row per weight in
+    # float32 (measured, docs/benchmarks.md); the dequantized file through the dense GEMM is not.
+    "scalar": AutoChoice(torch.float32, False, "not measured as a whole: torch's int4 kernel measured"),
+}
+
+
+def cpu_level() -> str:
+    """The name of the CPU level in force (cpu_kernels/isa.py), e.g. "avx2" or "amx"."""
+    from sgrun.cpu_kernels import isa
+    return isa.active_level().name
+
+
+def auto_choice(level: str | None = None) -> AutoChoice:
+    return AUTO_TABLE.get(level or cpu_level(), AUTO_TABLE["scalar"])
+
+
+def auto_dtype(device: torch.device | None) -> torch.dtype:
+    """dtype "auto": bf16 on CUDA; on the CPU the table's row for the level in force."""
+    if (device.type == "cuda") if device is not None else torch.cuda.is_available():
+        return torch.bfloat16
+    return auto_choice().dtype
+
+
+def auto_quantization(stored: str, device: torch.device) -> str:
+    """quantization "auto" for a file stored as `stored` (none, int8, int4)."""
+    if device.type != "cpu":
+        return "none"   # the int8/int4 linears are CPU kernels; GPUs run the dense dtype
+    return stored if auto_choice().keep_file_quantization else "none"
+
+
+def weight_format(model) -> str:
+    """How the layer linears are held and multiplied: "int4 (sgrun avx2 kernel)", "dense bf16 (torch)"."""
+    lin = model.layers[0].gate_up
+    kind = type(lin).__name__.replace("Linear", "").lower()
+    kind = f"dense {str(model.dtype).replace('torch.', '')}" if kind == "dense" else kind
+    return f"{kind} ({'sgrun ' + cpu_level() + ' kernel' if getattr(lin, 'cpp', False) else 'torch kernel'})"
+
+
+def kernels_summary(parts) -> dict:
+    """What runs, for the start-up line and startup_report: level, weights, attention kernels
+    (`parts`: the engine's EngineParts, read for its device, model, runner and quantization)."""
+    out = {"cpu_level": cpu_level() if parts.device.type == "cpu" else "cuda",
+           "weights": weight_format(parts.model) if hasattr(parts.model, "layers") else parts.quantization,
+           "decode_attention": parts.runner.backend}
+    attn = parts.runner.attn
+    if hasattr(attn, "prefill_op"):
+        out["prefill_attention"] = "sgrun C++" if attn.prefill_op is not None else "SDPA"
+    return out
+
+
+def startup_line(engine) -> str:
+    """One line naming what runs: level, dtype, weights, kernels, compile."""
+    r = engine.startup_report()
+    compile_state = {True: "on", False: "off", "background": "on (compiling in the background)"}[r["compile"]]
+    attn = r["decode_attention"] + (f", prefill {r['prefill_attention']}" if "prefill_attention" in r else "")
+    return (f"cpu level {r['cpu_level']}, dtype {r['dtype']}, weights {r['weights']}, attention {attn}, "
+            f"compile {compile_state}")
