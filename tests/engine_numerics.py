@@ -2,9 +2,11 @@
 that compare the engine's decode against a teacher-forced or plain forward of the same tokens.
 
 float32 agrees to 2e-3. bf16 (what dtype auto picks on CPUs with native bf16, so the default
-configuration there) keeps ~3 significant digits: measured on the default int4 SmolLM2, decode
-vs teacher-forced prefill differ by 4e-3 at logprob -0.95 and 5e-2 at -6.6. A placeholder or a
-renormalised logprob is far outside either bound."""
+configuration there) keeps ~3 significant digits: measured on the default int4 SmolLM2, the
+compiled decode and the teacher-forced prefill differ by 4e-3 at logprob -0.95, 4.9e-2 at -6.6
+and 5.1e-2 at -3.0; select's scores and a plain forward by 8.9e-2 at -9.4 (0.95%). So bf16
+allows 0.1 plus 1%. A placeholder or a renormalised logprob is outside either bound for any
+token the model does not already give ~all its mass."""
 
 from __future__ import annotations
 
@@ -13,4 +15,4 @@ import torch
 
 def logprob_tolerance(engine) -> dict:
     """Keyword arguments for pytest.approx on the engine's logprobs."""
-    return dict(abs=2e-3) if engine.dtype == torch.float32 else dict(abs=2e-2, rel=1e-2)
+    return dict(abs=2e-3) if engine.dtype == torch.float32 else dict(abs=0.1, rel=1e-2)
