@@ -12,12 +12,15 @@ log, so the caller takes its torch fallback.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
 import threading
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 import torch
 
@@ -32,6 +35,25 @@ def level_flags(level: isa.Level) -> tuple[str, ...]:
     """The flags one level's build of every kernel gets (SGRUN_ISA names the level in the code)."""
     built = isa.build_level(level)
     return COMMON_FLAGS + built.flags + (f"-DSGRUN_ISA={built.name}",)
+
+
+@contextlib.contextmanager
+def _build_lock(build_dir: str) -> Iterator[None]:
+    """One builder per build folder across processes, through a lock the kernel releases when its
+    holder dies. torch's own `lock` file (its FileBaton) is not released by a process that is
+    killed mid-build (out of memory, Ctrl-C), and every later start then waits on it forever; while
+    this lock is held no other sgrun process is building here, so a torch lock file found is stale
+    and goes."""
+    with open(os.path.join(build_dir, "sgrun.build.lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            stale = os.path.join(build_dir, "lock")
+            if os.path.exists(stale):
+                log.warning("removing a stale build lock left by an interrupted build: %s", stale)
+                os.remove(stale)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class CppKernel:
@@ -80,9 +102,11 @@ class CppKernel:
                 if os.environ.get(self.fail_env):
                     raise RuntimeError(f"build disabled by {self.fail_env}")
                 from torch.utils.cpp_extension import load_inline
-                module = load_inline(self.build_name(built), cpp_sources=self.source_text(),
-                                     functions=self.functions, extra_cflags=self.build_flags(built),
-                                     extra_ldflags=["-fopenmp"], build_directory=self.build_dir(built), verbose=False)
+                build_dir = self.build_dir(built)
+                with _build_lock(build_dir):
+                    module = load_inline(self.build_name(built), cpp_sources=self.source_text(),
+                                         functions=self.functions, extra_cflags=self.build_flags(built),
+                                         extra_ldflags=["-fopenmp"], build_directory=build_dir, verbose=False)
             except Exception as exc:  # any build or load failure: the caller's torch path still works
                 text = str(exc).strip()
                 log.warning("%s is unavailable at CPU level %s (%s); %s", self.what, built.name,
