@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import sgrun
 from paged_batch import segments_over_tables
+from cpu_levels import LEVELS, op_level  # noqa: F401  (op_level is a fixture)
 from sgrun.cpu_kernels import prefill_attention as prefill_attention_cpp
 from sgrun.engine.attention.choice import make_attention_backend
 from sgrun.engine.attention.cpp_backend import CppPagedAttention

@@ -17,7 +17,7 @@ from sgrun.constrain import compile_constraint
 from sgrun.constrain.budget import budgeted_matcher
 from sgrun.constrain.shortest_completion import shortest_completion
 from sgrun.engine.ngram_draft import allowed_prefix
-from sgrun.engine.speculative import _fill_draft_masks
+from sgrun.engine.sampling_rows import _fill_masks   # the verify rows' masks (one builder for every step)
 from test_speculative import _both, _chi2_critical   # the same request off and on; the chi-square bound
 
 ORDER = {"order_id": "A-1042", "customer": "Alice Smith", "email": "alice.smith@example.com",
@@ -34,7 +34,7 @@ TAG = {"structures": [{"begin": "<order>", "schema": ORDER_SCHEMA, "end": "</ord
 
 
 class _Seq:
-    """What allowed_prefix / _fill_draft_masks read of a sequence."""
+    """What allowed_prefix / _fill_masks read of a sequence."""
     def __init__(self, matcher, draft, jump_forward=False):
         self.matcher, self.draft = matcher, draft
         self.params = sgrun.SamplingParams(jump_forward=jump_forward)
@@ -55,7 +55,7 @@ def test_a_forbidden_draft_token_ends_the_draft_and_rollback_is_exact(tokenizer)
     m.advance(good[0])
     state = m.state
     rows = torch.zeros(len(good), c.table.words, dtype=torch.int32)
-    _fill_draft_masks(_Seq(m, good[1:]), rows)
+    _fill_masks(_Seq(m, good[1:]), rows)
     assert m.state == state and m.num_advanced == 1
     probe = c.matcher()
     probe.advance(good[0])
