@@ -357,7 +357,9 @@ def test_agent_loop_with_scripted_backend(backend):
     assert result.tool_calls[0].result == 5 and result.finish_reason == "max_steps"
     assert result.answer.startswith("out")
     messages = result.state.messages()
-    assert messages[-2] == {"role": "tool", "content": "5"}
+    # The scripted template renders no tool turns, so the result goes back in the call format's own
+    # result tags (CallFormat.render_result: Hermes wraps it in <tool_response>).
+    assert messages[-2] == {"role": "tool", "content": "<tool_response>\n5\n</tool_response>"}
     assert messages[2]["content"] == '<tool_call>{"name":"add","arguments":{"a":2,"b":3}}</tool_call>'
     # The system prompt and the turn's constraint come from the one tool-call package.
     assert "<tools>" in messages[0]["content"] and '"name": "add"' in messages[0]["content"]
@@ -376,4 +378,5 @@ def test_agent_tool_exception_goes_back_to_the_model(backend):
 
     result = agent.run("What is 2 + 3?", backend=backend, tool_choice="required")
     assert result.tool_calls[0].error == "ZeroDivisionError: no luck"
-    assert {"role": "tool", "content": '{"error": "ZeroDivisionError: no luck"}'} in result.state.messages()
+    assert {"role": "tool", "content": '<tool_response>\n{"error": "ZeroDivisionError: no luck"}\n</tool_response>'} \
+        in result.state.messages()
