@@ -27,8 +27,9 @@ def test_int4_reproduces_q4_1_blocks_exactly():
     n, k = 128, 64
     codes = torch.randint(0, 16, (n, k // 32, 32))
     codes[..., 0], codes[..., 1] = 0, 15
-    d = torch.rand(n, k // 32, 1) * 0.1 + 0.01
-    m = torch.randn(n, k // 32, 1)
+    # Q4_1 stores d and m as fp16 (so does sgrun's kernel layout): the grid is fp16's.
+    d = (torch.rand(n, k // 32, 1) * 0.1 + 0.01).half().float()
+    m = torch.randn(n, k // 32, 1).half().float()
     w = (codes * d + m).view(n, k)
     lin = Int4Linear(w, None, torch.float32)
     assert torch.allclose(lin.dequantized(), w, atol=1e-5)
@@ -45,7 +46,10 @@ def test_kernel_path_matches_dequantized_path(cls, dtype):
         x = torch.randn(rows, 96, dtype=dtype)
         want = x.float() @ lin.dequantized().float().t() + bias
         got = lin(x).float()
-        tol = 1e-4 if dtype == torch.float32 else 3e-2 * want.abs().max().item()
+        # float32 x int4 runs the int8-activation tiles (x quantized per block of 32, llama.cpp's Q8 way):
+        # accurate to int8 activations, not to a float32 product.
+        exact = dtype == torch.float32 and cls is Int8Linear
+        tol = 1e-4 if exact else 3e-2 * want.abs().max().item()
         assert got.shape == (rows, 128) and (got - want).abs().max().item() < tol
     # and the quantization itself is close to the original weights
     err = (lin.dequantized().float() - w).abs().max().item()
