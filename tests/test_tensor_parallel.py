@@ -142,7 +142,7 @@ CONSTRAINED = sgrun.SamplingParams(max_new_tokens=24, temperature=0,
 
 @pytest.fixture(scope="module")
 def reference():
-    with sgrun.Engine(dtype="float32", max_batch_tokens=32, memory_gb=0.3) as e:
+    with sgrun.Engine(dtype="float32", quantization="none", max_batch_tokens=32, memory_gb=0.3) as e:
         return ([o.outputs[0].token_ids for o in e.generate(PROMPTS, GREEDY)],
                 e.generate(["Give me a number as JSON:"], CONSTRAINED)[0].outputs[0].text)
 
@@ -151,7 +151,8 @@ def reference():
 def tp_engine():
     # Chunked prefill (32-token budget) and the prefix cache on; a short collective timeout so
     # the dead-rank test is bounded.
-    engine = sgrun.Engine(dtype="float32", max_batch_tokens=32, memory_gb=0.3, tp=2, tp_timeout=20)
+    engine = sgrun.Engine(dtype="float32", quantization="none", max_batch_tokens=32, memory_gb=0.3, tp=2,
+                          tp_timeout=20)   # dense: exact equality with tp=1 (int4 tiles quantize activations per shard)
     yield engine
     engine.close()
 
