@@ -11,7 +11,9 @@ Sources (nothing outside the repository):
 Each schema is compiled twice: with the defaults (compact JSON) and with whitespace="spaced".
 Every instance is serialized as common serializers print it: `json.dumps(v, separators=(",", ":"),
 ensure_ascii=False)` for the default constraint and `json.dumps(v)` (", " / ": ", \\u escapes)
-for the spaced one, keys in the compiler's order (schema_order.py). Then, on the real SmolLM2
+for the spaced one, keys in the compiler's order (schema_order.py), and integral floats printed as
+integers the way JavaScript's JSON.stringify prints them (1.0 -> 1: the same JSON number from draft 6
+on, and the only form sgrun generates for "integer", since strict consumers reject 1.0). Then, on the real SmolLM2
 tokenizer, token by token:
 - a valid instance must be reachable: each token's bit is set in the state's mask, the token
   advances the automaton, and EOS is allowed at the end;
@@ -42,6 +44,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
 
 from schema_order import SchemaOrder  # noqa: E402
+
+from sgrun.constrain.json_schema import canonical_numbers  # noqa: E402
 
 SUITE_DIR = ROOT / "tests/data/json-schema-test-suite/draft2020-12"
 COUNTS_FILE = ROOT / "tests/data/audit_counts.json"
@@ -121,7 +125,7 @@ def hypothesis_items(n: int = HYPOTHESIS_SCHEMAS) -> list[Item]:
 
 # --- checking -----------------------------------------------------------------------------------
 def serialize(order: SchemaOrder, value: Any, form: str) -> str:
-    ordered = order.order(value)
+    ordered = canonical_numbers(order.order(value))
     if form == "compact":
         return json.dumps(ordered, separators=(",", ":"), ensure_ascii=False)
     return json.dumps(ordered)

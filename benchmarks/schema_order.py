@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sgrun.constrain.json_schema import _canon_numbers  # the compiler's canonical numbers
+from sgrun.constrain.json_schema import canonical_numbers  # the compiler's canonical numbers
 
 
 class SchemaOrder:
@@ -45,7 +45,7 @@ class SchemaOrder:
 
     def serialize(self, value: Any) -> str:
         """Compact, integral floats as integers (the compiler's canonical form)."""
-        return json.dumps(self.order(_canon_numbers(value)), separators=(",", ":"), ensure_ascii=False)
+        return json.dumps(self.order(canonical_numbers(value)), separators=(",", ":"), ensure_ascii=False)
 
     def _order(self, value: Any, schemas: list[tuple[Any, str]]) -> Any:
         flat = [x for s, b in schemas for x in self._expand(s, b)]

@@ -85,7 +85,6 @@ def test_instructor_tools_mode(base_url, model):
     assert isinstance(got, Weather) and -50 <= got.temperature_c <= 60
 
 
-@pytest.mark.xfail(strict=False, reason="after this round's merge the Agent's structured final output (output_type) comes back as invalid JSON on the default model; reproduced at the end of the session, cause not yet found ""(the closing note of issue 25 tracks it)")
 def test_openai_agents(base_url, model):
     from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
 

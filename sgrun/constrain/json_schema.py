@@ -79,16 +79,17 @@ _MAX_LOOSE_REQUIRED = 3
 
 def canonical_json(value: Any) -> str:
     """Our output form of a JSON value: compact, integral floats as integers, keys as given."""
-    return json.dumps(_canon_numbers(value), separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(canonical_numbers(value), separators=(",", ":"), ensure_ascii=False)
 
 
-def _canon_numbers(v: Any) -> Any:
+def canonical_numbers(v: Any) -> Any:
+    """`v` with integral floats as ints (1.0 -> 1), the only form sgrun generates integers in."""
     if isinstance(v, float) and v.is_integer():
         return int(v)
     if isinstance(v, list):
-        return [_canon_numbers(x) for x in v]
+        return [canonical_numbers(x) for x in v]
     if isinstance(v, dict):
-        return {k: _canon_numbers(x) for k, x in v.items()}
+        return {k: canonical_numbers(x) for k, x in v.items()}
     return v
 
 
@@ -732,10 +733,10 @@ class SchemaCompiler:
                     return ("dfa", d) if d.accepting else NOTHING
         if integer:
             ilo, ihi = integer_bounds(lo, lo_x, hi, hi_x)
+            # Integers are generated as integers: 1.0 is an integer from draft 6 on, but strict consumers
+            # (pydantic strict mode, openai-agents' output types, serde's i64) reject it, and peers emit
+            # `-?(0|[1-9][0-9]*)` too. An integral float instance is reachable as the same JSON number, `1`.
             node = integer_with_multiple(ilo, ihi, mult)
-            if node != NOTHING and self.draft != "4":
-                # from draft 6 on 1.0 is an integer, and json.dumps / serde print integral floats so
-                node = seq(node, opt(lit(".0")))
         else:
             node = number_node(lo, lo_x, hi, hi_x)
             if lo is not None or hi is not None:
@@ -1070,8 +1071,6 @@ def json_literal_node(v: Any, ws: Node = EMPTY) -> Node:
     if isinstance(v, list):
         return wrap("[", [json_literal_node(x, ws) for x in v], "]")
     text = canonical_json(v)
-    if _json_type(v) == "integer" and not isinstance(v, bool):
-        return seq(lit(text), opt(lit(".0")))
     if isinstance(v, str) and not v.isascii():
         return alt(lit(text), lit(json.dumps(v)))  # raw UTF-8, or json.dumps' default \u escapes
     return lit(text)
