@@ -3,9 +3,9 @@ KV pool, cache, scheduler, runner) is built from its options by engine_builder.p
 
 The loop thread is the only owner of the scheduler, page pool and radix cache; other threads
 talk to it through `submit` / `abort` (an inbox queue) and per-request handles. One step is a
-turn of the step pipeline (step.py): schedule (scheduler.py) -> run (model_runner.py) ->
-postprocess (postprocess.py) -> the scheduler takes back what ran and finished, each stage
-isolated per request (isolation.py). The pipeline reports back a StepOutcome; the engine closes
+turn of the step pipeline (step.py): schedule (scheduler.py, which first settles what the
+last turn computed and finished) -> run (model_runner.py) -> postprocess (postprocess.py), each
+stage isolated per request (isolation.py). The pipeline reports back a StepOutcome; the engine closes
 the requests that finished and ends alone a request whose input made a stage fail.
 """
 
@@ -305,8 +305,8 @@ class Engine:
                 payload()
 
     def step(self) -> None:
-        """One turn of the step pipeline (step.py: schedule -> run -> postprocess -> the
-        scheduler takes back what ran and finished), then what it reports back is applied."""
+        """One turn of the step pipeline (step.py: settle the last turn and schedule -> run ->
+        postprocess), then what it reports back is applied."""
         self._take(self.pipeline.step())
         if self.options.debug_checks:
             check_consistency(self.scheduler, self.pool, self.cache)

@@ -3,8 +3,7 @@ SamplingParams) and the server's handlers (constraint_compile.py, from the reque
 both call `compile_for_request`, so every request's constraint is built the same way: in a
 worker process (a hostile compile never holds the engine loop's GIL) and always under the
 compile budget (past it, a ConstraintTooComplexError says the constraint is too complex).
-The web page's `/ui/constraint` check is not a request (nothing is generated under it): it calls
-the compiler directly, in-process, as a compile report.
+The web page's `/ui/constraint` check compiles through it too.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Continuous batching at token granularity.
 
-Each step (step.py) opens with `schedule()` and closes with `settle(computed, finished)`:
-every running decode gets its one token first, then unfinished prefills continue in
+Each step (step.py) enters the scheduler once, at its start: `schedule(last)` first settles what
+the step before left (`Settlement`: the K/V it computed, the requests it finished, whose pages go
+back), then builds the batch: every running decode gets its one token first, then unfinished prefills continue in
 chunks, then waiting requests are admitted (longest cached prefix first when the queue is
 long) while the token budget, the running cap and the pool allow. When the pool runs short,
 unlocked cache leaves are evicted, then the most recently admitted request is preempted (its
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from sgrun.engine.page_pool import PagePool
@@ -38,6 +39,17 @@ class ScheduledBatch:
     @property
     def num_tokens(self) -> int:
         return sum(n for _, n in self.items)
+
+
+@dataclass
+class Settlement:
+    """What one step leaves for the next schedule: (sequence, tokens computed, draft tokens
+    accepted or None without a draft), and the sequences it finished."""
+    computed: list[tuple[Sequence, int, int | None]] = field(default_factory=list)
+    finished: list[Sequence] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.computed or self.finished)
 
 
 class Scheduler:
@@ -90,14 +102,15 @@ class Scheduler:
         seq.cache_inserted_len = 0
         seq.draft = []
 
-    def settle(self, computed: list[tuple[Sequence, int, int | None]], finished: list[Sequence]) -> None:
-        """The end of a step (step.py): record the K/V it computed, then release what finished.
-        `computed`: (sequence, tokens computed, draft tokens accepted or None without a draft)."""
+    def settle(self, last: Settlement) -> None:
+        """Record the K/V the last step computed, then release what it finished. A request
+        aborted since (its pages already freed) has nothing left to record."""
+        computed = [(seq, n, accepted) for seq, n, accepted in last.computed if not seq.is_finished]
         self.commit([(seq, n) for seq, n, _ in computed])
         for seq, _, accepted in computed:
             if accepted is not None:
                 self.settle_draft(seq, accepted)
-        for seq in finished:
+        for seq in last.finished:
             self.finish(seq)
 
     def settle_draft(self, seq: Sequence, accepted: int) -> None:
@@ -141,7 +154,9 @@ class Scheduler:
         self.waiting.appendleft(victim)
 
     # --- one step -------------------------------------------------------------------------
-    def schedule(self) -> ScheduledBatch:
+    def schedule(self, last: Settlement | None = None) -> ScheduledBatch:
+        if last:
+            self.settle(last)
         budget = self.max_batch_tokens
         items: list[tuple[Sequence, int]] = []
         scheduled: set[int] = set()

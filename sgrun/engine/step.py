@@ -1,10 +1,13 @@
 """The step pipeline: `launch(batch)` then `complete(launched)`, one code path at two depths.
 
-One step is: the scheduler's batch -> the runner (forward, then sampling rows processed and
-drawn; both device halves are jobs) -> the postprocessor (constraint advance, stops,
-jump-forward, detokenize) -> back to the scheduler, which records the K/V the step computed and
-frees the pages of what finished. Then the step's events are emitted. No stage calls back up:
-each returns its result to this pipeline, and the engine gets a `StepOutcome`.
+One step visits each stage once, in order: the scheduler (which first settles what the step
+before left, `Settlement`: records the K/V it computed, frees the pages of what it finished, and
+then builds the batch) -> the runner (forward, then sampling rows processed and drawn; both device
+halves are jobs) -> the postprocessor (constraint advance, stops, jump-forward, detokenize). Then
+the step's events are emitted, except a request's final event: it waits for the settlement at the
+next schedule, so a finished request's pages are free before its caller hears it finished (the
+engine runs that next turn at once: `busy`). No stage calls back up: each returns its result to
+this pipeline, and the engine gets a `StepOutcome`.
 
 - depth 0 (the plain step): a step is launched and completed in the same turn; its jobs run
   inline on the engine thread.
@@ -46,7 +49,7 @@ from sgrun.engine.model_runner import BatchInputs, ModelRunner, SampledTokens, S
 from sgrun.engine.outputs import StreamEvent
 from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.sampling_rows import SamplingInputs
-from sgrun.engine.scheduler import Scheduler
+from sgrun.engine.scheduler import Scheduler, Settlement
 from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
 from sgrun.engine.speculative import Speculation
@@ -68,7 +71,7 @@ def overlap_excludes(items: list[tuple[Sequence, int]]) -> bool:
 @dataclass
 class StepOutcome:
     """What one turn of the pipeline hands the engine."""
-    finished: list[Sequence] = field(default_factory=list)     # ended normally (pages freed)
+    finished: list[Sequence] = field(default_factory=list)     # ended normally, settled (pages freed)
     failed: dict[str, str] = field(default_factory=dict)       # request id -> why a stage failed on it
     unschedulable: Sequence | None = None                      # fits not even in an empty pool
     events: list[tuple[Sequence, StreamEvent]] = field(default_factory=list)
@@ -121,16 +124,22 @@ class StepPipeline:
         self.num_steps = 0
         self.step_time_total = 0.0
         self._out = StepOutcome()
+        self._last = Settlement()                  # what the next schedule settles
+        self._finishing: list[Sequence] = []        # what this turn's postprocess finished
+        self._final_events: list[tuple[Sequence, StreamEvent]] = []   # held until then
 
     @property
     def busy(self) -> bool:
-        return self.inflight is not None
+        """A step is in flight, or the last one's settlement waits for the next turn."""
+        return self.inflight is not None or bool(self._last)
 
     # --- one turn ---------------------------------------------------------------------------
     def step(self) -> StepOutcome:
         t0 = time.perf_counter()
         self._out = out = StepOutcome()
-        items = self.scheduler.schedule().items
+        last, self._last = self._last, Settlement()
+        items = self.scheduler.schedule(last).items
+        self._release(last)
         if not items:
             self.drain()
             out.unschedulable = self.scheduler.unschedulable()
@@ -163,20 +172,37 @@ class StepPipeline:
             self.complete(prev)
 
     def close(self) -> StepOutcome:
+        """Complete what is in flight and settle everything: the engine is stopping."""
         self._out = StepOutcome()
         self.drain()
         if self.worker is not None:
             self.worker.shutdown(wait=True)
-        return self._hand_back([])
+        self._hand_back([])
+        last, self._last = self._last, Settlement()
+        self.scheduler.settle(last)
+        self._release(last)
+        return self._out
 
     def _hand_back(self, computed: list[tuple[Sequence, int, int | None]]) -> StepOutcome:
-        """The scheduler takes back what ran and what finished, then the events go out (a
-        finished request's pages are free before its caller hears it finished)."""
+        """Leave what ran and what finished for the next schedule; emit the events, holding
+        back the final ones until then."""
         out = self._out
-        self.scheduler.settle(computed, out.finished)
+        self._last, self._finishing = Settlement(computed, self._finishing), []
         for seq, event in out.events:
-            seq.emit(event)
+            if event.finish_reason is None:
+                seq.emit(event)
+            else:
+                self._final_events.append((seq, event))
         return out
+
+    def _release(self, last: Settlement) -> None:
+        """After the scheduler settled `last`: its finished requests go to the engine and their
+        final events out (not to a request aborted meanwhile: that one already had its last event)."""
+        self._out.finished.extend(last.finished)
+        held, self._final_events = self._final_events, []
+        for seq, event in held:
+            if seq.abort_cause is None:
+                seq.emit(event)
 
     # --- launch -----------------------------------------------------------------------------
     def launch(self, items: list[tuple[Sequence, int]], prev: Launched | None, depth: int) -> Launched:
@@ -318,7 +344,7 @@ class StepPipeline:
                 continue
             self._out.events.append((seq, event))
             if event.finish_reason is not None:
-                self._out.finished.append(seq)
+                self._finishing.append(seq)
 
     def _postprocess(self, items: list[tuple[Sequence, Any]]) -> list[StreamEvent | None]:
         # A sibling sample's failure may have ended the request meanwhile.

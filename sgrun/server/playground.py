@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sgrun.engine.request_constraint import compile_for_request
 from sgrun.errors import ConstraintError
 from sgrun.server.errors import APIError
 from sgrun.server.request_body import decode_body
@@ -152,10 +153,11 @@ async def constraint_check(state: Any, req: ConstraintCheck) -> Response:
         raise APIError(400, f"kind must be json_schema, regex or grammar; got {req.kind!r}", param="kind")
     if req.kind != "json_schema" and not isinstance(req.source, str):
         raise APIError(400, f"source must be a string for kind {req.kind}", param="source")
-    from sgrun.constrain import compile_constraint
     started = time.perf_counter()
     try:
-        constraint = await asyncio.to_thread(compile_constraint, state.tokenizer, **{req.kind: req.source})
+        # The requests' entry point: in a worker process, under the compile budget, so a hostile
+        # schema typed into the page cannot hold the server.
+        constraint = await asyncio.to_thread(compile_for_request, state.tokenizer, **{req.kind: req.source})
     except ConstraintError as exc:
         return _json({"ok": False, "message": str(exc), "keyword": getattr(exc, "keyword", None),
                       "pointer": getattr(exc, "pointer", None), "error_type": type(exc).__name__})
