@@ -26,10 +26,12 @@ from sgrun.engine.page_pool import PagePool
 
 
 # The chunk path each level's build takes for (float32, bf16) pools by head dim; a level missing
-# here (scalar, the aarch64 ones) runs the portable GCC-vector path for these head dims.
+# here (scalar) runs the portable GCC-vector path for these head dims.
 DECODE_PATHS = {"avx2": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
                 "avx512": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
-                "avx512_bf16": {64: ("avx2", "avx512_bf16"), 16: ("avx2", "avx2")}}
+                "avx512_bf16": {64: ("avx2", "avx512_bf16"), 16: ("avx2", "avx2")},
+                "neon": {64: ("neon", "neon"), 16: ("neon", "neon")},
+                "neon_dotprod": {64: ("neon", "neon"), 16: ("neon", "neon")}}
 
 
 @pytest.fixture(scope="module", params=LEVELS, ids=LEVELS)

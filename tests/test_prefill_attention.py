@@ -1,8 +1,8 @@
 """The C++ causal prefill attention (cpu_kernels/prefill_attention.py): the kernel against a float64
 reference at every CPU level the machine runs (its AVX512-BF16 path, its AVX2 path on bf16 and
 float32 pools, its portable path; chunks with and without earlier context in the pages), a row's
-result the same whether its prompt runs whole or in chunks, the CPU backend with it against the SDPA path on mixed batches, the real model
-with it against SDPA (greedy tokens in float32, logprobs in bf16, a chunked prefill and a
+result the same whether its prompt runs whole or in chunks, the CPU backend with it against
+the SDPA path on mixed batches, the real model with it against SDPA (greedy tokens in float32, logprobs in bf16, a chunked prefill and a
 radix-cache hit included), and the fallback where it cannot be built.
 
 The kernel is built once per machine (cached under the sgrun cache folder, ~40 s)."""
@@ -24,10 +24,12 @@ from sgrun.engine.page_pool import PagePool
 
 
 # The vector path each level's build takes for (bf16, float32) pools of head dim 64 and 16: a
-# level missing here (scalar, the aarch64 ones) has none and keeps SDPA.
+# level missing here (scalar) has none and keeps SDPA.
 FAST_PATHS = {"avx2": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
               "avx512": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
-              "avx512_bf16": {64: ("avx512_bf16", "avx2"), 16: ("avx2", "avx2")}}
+              "avx512_bf16": {64: ("avx512_bf16", "avx2"), 16: ("avx2", "avx2")},
+              "neon": {64: ("neon", "neon"), 16: ("neon", "neon")},
+              "neon_dotprod": {64: ("neon", "neon"), 16: ("neon", "neon")}}
 
 
 @pytest.fixture(scope="module", params=LEVELS, ids=LEVELS)

@@ -1,8 +1,8 @@
 // Softmax attention of a few query heads of one kv head over one chunk of paged context tokens:
 // the chunk's running max m, sum of exponentials l and unnormalised output acc per head
 // (paged_decode.cpp folds the chunks of a context together). Built after paged_rows.cpp and
-// paged_chunk_avx2.cpp and before paged_decode.cpp as one unit by paged_decode.py, with the
-// level's flags and -ffp-contract=off.
+// the ISA chunk paths (paged_chunk_avx2.cpp, paged_chunk_neon.cpp) and before paged_decode.cpp,
+// as one unit by paged_decode.py, with the level's flags and -ffp-contract=off.
 //
 // Row invariance: each query head goes through the same instruction sequence whichever heads
 // share its pass (a GQA group, a cascade's stacked queries, a group of 1), so its result depends
@@ -12,8 +12,9 @@
 // AVX512-BF16 and a bf16 cache of head dim 32, 64 or 128, q.k runs on the bf16 keys directly
 // (_mm512_dpbf16ps; a float32 query is split into three bf16 parts, so nothing is lost), and V
 // is widened inside the P.V loop; at AVX2 and above, float32 and bf16 caches of head dim 16-128
-// take the hand-written AVX2 path (paged_chunk_avx2.cpp, built before this file); elsewhere,
-// portable GCC vector code converts each block of 16 keys and values to float32 once.
+// take the hand-written AVX2 path (paged_chunk_avx2.cpp, built before this file), on aarch64 the
+// NEON one (paged_chunk_neon.cpp); elsewhere, portable GCC vector code converts each block of 16
+// keys and values to float32 once.
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #define SG_BF16_KERNEL 1
@@ -351,7 +352,8 @@ void attend_chunk(const float* q, int64_t gn, bool q_is_bf16, const ChunkSource<
 }
 
 // The path attend_chunk takes for a pool dtype and head dim (a bf16 query; a float32 query on a
-// bf16 pool takes the same one): "avx512_bf16", SG_SIMD_CHUNK ("avx2"), "portable" (GCC vectors) or "any".
+// bf16 pool takes the same one): "avx512_bf16", SG_SIMD_CHUNK ("avx2", "neon"), "portable" (GCC
+// vectors) or "any".
 inline std::string chunk_path(at::ScalarType dt, int64_t D) {
 #ifdef SG_BF16_KERNEL
   if (dt == at::kBFloat16 && (D == 32 || D == 64 || D == 128)) return "avx512_bf16";

@@ -4,7 +4,8 @@
 // level compiled for the pool's dtype and head dim (`vector_path`):
 //   SG_PREFILL_BF16 (avx512_bf16, amx): bf16 dot products on bf16 pools (prefill_attention_avx512_bf16.cpp);
 //   SG_PREFILL_SIMD (avx2, avx512, and what the bf16 tiles lack at avx512_bf16): float32 FMA on
-//   bf16 or float32 pools (prefill_attention_avx2.cpp);
+//   bf16 or float32 pools (prefill_attention_avx2.cpp); the same on aarch64 NEON (neon,
+//   neon_dotprod: prefill_attention_neon.cpp);
 // else the portable path below (any dtype, any head dim, no intrinsics), row by row.
 namespace {
 
@@ -47,7 +48,7 @@ void attend_portable(const T* q, int64_t q_stride, const T* kc, const T* vc, int
 
 }  // namespace
 
-// The vector path a (dtype, head dim) takes in this build: "avx512_bf16", "avx2", or "" (portable).
+// The vector path a (dtype, head dim) takes in this build: "avx512_bf16", "avx2", "neon", or "" (portable).
 static std::string vector_path(at::ScalarType dt, int64_t D) {
 #ifdef SG_PREFILL_BF16
   if (dt == at::kBFloat16 && (D == 32 || D == 64 || D == 96 || D == 128)) return "avx512_bf16";

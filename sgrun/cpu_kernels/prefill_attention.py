@@ -24,7 +24,8 @@ Vector paths, one file each (the driver, prefill_attention.cpp, takes the best i
 - AVX2 + FMA (avx2, avx512, and float32 pools or other head dims at avx512_bf16; bf16 and float32
   pools, head dims a multiple of 16 up to 256): K packed as float32 with 16 keys side by side per
   head dim, V as float32 rows, 6 x 16 FMA register blocks for Q K^T and P V, all in float32
-  (prefill_attention_avx2.cpp).
+  (prefill_attention_avx2.cpp);
+- NEON (neon, neon_dotprod): the same layouts and tiles on 128-bit vectors (prefill_attention_neon.cpp).
 Where no path applies (the scalar level, another dtype or head dim) `fast_path()` is "" and the
 backend keeps SDPA. A portable row-by-row path (any dtype, any head dim) is in the same module;
 the tests compare every path with a float64 reference at every CPU level the machine runs.
@@ -50,7 +51,7 @@ _HERE = Path(__file__).parent
 # One translation unit: the shared walk, every ISA's path (each compiles only under its own
 # level's flags), then the torch driver. A new ISA is one more file in this list.
 SOURCES = ("prefill_attention_common.cpp", "prefill_attention_avx512_bf16.cpp", "prefill_attention_avx2.cpp",
-           "prefill_attention.cpp")
+           "prefill_attention_neon.cpp", "prefill_attention.cpp")
 
 KERNEL = CppKernel("prefill_attention", tuple(_HERE / s for s in SOURCES),
                    ["prefill_attention", "fast_path_available", "fast_path"], what="C++ prefill attention",
@@ -74,7 +75,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 def prefill_kernel_for(dtype: torch.dtype, head_dim: int) -> ModuleType | None:
     """The kernel module where a vector path applies (a bf16 or float32 pool, a head dim the path
-    takes, a CPU level with AVX2 or AVX512-BF16), else None: the backend then keeps SDPA, which
+    takes, a CPU level with AVX2, AVX512-BF16 or NEON), else None: the backend then keeps SDPA, which
     beats the portable path. Only those pools trigger the build."""
     if dtype not in FAST_DTYPES:
         return None
