@@ -25,12 +25,26 @@ from sgrun.engine.attention.cascade import find_shared_prefixes
 from sgrun.engine.page_pool import PagePool
 
 
+# The chunk path each level's build takes for (float32, bf16) pools by head dim; a level missing
+# here (scalar) runs the portable GCC-vector path for these head dims.
+DECODE_PATHS = {"avx2": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
+                "avx512": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
+                "avx512_bf16": {64: ("avx2", "avx512_bf16"), 16: ("avx2", "avx2")},
+                "neon": {64: ("neon", "neon"), 16: ("neon", "neon")},
+                "neon_dotprod": {64: ("neon", "neon"), 16: ("neon", "neon")}}
+
+
 @pytest.fixture(scope="module", params=LEVELS, ids=LEVELS)
 def op(request):
     """The kernel built for each CPU level this machine runs (tests/cpu_levels.py): AVX2's build
-    on an AVX-512 machine too. A level whose build fails fails here; nothing is skipped."""
+    on an AVX-512 machine too. A level whose build fails fails here, and so does one whose build
+    lacks the vector path its CPU features give; nothing is skipped."""
     kernel = paged_decode_cpp.load_kernel(request.param)
     assert kernel is not None, f"the C++ kernel must build at CPU level {request.param} (g++ is in .ci/run)"
+    want = DECODE_PATHS.get(request.param, {64: ("portable", "portable"), 16: ("portable", "portable")})
+    got = {d: (kernel.decode_path("float32", d), kernel.decode_path("bfloat16", d)) for d in want}
+    assert got == want, (request.param, got)
+    assert kernel.decode_path("float32", 24) == "any"
     return kernel
 
 

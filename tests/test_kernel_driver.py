@@ -1,7 +1,9 @@
-"""The matmul tiles of every ISA, including levels this machine cannot run: a torch-free driver
-(tests/kernel_driver/matmul_driver.cpp) is compiled per level and checks the tiles against a
-float64 reference and row by row bitwise (alone = batched). aarch64 (neon, neon_dotprod) is
-cross-compiled with Debian's g++-aarch64-linux-gnu and run under qemu-aarch64 (package
+"""The matmul tiles and the attention kernels' vector paths of every ISA, including levels this
+machine cannot run: torch-free drivers (tests/kernel_driver/matmul_driver.cpp,
+attention_driver.cpp, the latter with the few torch names from tests/kernel_driver/torch_shim)
+are compiled per level and check the code against a float64 reference and bitwise invariances
+(a matmul row alone = batched; a decode head alone = in a pass; prefill rows whole = chunked).
+aarch64 (neon, neon_dotprod) is cross-compiled with Debian's g++-aarch64-linux-gnu and run under qemu-aarch64 (package
 qemu-user); on an aarch64 host the native compiler runs it directly. A missing cross compiler or
 emulator fails the test with the apt-get line that installs it (.ci/run installs both)."""
 
@@ -17,6 +19,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 KERNELS = ROOT / "sgrun" / "cpu_kernels"
 DRIVER = ROOT / "tests" / "kernel_driver" / "matmul_driver.cpp"
+ATTENTION_DRIVER = ROOT / "tests" / "kernel_driver" / "attention_driver.cpp"
+TORCH_SHIM = ROOT / "tests" / "kernel_driver" / "torch_shim"
 NATIVE_ARM = platform.machine().lower() in ("aarch64", "arm64")
 APT = "apt-get install -y g++-aarch64-linux-gnu qemu-user"
 
@@ -43,3 +47,24 @@ def test_matmul_tiles_at_every_isa(level, tmp_path):
     run = subprocess.run(runner + [str(binary)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("ALL OK"), run.stdout + run.stderr
     assert run.stdout.startswith(f"tiles: {level}\n"), run.stdout   # the level's own tiles ran, not another's
+
+
+# The attention paths have no dotprod-specific code: neon's build is neon_dotprod's.
+ATTENTION_PATH = {"avx2": "avx2", "neon": "neon"}
+
+
+@pytest.mark.parametrize("level", [lv for lv in TARGETS if lv in ATTENTION_PATH])
+def test_attention_paths_at_every_isa(level, tmp_path):
+    compiler, march, runner = TARGETS[level]
+    for tool in [compiler] + runner[:1]:
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is missing: the {level} attention paths cannot be tested; install it with `{APT}`")
+    binary = tmp_path / f"attention_{level}"
+    build = subprocess.run([compiler, "-O2", "-std=c++17", march, "-static", f"-DSGRUN_ISA={level}", f"-I{KERNELS}",
+                            f"-I{TORCH_SHIM}", str(ATTENTION_DRIVER), "-o", str(binary)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    run = subprocess.run(runner + [str(binary)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.strip().endswith("ALL OK"), run.stdout + run.stderr
+    name = ATTENTION_PATH[level]   # the level's own paths ran, not another's
+    assert run.stdout.startswith(f"attention: decode {name}, prefill {name}\n"), run.stdout

@@ -1,7 +1,8 @@
-"""The C++ causal prefill attention (prefill_attention_cpp.py): the kernel against a float64
-reference (its AVX512-BF16 path and its portable path, chunks with and without earlier context
-in the pages), the CPU backend with it against the SDPA path on mixed batches, the real model
-with it against SDPA (greedy tokens in float32, logprobs in bf16, a chunked prefill and a
+"""The C++ causal prefill attention (cpu_kernels/prefill_attention.py): the kernel against a float64
+reference at every CPU level the machine runs (its AVX512-BF16 path, its AVX2 path on bf16 and
+float32 pools, its portable path; chunks with and without earlier context in the pages), a row's
+result the same whether its prompt runs whole or in chunks, the CPU backend with it against
+the SDPA path on mixed batches, the real model with it against SDPA (greedy tokens in float32, logprobs in bf16, a chunked prefill and a
 radix-cache hit included), and the fallback where it cannot be built.
 
 The kernel is built once per machine (cached under the sgrun cache folder, ~40 s)."""
@@ -22,13 +23,27 @@ from sgrun.engine.attention.torch_backend import TorchPagedAttention
 from sgrun.engine.page_pool import PagePool
 
 
+# The vector path each level's build takes for (bf16, float32) pools of head dim 64 and 16: a
+# level missing here (scalar) has none and keeps SDPA.
+FAST_PATHS = {"avx2": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
+              "avx512": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
+              "avx512_bf16": {64: ("avx512_bf16", "avx2"), 16: ("avx2", "avx2")},
+              "neon": {64: ("neon", "neon"), 16: ("neon", "neon")},
+              "neon_dotprod": {64: ("neon", "neon"), 16: ("neon", "neon")}}
+
+
 @pytest.fixture(scope="module", params=LEVELS, ids=LEVELS)
 def op(request):
     """The kernel built for each CPU level this machine runs (tests/cpu_levels.py); a level whose
-    build fails fails here, nothing is skipped. Its fast path exists exactly at avx512_bf16 / amx."""
+    build fails fails here, nothing is skipped, and so does one whose build lacks the vector path
+    its CPU features give (a guard macro that no longer matches the level's flags)."""
     kernel = prefill_attention_cpp.load_kernel(request.param)
     assert kernel is not None, f"the C++ kernel must build at CPU level {request.param} (g++ is in .ci/run)"
-    assert kernel.fast_path_available() == (request.param in ("avx512_bf16", "amx"))
+    want = FAST_PATHS.get(request.param, {64: ("", ""), 16: ("", "")})
+    got = {d: (kernel.fast_path("bfloat16", d), kernel.fast_path("float32", d)) for d in want}
+    assert got == want, (request.param, got)
+    assert kernel.fast_path_available() == (request.param in FAST_PATHS)
+    assert kernel.fast_path("float16", 64) == ""
     return kernel
 
 
@@ -69,8 +84,11 @@ SPECS = [(37, 37), (64, 64), (200, 200), (77, 203), (5, 130), (2, 65), (1, 1), (
 
 
 @pytest.mark.parametrize("dtype,portable,head_dim,page_size", [
-    (torch.bfloat16, False, 64, 16),     # the AVX512-BF16 path (where the CPU has it)
-    (torch.bfloat16, False, 128, 5),     # its other register tiling; pages that split key blocks
+    (torch.bfloat16, False, 64, 16),     # the AVX512-BF16 path at avx512_bf16, the AVX2 one at avx2 / avx512
+    (torch.bfloat16, False, 128, 5),     # the other register tiling; pages that split key blocks
+    (torch.bfloat16, False, 16, 7),      # AVX2 at every x86 level (no bf16 tile for 16)
+    (torch.float32, False, 64, 16),      # float32 pools: the AVX2 path
+    (torch.float32, False, 128, 5),
     (torch.bfloat16, True, 64, 16),      # the portable path
     (torch.float32, True, 24, 3),        # portable, a head dim without a fast path
 ])
@@ -103,6 +121,39 @@ def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_si
             assert err <= 2 * yard + 4e-3, (s, err, yard)
 
 
+@pytest.mark.parametrize("dtype,head_dim", [(torch.bfloat16, 64), (torch.float32, 64), (torch.bfloat16, 16)])
+def test_rows_same_whole_or_chunked(op, dtype, head_dim):
+    """A prompt's rows come out bitwise the same from one call over the whole prompt and from
+    calls over its chunks (a chunked prefill, each chunk attending the earlier ones in the
+    pages), and from a call batched with another segment: a row's result depends on its own
+    query, position and context only, not on the tiles it shares."""
+    gen = torch.Generator().manual_seed(5)
+    H, KV, D, ps, ctx = 6, 2, head_dim, 16, 203
+    pages = -(-ctx // ps)
+    k_cache = torch.randn(KV, pages + 4, ps, D, generator=gen).to(dtype)
+    v_cache = torch.randn(KV, pages + 4, ps, D, generator=gen).to(dtype)
+    table = torch.randperm(pages + 4, generator=gen)[:pages][None]
+    q = torch.randn(ctx, H, D, generator=gen).to(dtype)
+
+    def run(q_start, q_len, rows_q):
+        out = torch.empty_like(rows_q)
+        meta = [torch.tensor([x]) for x in (0, q_len, q_start + q_len)]
+        op.prefill_attention(rows_q, k_cache, v_cache, table, *meta, D ** -0.5, out, False)
+        return out
+
+    whole = run(0, ctx, q)
+    pieces = torch.cat([run(a, b - a, q[a:b].contiguous()) for a, b in ((0, 64), (64, 65), (65, 150), (150, ctx))])
+    assert torch.equal(whole, pieces)
+    # Batched with an unrelated 5-row segment ahead of it (other tiles, other thread items).
+    other = torch.randn(5, H, D, generator=gen).to(dtype)
+    both = torch.cat([other, q])
+    out = torch.empty_like(both)
+    tables = torch.cat([table, table])
+    meta = [torch.tensor(x) for x in ([0, 5], [5, ctx], [40, ctx])]
+    op.prefill_attention(both, k_cache, v_cache, tables, *meta, D ** -0.5, out, False)
+    assert torch.equal(out[5:], whole)
+
+
 def test_backend_with_kernel_matches_sdpa_backend(op, op_level):
     """A mixed bf16 batch (decodes, whole prompts, chunks after context) through the CPU
     backend with the prefill kernel and through the SDPA backend: same K/V written, close outputs."""
@@ -121,8 +172,8 @@ def test_backend_with_kernel_matches_sdpa_backend(op, op_level):
     k, v = (torch.randn(T, KV, D, generator=gen).to(torch.bfloat16) for _ in range(2))
     kernel = make_attention_backend(pools[0], H, KV, D)
     assert isinstance(kernel, CppPagedAttention)
-    assert kernel.prefill_op is (op if op.fast_path_available() else None)   # no avx512_bf16: SDPA
-    kernel.prefill_op = op   # on such a CPU, the portable path
+    assert kernel.prefill_op is (op if op.fast_path("bfloat16", D) else None)   # no vector path: SDPA
+    kernel.prefill_op = op   # at such a level, the portable path
     sdpa = TorchPagedAttention(pools[1], H, KV, D)
     outs = []
     for backend in (kernel, sdpa):
@@ -137,12 +188,14 @@ def _generate(engine, prompts, params):
 
 
 def test_engine_float32_greedy_equal_with_kernel(float32_engine, native_op):
-    """Real SmolLM2 weights, float32 (the kernel's portable path, forced on: the backend uses
-    SDPA for float32): greedy tokens equal SDPA's for whole prompts, a prefill split into
-    64-token chunks, and a request whose prefix is a radix-cache hit."""
+    """Real SmolLM2 weights, float32 (the kernel's AVX2 path at every x86 level with AVX2, the
+    portable one forced on elsewhere): greedy tokens equal SDPA's for whole prompts, a prefill
+    split into 64-token chunks, and a request whose prefix is a radix-cache hit."""
     engine, op = float32_engine, native_op
     attn = engine.runner.attn
-    assert isinstance(attn, CppPagedAttention) and attn.prefill_op is None   # float32 pool: SDPA
+    assert isinstance(attn, CppPagedAttention)
+    chosen = attn.prefill_op
+    assert chosen is (op if op.fast_path("float32", attn.D) else None)   # no vector path: SDPA
     system = list(range(1000, 1200))
     prompts = [list(range(3000, 3150)), system + [2000, 2001, 2002]]
     params = sgrun.SamplingParams(max_new_tokens=5, temperature=0)
@@ -159,7 +212,7 @@ def test_engine_float32_greedy_equal_with_kernel(float32_engine, native_op):
             got += _generate(engine, [system + [2500, 2600]], params)   # radix-cache hit on `system`
             results.append(got)
     finally:
-        attn.prefill_op = None
+        attn.prefill_op = chosen
         engine.scheduler.max_batch_tokens = batch_tokens
     assert results[0] == results[1]
 
@@ -170,7 +223,7 @@ def test_engine_bf16_logprobs_close_with_kernel(bf16_engine, native_op):
     logprobs stay within bf16 noise of SDPA's, for a whole prompt and a radix-cache hit."""
     attn = bf16_engine.runner.attn
     chosen = attn.prefill_op
-    assert chosen is (op if op.fast_path_available() else None)   # without avx512_bf16: SDPA
+    assert chosen is (op if op.fast_path("bfloat16", attn.D) else None)   # no vector path: SDPA
     system = list(range(1000, 1300))
     params = sgrun.SamplingParams(max_new_tokens=1, temperature=0, logprobs=5)
     runs = []

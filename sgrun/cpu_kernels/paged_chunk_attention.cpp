@@ -1,20 +1,25 @@
 // Softmax attention of a few query heads of one kv head over one chunk of paged context tokens:
 // the chunk's running max m, sum of exponentials l and unnormalised output acc per head
 // (paged_decode.cpp folds the chunks of a context together). Built after paged_rows.cpp and
-// before paged_decode.cpp as one unit by paged_decode_cpp.py, with -march=native and -ffp-contract=off.
+// the ISA chunk paths (paged_chunk_avx2.cpp, paged_chunk_neon.cpp) and before paged_decode.cpp,
+// as one unit by paged_decode.py, with the level's flags and -ffp-contract=off.
 //
 // Row invariance: each query head goes through the same instruction sequence whichever heads
 // share its pass (a GQA group, a cascade's stacked queries, a group of 1), so its result depends
 // only on its own query and context. Heads in one pass share the K/V loads, nothing else.
 //
-// Two implementations: on CPUs with AVX512-BF16 and a bf16 cache whose head dim is a multiple
-// of 32, q.k runs on the bf16 keys directly (_mm512_dpbf16ps; a float32 query is split into
-// three bf16 parts, so nothing is lost), and V is widened inside the P.V loop; elsewhere,
-// portable GCC vector code converts each block of 16 keys and values to float32 once.
+// Three implementations, the best the level compiled taken per call (chunk_path): on CPUs with
+// AVX512-BF16 and a bf16 cache of head dim 32, 64 or 128, q.k runs on the bf16 keys directly
+// (_mm512_dpbf16ps; a float32 query is split into three bf16 parts, so nothing is lost), and V
+// is widened inside the P.V loop; at AVX2 and above, float32 and bf16 caches of head dim 16-128
+// take the hand-written AVX2 path (paged_chunk_avx2.cpp, built before this file), on aarch64 the
+// NEON one (paged_chunk_neon.cpp); elsewhere, portable GCC vector code converts each block of 16
+// keys and values to float32 once.
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
 #include <immintrin.h>
 #define SG_BF16_KERNEL 1
 #endif
+#include <string>
 #include <vector>
 
 namespace {
@@ -326,6 +331,17 @@ void attend_chunk(const float* q, int64_t gn, bool q_is_bf16, const ChunkSource<
     }
   }
 #endif
+#ifdef SG_SIMD_CHUNK
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, at::BFloat16>) {
+    switch (D) {
+      case 16: return chunk_simd::chunk<T, 1>(q, gn, src, scale, m, l, acc);
+      case 32: return chunk_simd::chunk<T, 2>(q, gn, src, scale, m, l, acc);
+      case 64: return chunk_simd::chunk<T, 4>(q, gn, src, scale, m, l, acc);
+      case 128: return chunk_simd::chunk<T, 8>(q, gn, src, scale, m, l, acc);
+      default: break;
+    }
+  }
+#endif
   switch (D) {
     case 16: return chunk_portable<T, 1>(q, gn, src, scale, w, m, l, acc);
     case 32: return chunk_portable<T, 2>(q, gn, src, scale, w, m, l, acc);
@@ -333,6 +349,19 @@ void attend_chunk(const float* q, int64_t gn, bool q_is_bf16, const ChunkSource<
     case 128: return chunk_portable<T, 8>(q, gn, src, scale, w, m, l, acc);
     default: return chunk_any<T>(q, gn, src, scale, w, m, l, acc);
   }
+}
+
+// The path attend_chunk takes for a pool dtype and head dim (a bf16 query; a float32 query on a
+// bf16 pool takes the same one): "avx512_bf16", SG_SIMD_CHUNK ("avx2", "neon"), "portable" (GCC
+// vectors) or "any".
+inline std::string chunk_path(at::ScalarType dt, int64_t D) {
+#ifdef SG_BF16_KERNEL
+  if (dt == at::kBFloat16 && (D == 32 || D == 64 || D == 128)) return "avx512_bf16";
+#endif
+#ifdef SG_SIMD_CHUNK
+  if ((dt == at::kFloat || dt == at::kBFloat16) && (D == 16 || D == 32 || D == 64 || D == 128)) return SG_SIMD_CHUNK;
+#endif
+  return D == 16 || D == 32 || D == 64 || D == 128 ? "portable" : "any";
 }
 
 }  // namespace

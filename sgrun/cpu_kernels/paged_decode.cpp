@@ -206,6 +206,13 @@ void check_state(const at::Tensor& q, int64_t KV, int64_t G, const at::Tensor& o
 
 }  // namespace
 
+// The chunk path a pool of `dtype` ("float32", "bfloat16", "float16") with `head_dim` takes in
+// this build: "avx512_bf16", "avx2", "neon", "portable" or "any" (paged_chunk_attention.cpp's chunk_path).
+std::string decode_path(const std::string& dtype, int64_t head_dim) {
+  const at::ScalarType dt = dtype == "bfloat16" ? at::kBFloat16 : dtype == "float32" ? at::kFloat : at::kHalf;
+  return chunk_path(dt, head_dim);
+}
+
 // Tokens per chunk: a cascade prefix must be a whole number of them.
 int64_t chunk_tokens() { return kChunk; }
 

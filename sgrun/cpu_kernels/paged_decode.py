@@ -7,8 +7,11 @@ table, writing float32 outputs and log-sum-exps. The context is cut into chunks 
 block's keys and values used by every query head of the GQA group at once, with an online
 softmax, and the chunks are folded left to right by log-sum-exp (paged_chunk_attention.cpp,
 paged_decode.cpp). On a CPU with AVX512-BF16 and a bf16 pool, q.k runs on the bf16 keys with
-dpbf16ps; elsewhere a portable path converts each block to float32. The next blocks' rows are
-prefetched across pages. Nothing is gathered, padded or masked.
+dpbf16ps; at AVX2 and above (float32 pools, and bf16 without AVX512-BF16) hand-written AVX2,
+and on aarch64 NEON, reads each key and value row once from its page for every head of the
+group (paged_chunk_avx2.cpp, paged_chunk_neon.cpp); elsewhere (the scalar level) a portable
+path converts each block to float32 (`decode_path` says which runs). The next blocks' rows
+are prefetched across pages. Nothing is gathered, padded or masked.
 Work items are (row, kv head) when there are enough of them, else (row, kv head, chunk) with the
 fold afterwards, spread with at::parallel_for (torch's OpenMP pool: torch.set_num_threads
 governs it); small problems run on the calling thread. Either way a row gets bitwise the same
@@ -35,15 +38,18 @@ FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_ATTENTION_FAIL"
 # The paged walk, then the per-chunk math, then the driver that uses them. -ffp-contract=off: no multiply-add is fused behind
 # the code's back, so every query head runs the same instructions in any inlining context (the
 # row invariance the kernel promises).
-KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in (
-                       "paged_rows.cpp", "paged_chunk_attention.cpp", "paged_decode.cpp")),
-                   ["paged_decode", "cascade_prefix", "chunk_tokens"], what="C++ paged decode attention",
+# The paged walk, each ISA's chunk path (compiled only under its own level's flags), the portable
+# and AVX512-BF16 chunk math with the dispatch, the driver. A new ISA is one more file here.
+SOURCES = ("paged_rows.cpp", "paged_chunk_avx2.cpp", "paged_chunk_neon.cpp", "paged_chunk_attention.cpp",
+           "paged_decode.cpp")
+KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in SOURCES),
+                   ["paged_decode", "cascade_prefix", "chunk_tokens", "decode_path"], what="C++ paged decode attention",
                    fallback="decode attention gathers pages with the torch path instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV, flags=("-ffp-contract=off",))
 
 
 def load_kernel(level: isa.Level | str | None = None) -> ModuleType | None:
-    """The compiled module (`paged_decode`, `cascade_prefix`, `chunk_tokens`) for `level` (default:
+    """The compiled module (`paged_decode`, `cascade_prefix`, `chunk_tokens`, `decode_path`) for `level` (default:
     the active one), built on first use; None (logged once) where it cannot be built."""
     return KERNEL.load(level)
 

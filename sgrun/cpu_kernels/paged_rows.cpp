@@ -8,6 +8,14 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+// SGRUN_ISA=scalar (build.py) promises no intrinsics path; on aarch64 its flags (-march=armv8-a)
+// still enable NEON, so the NEON files check SG_SCALAR_LEVEL as well as __ARM_NEON.
+#define SG_ISA_IS_scalar 1
+#define SG_ISA_CAT2(a, b) a##b
+#define SG_ISA_CAT(a, b) SG_ISA_CAT2(a, b)
+#if defined(SGRUN_ISA) && SG_ISA_CAT(SG_ISA_IS_, SGRUN_ISA) == 1
+#define SG_SCALAR_LEVEL 1
+#endif
 
 namespace {
 

@@ -18,10 +18,17 @@ the context gathered out of the pages and a materialized [q, ctx] mask. The kern
 Its semantics are attention/torch_backend.py's: the q_len new rows are the last positions of a
 ctx_len-token context and attend every key up to their own position.
 
-The AVX512-BF16 path exists where the compiler targets it (-march=native on a CPU with
-avx512_bf16) and the head dim is 32, 64, 96 or 128; elsewhere `fast_path_available()` is False
-and the backend keeps SDPA. A portable row-by-row path (any dtype, any head dim) is in the
-same module; the tests compare both with a float64 reference.
+Vector paths, one file each (the driver, prefill_attention.cpp, takes the best its level has):
+- AVX512-BF16 (avx512_bf16, amx; bf16 pools, head dims 32, 64, 96, 128): the layouts above, in
+  prefill_attention_avx512_bf16.cpp;
+- AVX2 + FMA (avx2, avx512, and float32 pools or other head dims at avx512_bf16; bf16 and float32
+  pools, head dims a multiple of 16 up to 256): K packed as float32 with 16 keys side by side per
+  head dim, V as float32 rows, 6 x 16 FMA register blocks for Q K^T and P V, all in float32
+  (prefill_attention_avx2.cpp);
+- NEON (neon, neon_dotprod): the same layouts and tiles on 128-bit vectors (prefill_attention_neon.cpp).
+Where no path applies (the scalar level, another dtype or head dim) `fast_path()` is "" and the
+backend keeps SDPA. A portable row-by-row path (any dtype, any head dim) is in the same module;
+the tests compare every path with a float64 reference at every CPU level the machine runs.
 """
 
 from __future__ import annotations
@@ -40,32 +47,43 @@ log = logging.getLogger("sgrun.engine")
 # Tests set this to simulate a machine where the build fails.
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_PREFILL_FAIL"
 
-KERNEL = CppKernel("prefill_attention", Path(__file__).with_name("prefill_attention.cpp"),
-                   ["prefill_attention", "fast_path_available"], what="C++ prefill attention",
+_HERE = Path(__file__).parent
+# One translation unit: the shared walk, every ISA's path (each compiles only under its own
+# level's flags), then the torch driver. A new ISA is one more file in this list.
+SOURCES = ("prefill_attention_common.cpp", "prefill_attention_avx512_bf16.cpp", "prefill_attention_avx2.cpp",
+           "prefill_attention_neon.cpp", "prefill_attention.cpp")
+
+KERNEL = CppKernel("prefill_attention", tuple(_HERE / s for s in SOURCES),
+                   ["prefill_attention", "fast_path_available", "fast_path"], what="C++ prefill attention",
                    fallback="prefill chunks use torch's SDPA instead", fail_env=FORCE_BUILD_FAILURE_ENV)
 
 
 def load_kernel(level: isa.Level | str | None = None) -> ModuleType | None:
-    """The compiled module (`prefill_attention`, `fast_path_available`) for `level` (default: the
-    active one), or None (logged once)."""
+    """The compiled module (`prefill_attention`, `fast_path_available`, `fast_path`) for `level`
+    (default: the active one), or None (logged once)."""
     return KERNEL.load(level)
 
 
-# Head dims the AVX512-BF16 path is instantiated for (prefill_attention.cpp's dispatch).
-FAST_HEAD_DIMS = (32, 64, 96, 128)
-_no_fast_path_logged: list[bool] = []
+# Pool dtypes a vector path exists for (which head dims: the module's `fast_path`).
+FAST_DTYPES = (torch.bfloat16, torch.float32)
+_no_fast_path_logged: set[tuple[str, int]] = set()
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def prefill_kernel_for(dtype: torch.dtype, head_dim: int) -> ModuleType | None:
-    """The kernel module where its fast path applies (a bf16 pool, a supported head dim, a CPU
-    and compiler with AVX512-BF16), else None: the backend then keeps SDPA, which beats the
-    portable path. Only a bf16 pool triggers the build."""
-    if dtype != torch.bfloat16 or head_dim not in FAST_HEAD_DIMS:
+    """The kernel module where a vector path applies (a bf16 or float32 pool, a head dim the path
+    takes, a CPU level with AVX2, AVX512-BF16 or NEON), else None: the backend then keeps SDPA, which
+    beats the portable path. Only those pools trigger the build."""
+    if dtype not in FAST_DTYPES:
         return None
     op = load_kernel()
-    if op is not None and not op.fast_path_available():
-        if not _no_fast_path_logged:
-            _no_fast_path_logged.append(True)
-            log.info("C++ prefill attention has no AVX512-BF16 path on this CPU; prefill chunks use SDPA")
+    if op is not None and not op.fast_path(dtype_name(dtype), head_dim):
+        if (dtype_name(dtype), head_dim) not in _no_fast_path_logged:
+            _no_fast_path_logged.add((dtype_name(dtype), head_dim))
+            log.info("C++ prefill attention has no vector path for %s heads of %d at CPU level %s; "
+                     "prefill chunks use SDPA", dtype_name(dtype), head_dim, isa.active_level().name)
         return None
     return op

@@ -22,8 +22,9 @@ def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, he
                            backend: str | None = None, cascade: bool = True) -> AttentionBackend:
     """`backend`: "cpp", "torch" or "triton" (default: Triton on CUDA, cpp elsewhere).
     "cpp" decodes with the C++ kernel that reads the pages in place (built on first use) and,
-    with `cascade`, attends prefixes shared by several decoding requests once; with a bf16 pool
-    on a CPU with avx512_bf16 its prefill chunks take the C++ prefill kernel, else SDPA. Where the kernel
+    with `cascade`, attends prefixes shared by several decoding requests once; with a bf16 or float32
+    pool at a CPU level with AVX2 (or AVX512-BF16) its prefill chunks take the C++ prefill kernel,
+    else SDPA. Where the kernel
     cannot be built it falls back to "torch" (logged once), whose decodes gather the pages.
     Triton on a CPU pool runs the kernels through Triton's interpreter (TRITON_INTERPRET=1):
     slow, and how the tests prove the Triton path without a GPU. Backends are imported only

@@ -6,9 +6,9 @@ single-token segments change: one kernel call per layer covers every decode of t
 through its page table, with no gather, no padding and no mask. A decode row's result depends on
 its own query and context alone (not on the batch, the thread count or a cascade), so the rows
 of a speculative verify step get exactly what plain decodes at their positions would. With
-`prefill_op` (bf16 pools on a CPU with avx512_bf16, cpu_kernels/prefill_attention.py) the prefill chunks
-likewise take one C++ call per layer that reads their context from the pages; without it they
-go through SDPA.
+`prefill_op` (bf16 and float32 pools at every x86 level with AVX2, cpu_kernels/prefill_attention.py)
+the prefill chunks likewise take one C++ call per layer that reads their context from the pages;
+without it (no vector path at the level, another dtype or head dim) they go through SDPA.
 """
 
 from __future__ import annotations

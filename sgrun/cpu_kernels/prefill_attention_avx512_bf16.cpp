@@ -1,0 +1,185 @@
+// The AVX512-BF16 path of the prefill attention (level avx512_bf16 / amx; bf16 pools, head dims
+// 32, 64, 96, 128): K and V packed as bf16 pairs in the layouts _mm512_dpbf16ps reads (K: 16 keys
+// side by side per pair of head dims; V: two consecutive keys interleaved per head dim), scores
+// and sums in float32, probabilities rounded to bf16 for P V as flash attention does. Built
+// after prefill_attention_common.cpp (the packed walk it plugs into).
+#if defined(__AVX512F__) && defined(__AVX512BF16__) && !defined(SG_PREFILL_BF16)
+#define SG_PREFILL_BF16 1
+#include <immintrin.h>
+
+namespace {
+namespace bf16dot {
+
+// 2^x for x <= 0 (x = -inf gives ~2^-127; callers mask such lanes to 0): 2^n * 2^f with
+// n = round(x), |f| <= 0.5, 2^f = e^(f ln 2) by a degree-5 Taylor series (relative error
+// ~3e-6, far below the bf16 rounding of the probabilities that follows).
+inline __m512 exp2_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-127.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(0.6931471805599453f));
+  __m512 p = _mm512_set1_ps(1.0f / 120.0f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
+
+// Packed context of one (segment, kv head): `keys` rounded up to kKeyBlock.
+//   kp: [keys / 16][D / 2][16] words, a word = the bf16 pair (K[c][2j], K[c][2j+1]) of key c;
+//   vp: [keys / 2][D] words, a word = (V[2i][d], V[2i+1][d]).
+struct Packed {
+  uint32_t* kp;
+  uint32_t* vp;
+};
+
+void pack_block(const uint16_t* kc, const uint16_t* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
+                const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, Packed dst) {
+  const int64_t W = D / 2;
+  uint32_t* kp = dst.kp + block * W * 16;
+  uint32_t* vp = dst.vp + block * 8 * D;
+  for (int64_t c = 0; c < 16; ++c) {
+    const int64_t key = block * 16 + c;
+    if (key >= ctx) {   // padding: zero, so masked-out (0-probability) keys add exactly 0
+      for (int64_t j = 0; j < W; ++j) kp[j * 16 + c] = 0;
+      uint16_t* vrow = reinterpret_cast<uint16_t*>(vp + (c / 2) * D) + (c % 2);
+      for (int64_t d = 0; d < D; ++d) vrow[2 * d] = 0;
+      continue;
+    }
+    const int64_t off = kvh * kv_head_stride + pages[key / ps] * page_stride + (key % ps) * D;
+    uint32_t kw[64];
+    std::memcpy(kw, kc + off, D * sizeof(uint16_t));
+    for (int64_t j = 0; j < W; ++j) kp[j * 16 + c] = kw[j];
+    const uint16_t* vsrc = vc + off;
+    uint16_t* vrow = reinterpret_cast<uint16_t*>(vp + (c / 2) * D) + (c % 2);
+    for (int64_t d = 0; d < D; ++d) vrow[2 * d] = vsrc[d];
+  }
+}
+
+// R query rows of one (segment, kv head) against its packed context. ND = D / 16.
+template <int ND, int R>
+void attend_rows(const uint16_t* const* qrow, const int64_t* pos, int nrows, Packed pk, float scale_log2,
+                 uint16_t* const* orow) {
+  constexpr int D = ND * 16, W = D / 2;
+  int64_t max_pos = pos[0], min_pos = pos[0];
+  for (int r = 1; r < nrows; ++r) {
+    max_pos = std::max(max_pos, pos[r]);
+    min_pos = std::min(min_pos, pos[r]);
+  }
+  static_assert(R <= 16, "one vector holds the tile's row maxima");
+  alignas(64) float m[16], alpha[16], bm[16];   // row max so far (raw scores), rescale factors
+  alignas(64) float l[R][16];                   // row sums, lane-wise (one horizontal sum at the end)
+  alignas(64) float o[R][D];
+  alignas(64) uint16_t pb[R][kKeyBlock];
+  for (int r = 0; r < 16; ++r) m[r] = bm[r] = r < R ? -std::numeric_limits<float>::infinity() : 0.0f;
+  for (int r = 0; r < R; ++r) {
+    for (int i = 0; i < 16; ++i) l[r][i] = 0.0f;
+    for (int d = 0; d < D; ++d) o[r][d] = 0.0f;
+  }
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const int64_t blocks = max_pos / kKeyBlock + 1;
+  for (int64_t kb = 0; kb < blocks; ++kb) {
+    // S = Q K^T for 64 keys: one broadcast pair of Q per row, 4 packed K vectors per pair.
+    __m512 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+    const uint32_t* kp = pk.kp + kb * 4 * W * 16;
+    for (int j = 0; j < W; ++j) {
+      __m512i kv[4];
+      for (int v = 0; v < 4; ++v) kv[v] = _mm512_loadu_si512(kp + (v * W + j) * 16);
+      for (int r = 0; r < R; ++r) {
+        uint32_t qw;
+        std::memcpy(&qw, qrow[r] + 2 * j, sizeof(qw));
+        const __m512bh qb = as_bh(_mm512_set1_epi32(static_cast<int>(qw)));
+        for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], qb, as_bh(kv[v]));
+      }
+    }
+    // Online softmax in base 2 (the scale folds log2 e in); keys past a row's position masked.
+    const int64_t key0 = kb * kKeyBlock;
+    const bool masked = key0 + kKeyBlock - 1 > min_pos;
+    __mmask16 keep[R][4];
+    for (int r = 0; r < R; ++r) {
+      for (int v = 0; v < 4; ++v) {
+        keep[r][v] = 0xFFFF;
+        if (masked) {
+          const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(key0 + 16 * v)));
+          keep[r][v] = _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(pos[r])));
+          acc[r][v] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), keep[r][v],
+                                         acc[r][v]);
+        }
+      }
+      bm[r] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(acc[r][0], acc[r][1]),
+                                                 _mm512_max_ps(acc[r][2], acc[r][3])));
+    }
+    {   // every row's new max and rescale factor at once; block 0 holds key 0 <= pos, so finite
+      const __m512 m_old = _mm512_load_ps(m), m_new = _mm512_max_ps(m_old, _mm512_load_ps(bm));
+      _mm512_store_ps(alpha, exp2_ps(_mm512_mul_ps(_mm512_sub_ps(m_old, m_new), _mm512_set1_ps(scale_log2))));
+      _mm512_store_ps(m, m_new);
+    }
+    const __m512 sl = _mm512_set1_ps(scale_log2);
+    for (int r = 0; r < R; ++r) {
+      const __m512 shift = _mm512_set1_ps(-m[r] * scale_log2);
+      __m512 p[4];
+      for (int v = 0; v < 4; ++v) {
+        p[v] = exp2_ps(_mm512_fmadd_ps(acc[r][v], sl, shift));
+        if (masked) p[v] = _mm512_maskz_mov_ps(keep[r][v], p[v]);
+      }
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
+      _mm512_store_ps(l[r], _mm512_fmadd_ps(_mm512_load_ps(l[r]), _mm512_set1_ps(alpha[r]), sum));
+      _mm512_store_si512(pb[r], reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p[1], p[0])));
+      _mm512_store_si512(pb[r] + 32, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(p[3], p[2])));
+    }
+    // O = alpha O + P V: one broadcast pair of P per row, ND packed V vectors per key pair.
+    __m512 ov[R][ND];
+    for (int r = 0; r < R; ++r) {
+      const __m512 a = _mm512_set1_ps(alpha[r]);
+      for (int v = 0; v < ND; ++v) ov[r][v] = _mm512_mul_ps(_mm512_load_ps(o[r] + 16 * v), a);
+    }
+    const uint32_t* vp = pk.vp + kb * (kKeyBlock / 2) * D;
+    for (int i = 0; i < kKeyBlock / 2; ++i) {
+      __m512i vv[ND];
+      for (int v = 0; v < ND; ++v) vv[v] = _mm512_loadu_si512(vp + i * D + 16 * v);
+      for (int r = 0; r < R; ++r) {
+        uint32_t pw;
+        std::memcpy(&pw, pb[r] + 2 * i, sizeof(pw));
+        const __m512bh pbv = as_bh(_mm512_set1_epi32(static_cast<int>(pw)));
+        for (int v = 0; v < ND; ++v) ov[r][v] = _mm512_dpbf16_ps(ov[r][v], pbv, as_bh(vv[v]));
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < ND; ++v) _mm512_store_ps(o[r] + 16 * v, ov[r][v]);
+  }
+  for (int r = 0; r < nrows; ++r) {
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_load_ps(l[r])));
+    for (int v = 0; v < ND; ++v) {
+      const __m256bh y = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(o[r] + 16 * v), inv));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(orow[r] + 16 * v), reinterpret_cast<__m256i>(y));
+    }
+  }
+}
+
+// The path as attend_packed (prefill_attention_common.cpp) runs it. ND = D / 16.
+template <int ND, int R>
+struct Path {
+  using Elem = uint16_t;
+  using Word = uint32_t;
+  static constexpr int kRows = R;
+  static int64_t words(int64_t keys, int64_t D) { return keys * D; }   // K: keys * D / 2, V: the same
+  static Packed split(uint32_t* base, int64_t keys, int64_t D) { return Packed{base, base + keys * D / 2}; }
+  static void pack(const uint16_t* kc, const uint16_t* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
+                   const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, uint32_t* base,
+                   int64_t keys) {
+    pack_block(kc, vc, kv_head_stride, page_stride, ps, pages, ctx, kvh, D, block, split(base, keys, D));
+  }
+  static void attend(const uint16_t* const* qrow, const int64_t* pos, int n, uint32_t* base, int64_t keys, int64_t D,
+                     float scale_log2, uint16_t* const* orow) {
+    attend_rows<ND, R>(qrow, pos, n, split(base, keys, D), scale_log2, orow);
+  }
+};
+
+}  // namespace bf16dot
+}  // namespace
+#endif
