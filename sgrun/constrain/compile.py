@@ -31,7 +31,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
     regex: the whole output must fullmatch it. grammar: Lark text, a shipped grammar name
     (e.g. "json"), or GBNF text (detected by `::=`). choices: list of exact strings.
     whitespace: "compact" (no insignificant whitespace in JSON), "spaced" (compact, or one space
-    wherever JSON allows whitespace: Python json.dumps' default ", " / ": "), "flexible" (any
+    after `,` and `:`: Python json.dumps' default ", " / ": ", which models are trained on), "flexible" (any
     JSON whitespace, llguidance's default), or a regex string used at each such place.
     lenient: loosen JSON Schema keywords sgrun cannot enforce exactly (drop them, or enforce a
     weaker form such as oneOf as anyOf) instead of refusing; each one is named in the result's

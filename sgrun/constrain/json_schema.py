@@ -142,14 +142,16 @@ class SchemaCompiler:
         self._keep: list[Any] = []  # keeps merged dicts alive so id() keys stay unique
         self._any_fid: int | None = None
         self._any_key_fid: int | None = None
+        # `ws`: inside brackets and before `,` `:`; `ws_after`: after `,` and `:`.
         if whitespace == "compact":
             self.ws: Node = EMPTY
-        elif whitespace == "spaced":  # compact, or one space (json.dumps' default ", " and ": ")
-            self.ws = opt(chars((0x20, 0x20)))
+            self.ws_after: Node = EMPTY
+        elif whitespace == "spaced":  # compact, or json.dumps' default ", " and ": " (nothing else)
+            self.ws, self.ws_after = EMPTY, opt(chars((0x20, 0x20)))
         elif whitespace == "flexible":
-            self.ws = rep(chars((0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)), 0, None)
+            self.ws = self.ws_after = rep(chars((0x09, 0x0A), (0x0D, 0x0D), (0x20, 0x20)), 0, None)
         else:
-            self.ws = parse_regex(whitespace).fullmatch_node()
+            self.ws = self.ws_after = parse_regex(whitespace).fullmatch_node()
 
     # --- fragments ----------------------------------------------------------------------
     def compile_root(self) -> int:
@@ -642,7 +644,7 @@ class SchemaCompiler:
             text = canonical_json(v)
             if text not in seen:
                 seen.add(text)
-                out.append(json_literal_node(v, self.ws))
+                out.append(json_literal_node(v, self.ws, self.ws_after))
         return alt(*out) if out else NOTHING
 
     def _scalar_ok(self, v: Any, s: dict) -> bool:
@@ -802,7 +804,7 @@ class SchemaCompiler:
             hi = len(prefix) if hi is None else min(hi, len(prefix))
         if hi is not None and lo > hi:
             return NOTHING
-        sep = seq(self.ws, lit(","), self.ws)
+        sep = seq(self.ws, lit(","), self.ws_after)
         if s.get("$sgrun_unique"):
             unique = self._unique_array_node(prefix, rest_schema, lo, hi, sep, ptr, base)
             if unique is not None:
@@ -878,7 +880,7 @@ class SchemaCompiler:
             self.refuse("uniqueItems", ptr, f"uniqueItems over {k} item values up to {hi} items needs too many "
                                             f"states; add a smaller maxItems")
             return None
-        values = [json_literal_node(v, self.ws) for v in domain]
+        values = [json_literal_node(v, self.ws, self.ws_after) for v in domain]
         memo: dict[int, Node] = {}
 
         def after(used: int, n: int) -> Node:
@@ -911,7 +913,7 @@ class SchemaCompiler:
         key_filter = None
         if names_schema is not None:
             key_filter = self._property_names_dfa(names_schema, f"{ptr}/propertyNames")
-        colon = seq(self.ws, lit(":"), self.ws)
+        colon = seq(self.ws, lit(":"), self.ws_after)
         members: list[tuple[Node, bool]] = []
         member_names: list[str] = []
         for name in names:
@@ -937,7 +939,7 @@ class SchemaCompiler:
             members.append((seq(key, colon, value), is_required))
             member_names.append(name)
         extra = self._additional_member(names, pattern_props, additional, key_filter, colon, ptr, base)
-        sep = seq(self.ws, lit(","), self.ws)
+        sep = seq(self.ws, lit(","), self.ws_after)
         count = s.get("$sgrun_count")
         bounds = (count,) if count else ()
         body = ("members", tuple(members), extra, sep) + bounds
@@ -1038,8 +1040,8 @@ class SchemaCompiler:
         if self._any_fid is None:
             self._any_fid = self.nfa.new_fragment()
             value = ("call", self._any_fid)
-            sep = seq(self.ws, lit(","), self.ws)
-            colon = seq(self.ws, lit(":"), self.ws)
+            sep = seq(self.ws, lit(","), self.ws_after)
+            colon = seq(self.ws, lit(":"), self.ws_after)
             member = seq(string_node(), colon, value)
             obj = seq(lit("{"), self.ws, opt(seq(member, rep(seq(sep, member), 0, None))), self.ws, lit("}"))
             arr = seq(lit("["), self.ws, opt(seq(value, rep(seq(sep, value), 0, None))), self.ws, lit("]"))
@@ -1049,15 +1051,16 @@ class SchemaCompiler:
         return self._any_fid
 
 
-def json_literal_node(v: Any, ws: Node = EMPTY) -> Node:
-    """One JSON value as the compiler's whitespace option prints it (`ws` around `,` `:` and
-    inside brackets); objects with few keys in any key order (a const or enum object is the same
-    value whatever order its keys come in); an integral number also as `N.0` (json.dumps and
-    serde print an integral float so, and it equals N); a non-ASCII string also escaped (json.dumps default)."""
-    comma, colon = seq(ws, lit(","), ws), seq(ws, lit(":"), ws)
+def json_literal_node(v: Any, ws: Node = EMPTY, ws_after: Node | None = None) -> Node:
+    """One JSON value as the compiler's whitespace option prints it (`ws` inside brackets and
+    before `,` `:`, `ws_after` after them; default `ws`); objects with few keys in any key order (a
+    const or enum object is the same value whatever order its keys come in); an integral number as
+    an integer; a non-ASCII string also escaped (json.dumps default)."""
+    ws_after = ws if ws_after is None else ws_after
+    comma, colon = seq(ws, lit(","), ws_after), seq(ws, lit(":"), ws_after)
 
     def member(k: str, x: Any) -> Node:
-        return seq(lit(json.dumps(k, ensure_ascii=False)), colon, json_literal_node(x, ws))
+        return seq(lit(json.dumps(k, ensure_ascii=False)), colon, json_literal_node(x, ws, ws_after))
 
     def wrap(open_: str, parts: list[Node], close: str) -> Node:
         return seq(lit(open_), ws, *_join(comma, parts), ws, lit(close)) if parts else lit(open_ + close)
@@ -1069,7 +1072,7 @@ def json_literal_node(v: Any, ws: Node = EMPTY) -> Node:
     if isinstance(v, dict):
         return wrap("{", [member(k, x) for k, x in v.items()], "}")
     if isinstance(v, list):
-        return wrap("[", [json_literal_node(x, ws) for x in v], "]")
+        return wrap("[", [json_literal_node(x, ws, ws_after) for x in v], "]")
     text = canonical_json(v)
     if isinstance(v, str) and not v.isascii():
         return alt(lit(text), lit(json.dumps(v)))  # raw UTF-8, or json.dumps' default \u escapes

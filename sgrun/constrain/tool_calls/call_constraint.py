@@ -32,7 +32,7 @@ class ToolCallConstraint:
     mode: str = "auto"
     parallel: bool = True
     answer_schema: Any = None
-    whitespace: str = "compact"
+    whitespace: str = "spaced"    # inside the arguments: compact or json.dumps' one space (json_call.py)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ToolCallConstraint":

@@ -9,7 +9,7 @@ from typing import Any
 from sgrun.constrain.regex_ast import Node, lit, rep, seq
 from sgrun.constrain.tool_calls.call_format import CallFormat, json_value_end, skip_ws
 from sgrun.constrain.tool_calls.call_sequence import read_json_calls
-from sgrun.constrain.tool_calls.json_call import json_call_node, json_call_text
+from sgrun.constrain.tool_calls.json_call import SPACE, json_call_node, json_call_text
 from sgrun.constrain.tool_calls.tool_arguments import ToolArguments
 from sgrun.constrain.tool_calls.tool_spec import PartialCall, ToolSpec
 
@@ -29,7 +29,7 @@ class MistralFormat(CallFormat):
 
     def calls_after_opener(self, tools: list[ToolArguments], parallel: bool) -> Node:
         one = json_call_node(tools, "arguments")
-        body = seq(one, rep(seq(lit(","), one), 0, None)) if parallel else one
+        body = seq(one, rep(seq(lit(","), SPACE, one), 0, None)) if parallel else one
         return seq(lit("["), body, lit("]"))
 
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
@@ -40,7 +40,7 @@ class MistralFormat(CallFormat):
         return read_json_calls(section, ("arguments", "parameters"), ",", start=i + 1, terminator="]")
 
     def render(self, calls: list[tuple[str, Any]]) -> str:
-        return f"{OPENER}[{','.join(json_call_text(name, args, 'arguments') for name, args in calls)}]"
+        return f"{OPENER}[{', '.join(json_call_text(name, args, 'arguments') for name, args in calls)}]"
 
 
 def _name_args_calls(section: str) -> list[PartialCall]:

@@ -1,6 +1,7 @@
 """One tool's arguments as a sub-automaton of the call constraint, compiled by sgrun's own JSON
 Schema compiler with the tool's parameters as the document root, so `$ref`/`$defs` resolve
-against that tool's own parameters (never against a wrapper schema).
+against that tool's own parameters (never against a wrapper schema). Objects that do not say
+otherwise hold only their declared properties (closed_objects.py).
 
 JSON-argument formats call the whole parameters fragment. Keyword-argument formats (pythonic,
 Qwen3-Coder XML) need the properties one by one: `properties()` lists them with a value node each,
@@ -19,6 +20,7 @@ from sgrun.constrain.json_string import any_text_dfa, length_dfa
 from sgrun.constrain.regex_ast import Node, alt, lit
 from sgrun.constrain.regex_parser import parse_regex
 from sgrun.constrain.string_formats import FORMAT_REGEXES
+from sgrun.constrain.tool_calls.closed_objects import closed_parameters
 from sgrun.constrain.tool_calls.tool_spec import ToolSchemaError, ToolSpec
 from sgrun.errors import ConstraintError
 
@@ -62,7 +64,8 @@ class ToolArguments:
             if not isinstance(params, (dict, bool)):
                 raise ToolSchemaError(self.index, self.tool.name, "parameters must be a JSON Schema object")
             try:
-                self._compiler = SchemaCompiler(params, whitespace=self._whitespace, nfa=self._nfa)
+                self._compiler = SchemaCompiler(closed_parameters(params), whitespace=self._whitespace,
+                                                nfa=self._nfa)
             except ConstraintError as exc:
                 raise self._fail(exc) from None
         return self._compiler
