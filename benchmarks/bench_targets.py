@@ -85,6 +85,8 @@ def measure_level(args) -> dict:
         from peer_llama_cpp import binary
         log(f"llama-bench: {binary('llama-bench')}")
         got["llama.cpp tg128"] = llama_bench(gguf, args.threads, gen=128)
+        from peer_llama_cpp import last_by_policy
+        log(f"llama.cpp tg128 by OpenMP wait policy: {last_by_policy} (the best counts)")
         for k, v in got.items():
             log(f"decode {k}: {v:.1f} tok/s" if v is not None else f"decode {k}: not installed")
         r["decode"] = got
