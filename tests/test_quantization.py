@@ -85,6 +85,7 @@ def test_real_model_int8_int4_close_to_dense(model_path, float32_engine):
     prompt = float32_engine.tokenizer.encode("The three primary colours are", add_bos=False)
     params = sgrun.SamplingParams(max_new_tokens=12, temperature=0)
     dense_out = float32_engine.generate([prompt], params)[0].token_ids
+    dense_next = _next_tokens(float32_engine, prompt, dense_out)
     bounds = {"int4": (0.02, 0.35), "int8": (0.03, 0.6)}   # (ppl relative error, max |logprob error|)
     for mode, (ppl_tol, lp_tol) in bounds.items():
         with sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=0.2, quantization=mode) as eng:
@@ -94,9 +95,24 @@ def test_real_model_int8_int4_close_to_dense(model_path, float32_engine):
             print(f"{mode}: perplexity {ppl:.3f} (dense {dense_ppl:.3f}), max |logprob error| {lp_err:.3f}")
             assert abs(ppl / dense_ppl - 1) < ppl_tol, (mode, ppl, dense_ppl)
             assert lp_err < lp_tol, (mode, lp_err)
-            out = eng.generate([prompt], params)[0].token_ids
-            agree = sum(a == b for a, b in zip(out, dense_out))
-            assert agree >= 6, (mode, out, dense_out)
+            # Teacher-forced along the dense greedy path, so one near tie does not decide every token
+            # after it: the quantized model's pick is the dense one wherever dense is not a near tie
+            # (top two within 0.35 nats: int4 moves logprobs by up to a few tenths).
+            got = _next_tokens(eng, prompt, dense_out)
+            wrong = [i for i, ((mine, _), (ref, margin)) in enumerate(zip(got, dense_next)) if mine != ref and margin > 0.35]
+            assert not wrong, (mode, wrong, got, dense_next)
+
+
+def _next_tokens(engine, prompt: list[int], path: list[int]) -> list[tuple[int, float]]:
+    """At each position of `path` (after the prompt and the path before it): the greedy next token
+    and its margin over the runner-up, in nats."""
+    params = sgrun.SamplingParams(max_new_tokens=1, temperature=0, logprobs=2)
+    outs = engine.generate([prompt + path[:i] for i in range(len(path))], params)
+    out = []
+    for o in outs:
+        top = o.outputs[0].logprobs[0].top
+        out.append((top[0][0], top[0][2] - top[1][2]))
+    return out
 
 
 def test_default_follows_the_file(model_path):
