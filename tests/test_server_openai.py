@@ -251,8 +251,8 @@ def test_two_turn_tool_conversation(client, model, server):
     assert second.usage.prompt_tokens_details.cached_tokens > first.usage.prompt_tokens // 2
     rendered = httpx.post(server.url + "/apply_chat_template",
                           json={"messages": messages, "tools": [WEATHER_TOOL]}).json()["text"]
-    assert "Sunny, 24 degrees celsius" in rendered and '"name":"get_weather"' in rendered
-    assert '<tool_call>{"name":"get_weather"' in rendered
+    assert "Sunny, 24 degrees celsius" in rendered and '"name": "get_weather"' in rendered
+    assert '<tool_call>{"name": "get_weather"' in rendered
 
 
 # --------------------------------------------------------------------------- sampling options

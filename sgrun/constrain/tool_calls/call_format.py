@@ -75,9 +75,9 @@ class CallFormat(ABC):
     # --- re-rendering ---------------------------------------------------------------------
     @abstractmethod
     def render(self, calls: list[tuple[str, Any]]) -> str:
-        """The assistant text carrying these (name, arguments value) calls, exactly as the
-        constraint would have the model write them (so a returned turn re-tokenises to the
-        tokens the model produced, and the prefix cache matches)."""
+        """The assistant text carrying these (name, arguments value) calls, as the constraint lets
+        the model write them and in the spacing it writes (json.dumps' for JSON formats), so a
+        returned turn re-tokenises to the tokens the model produced and the prefix cache matches."""
 
     def render_result(self, content: str) -> str:
         """A tool result's text in its `tool` turn, for chat templates that cannot render tool
