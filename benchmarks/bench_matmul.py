@@ -65,7 +65,7 @@ def main() -> None:
         ops = cpu_matmul.kernels(level)
         if ops is None:
             raise SystemExit(f"the C++ kernel did not build for level {level}")
-        print(f"\n=== level {level} (int4: int8 x int4 dot products; dense bf16: {'bf16 dot products' if ops.bf16_dot else 'FMA'})")
+        print(f"\n=== level {level} ({'bf16 dot products for bf16' if ops.bf16_dot else 'int8 x int4 dot products'})")
         bench_level(ops, args)
 
 

@@ -80,9 +80,22 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   const uint8_t* cb = codes.data_ptr<uint8_t>();
   const uint16_t* sb = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
   const int64_t cs = k / 2 * LANES, ss = groups * 2 * LANES;
-  // bf16 activations too go through the int8 tiles: quantizing x per group of 32 and multiplying
-  // integers is 1.5-2.5x the AVX512-BF16 dot-product tile at 1-64 rows on every level measured
-  // (benchmarks/bench_matmul.py; it widened each code to a bf16 pair), as llama.cpp does for Q4.
+#ifdef SGRUN_BF16_DOT
+  if (x.scalar_type() == at::kBFloat16) {
+    at::Tensor out = at::empty({m, n}, x.options());
+    const uint16_t* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
+    std::vector<float> xs(static_cast<size_t>(m * groups));
+    bf16dot::group_sums(xb, m, k, xs.data());
+    const uint32_t* xp = reinterpret_cast<const uint32_t*>(xb);
+    uint16_t* yb = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+    for_each_tile<bf16dot::kRowBlock, bf16dot::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+      bf16dot::int4_tile<decltype(rows)::value, decltype(nb)::value>(cb + b * cs, sb + b * ss, cs, ss, xp + r * (k / 2),
+                                                                     k, xs.data() + r * groups, groups,
+                                                                     yb + r * n + b * LANES, n);
+    });
+    return out;
+  }
+#endif
 #ifdef SGRUN_SIMD_TILES
   QuantRows qx;
   if (x.scalar_type() == at::kFloat) {

@@ -6,13 +6,12 @@ kernel's job is to turn int4 codes into dot products as fast as memory delivers 
 bytes at the measured bandwidth) and its cost grows almost linearly with the rows.
 
 Per level (isa.py; the C++ sources: matmul.cpp drives, one file per ISA holds the tiles):
-- int4 at every level, bf16 and float32 activations alike: activations quantized to int8 per
-  group of 32, integer dot products with the int4 codes (as llama.cpp does: _mm256_maddubs_epi16
-  on AVX2 and AVX-512, SDOT / widening multiplies on NEON), scale and minimum applied per group in
-  float32. At avx512_bf16 / amx an int4 tile with AVX512-BF16 dot products (codes widened to bf16
-  pairs) measured 1.5-2.5x slower at 1-64 rows (bench_matmul.py, this machine) and was removed;
-- dense bf16: AVX512-BF16 dot products at avx512_bf16 / amx, FMA elsewhere; the int8 lm_head
-  (float32 activations) by FMA.
+- avx512_bf16 / amx: bf16 activations x int4 codes decoded to bf16 pairs with AVX512-BF16 dot
+  products (16 columns per instruction, one fma per group for the scale), and dense bf16 alike;
+- avx2, avx512, neon, neon_dotprod (and float32 activations at every level): activations
+  quantized to int8 per group of 32, integer dot products with the int4 codes (as llama.cpp
+  does: _mm256_maddubs_epi16 on AVX2, SDOT / widening multiplies on NEON), scale and minimum
+  applied per group in float32; dense bf16 and the int8 lm_head (float32 activations) by FMA.
 The weight layout is the same at every level, so packing is shared.
 
 Every row is computed by the same instruction sequence whatever the row count (no split-K, fixed
@@ -63,7 +62,7 @@ Q8_MAX_ROWS = 64
 class MatmulKernels:
     """The ops one level's build provides."""
     level: str                         # the level whose build this is
-    bf16_dot: bool                     # dense bf16 weights use the AVX512-BF16 tiles
+    bf16_dot: bool                     # bf16 activations use the AVX512-BF16 tiles
     module: object
 
     @property
@@ -71,17 +70,9 @@ class MatmulKernels:
         return (torch.bfloat16, torch.float32)
 
     def max_rows(self, dtype: torch.dtype) -> int:
-        """Rows up to which the dense bf16 kernel beats oneDNN's GEMM for these activations."""
+        """Rows up to which the kernel beats dequantize + dense GEMM for these activations."""
         if self.bf16_dot and dtype == torch.bfloat16:
             return MAX_ROWS["amx" if isa.active_level().name == "amx" else "avx512_bf16"]
-        return Q8_MAX_ROWS
-
-    def int4_max_rows(self, dtype: torch.dtype) -> int:
-        """Rows up to which the int8 tiles beat dequantize + dense GEMM: with AMX, oneDNN's bf16
-        GEMM wins from ~48 rows (bench_matmul.py: gate_up at 64 rows 1.7 ms int8 tiles, 0.9 ms
-        dequantize + AMX GEMM); elsewhere ~64 (against MKL's float32 GEMM on 2 cores)."""
-        if dtype == torch.bfloat16 and isa.active_level().name == "amx":
-            return MAX_ROWS["amx"]
         return Q8_MAX_ROWS
 
     def _op(self, name: str):

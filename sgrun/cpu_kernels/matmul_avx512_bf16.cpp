@@ -1,7 +1,6 @@
-// The AVX512-BF16 tiles of the weight-only matmuls (levels avx512_bf16 and amx): dense bf16 with
-// _mm512_dpbf16_ps (16 output columns per instruction), the int4 dequantization for prefill chunks,
-// and the int8 lm_head with float32 activations. (int4 with bf16 activations runs the int8 tiles of
-// matmul_avx2.cpp at these levels too: 1.5-2.5x an int4 tile that widened codes to bf16 pairs.) Layouts:
+// The AVX512-BF16 tiles of the weight-only matmuls (levels avx512_bf16 and amx): bf16
+// activations against int4 codes decoded to bf16 pairs, or dense bf16, with _mm512_dpbf16_ps
+// (16 output columns per instruction); and the int8 lm_head with float32 activations. Layouts:
 // matmul_common.cpp. Compiled after it, as one unit with matmul.cpp.
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__)
 #define SGRUN_BF16_DOT 1
@@ -16,6 +15,77 @@ constexpr int kTwoBlockRows = 2;   // 2 blocks x 3 accumulators from 3 rows woul
 
 
 inline __m512bh as_bh(__m512i v) { return reinterpret_cast<__m512bh>(v); }
+
+// Per row, the sum of x over each group of 32 (the minimum's term): xs[r * G + g].
+void group_sums(const uint16_t* x, int64_t m, int64_t k, float* xs) {
+  const int64_t groups = k / GROUP;
+  const __m512i ones = _mm512_set1_epi16(0x3F80);   // bf16 1.0
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const __m512i v = _mm512_loadu_si512(x + r * k + g * GROUP);
+      xs[r * groups + g] = _mm512_reduce_add_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(v), as_bh(ones)));
+    }
+  }
+}
+
+// The 16 bf16 pairs (128 + code[2p], 128 + code[2p+1]) of 16 columns from 16 bytes: bf16 bits
+// 0x4300 | c is exactly 128 + c for c < 128, so decoding is a widen, a shift, an or and a mask;
+// the 128 * sum(x) it adds is taken back with the group's minimum.
+inline __m512i decode_pairs(const uint8_t* bytes) {
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+  const __m512i t = _mm512_or_si512(d, _mm512_slli_epi32(d, 12));
+  // (t & 0x000F000F) | 0x43004300
+  return _mm512_ternarylogic_epi32(t, _mm512_set1_epi32(0x000F000F), _mm512_set1_epi32(0x43004300), 0xEA);
+}
+
+// R rows x NB column blocks. Two accumulator chains per (row, block) over even and odd pairs,
+// so the dot-product latency is hidden even at one row; the same for every R, so rows stay
+// invariant.
+template <int R, int NB>
+void int4_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_stride_codes,
+               int64_t block_stride_scales, const uint32_t* xpairs, int64_t k, const float* xs,
+               int64_t groups, uint16_t* y, int64_t n_total) {
+  __m512 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();
+  const int64_t kp = k / 2;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512 even[R][NB], odd[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) even[r][b] = odd[r][b] = _mm512_setzero_ps();
+    for (int64_t p = 0; p < PAIRS_PER_GROUP; p += 2) {
+      const int64_t pair = g * PAIRS_PER_GROUP + p;
+      __m512i w0[NB], w1[NB];
+      for (int b = 0; b < NB; ++b) {
+        const uint8_t* base = codes + b * block_stride_codes + pair * LANES;
+        w0[b] = decode_pairs(base);
+        w1[b] = decode_pairs(base + LANES);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xpairs[r * kp + pair]));
+        const __m512i x1 = _mm512_set1_epi32(static_cast<int>(xpairs[r * kp + pair + 1]));
+        for (int b = 0; b < NB; ++b) {
+          even[r][b] = _mm512_dpbf16_ps(even[r][b], as_bh(w0[b]), as_bh(x0));
+          odd[r][b] = _mm512_dpbf16_ps(odd[r][b], as_bh(w1[b]), as_bh(x1));
+        }
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      const uint16_t* sg = scales + b * block_stride_scales + g * 2 * LANES;
+      const __m512 s = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sg)));
+      const __m512 mn = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sg + LANES)));
+      const __m512 shifted_min = _mm512_fnmadd_ps(s, _mm512_set1_ps(128.0f), mn);   // min - 128 scale
+      for (int r = 0; r < R; ++r) {
+        acc[r][b] = _mm512_fmadd_ps(_mm512_add_ps(even[r][b], odd[r][b]), s, acc[r][b]);
+        acc[r][b] = _mm512_fmadd_ps(shifted_min, _mm512_set1_ps(xs[r * groups + g]), acc[r][b]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + r * n_total + b * LANES),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[r][b])));
+}
 
 // Dense bf16: the same walk without decoding. Sums run in blocks of 32 k (16 pairs) added into
 // the total, as the int4 groups are: sequential float32 sums over K ~ 1,536 lost ~3x more bits

@@ -151,7 +151,7 @@ class Int4Linear:
         ops = cpu_matmul.kernels() if weight.device.type == "cpu" else None
         self.dtype = dtype
         self.cpp = (ops is not None and dtype in ops.int4_dtypes and cpu_matmul.fits(n, k) and _fp16_safe(scale, lo))
-        self.max_rows = ops.int4_max_rows(dtype) if self.cpp else TORCH_INT4_MAX_ROWS.get(dtype, KERNEL_MAX_ROWS)
+        self.max_rows = ops.max_rows(dtype) if self.cpp else TORCH_INT4_MAX_ROWS.get(dtype, KERNEL_MAX_ROWS)
         if self.cpp:
             self.ops = ops
             self.codes, self.group_scales = cpu_matmul.pack_int4(q, scale, lo)
