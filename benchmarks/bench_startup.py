@@ -42,9 +42,9 @@ e = sgrun.Engine(num_threads=int(sys.argv[1]))
 engine_s = time.perf_counter() - t0
 e.generate(["Hello"], sgrun.SamplingParams(max_new_tokens=1, temperature=0))
 first_s = time.perf_counter() - t0
-while e.compiled is not None and not e.compiled.ready and time.perf_counter() - t0 < 600:
+while e.parts.compiled is not None and not e.parts.compiled.ready and time.perf_counter() - t0 < 600:
     time.sleep(0.05)
-compiled_s = time.perf_counter() - t0 if e.compiled is not None and e.compiled.ready else None
+compiled_s = time.perf_counter() - t0 if e.parts.compiled is not None and e.parts.compiled.ready else None
 line = e.startup_report()
 e.close()
 print("RESULT " + json.dumps({"engine_s": engine_s, "first_token_s": first_s, "compiled_s": compiled_s,
