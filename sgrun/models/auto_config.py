@@ -37,14 +37,17 @@ AUTO_TABLE: dict[str, AutoChoice] = {
     "amx": AutoChoice(torch.bfloat16, True, "Sapphire Rapids, native: bf16 int4 prefill 5.6x float32's; "
                                             "149 tok/s decode in the issue 14 reruns"),
     "avx512_bf16": AutoChoice(torch.bfloat16, True, "AMD EPYC avx512_bf16 (issue 14): bf16 int4 the fastest decode"),
-    "avx2": AutoChoice(torch.bfloat16, True, "AMD EPYC AVX2 (issue 26): bf16 int4 17.7 tok/s, float32 int4 4.9; "
-                                             "torch's float32 int4 kernel ~20 ms a row (docs/benchmarks.md)"),
-    # Not measured (no such machine at hand, or not yet forced here): bf16 halves the bytes each
-    # step reads, sgrun's int4 kernels take bf16 or float32 activations at every SIMD level, and
-    # torch's float32 int4 fallback is the scalar path measured above.
-    "avx512": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
-    "neon_dotprod": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
-    "neon": AutoChoice(torch.bfloat16, True, "not measured: as avx2"),
+    # Without native bf16 GEMMs (no AVX512-BF16/AMX; ARM without the bf16 extension) torch's bf16
+    # prefill is emulated: at SGRUN_CPU_ISA=avx2 with torch held to AVX2, 6 prompts of 64-1024 tokens
+    # + 32 tokens each took 14.1 s in float32 and more than 400 s in bf16, while bf16 decoded only
+    # ~9% faster (51.4 vs 47.1 tok/s, int4 on sgrun's AVX2 int8 tiles either way; /tmp scripts,
+    # load ~1-3, 2 December 2026). Issue 26's 17.7 vs 4.9 tok/s predates those tiles (float32 int4
+    # then ran torch's kernel).
+    "avx2": AutoChoice(torch.float32, True, "forced avx2 on Sapphire Rapids: float32 int4 prefill >28x bf16's, "
+                                            "decode 0.92x (docs/benchmarks.md)"),
+    "avx512": AutoChoice(torch.float32, True, "not measured: as avx2 (no native bf16 GEMM)"),
+    "neon_dotprod": AutoChoice(torch.float32, True, "not measured: as avx2 (no native bf16 GEMM assumed)"),
+    "neon": AutoChoice(torch.float32, True, "not measured: as avx2 (no native bf16 GEMM)"),
     # No sgrun kernel at all: int4 would run torch's int4 kernel, ~20 ms a row per weight in
     # float32 (measured, docs/benchmarks.md); the dequantized file through the dense GEMM is not.
     "scalar": AutoChoice(torch.float32, False, "not measured as a whole: torch's int4 kernel measured"),
