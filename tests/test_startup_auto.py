@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +15,8 @@ import sgrun
 from sgrun.engine import compile_policy
 from sgrun.models import auto_config, model_cache
 from sgrun.models.loader import load_model, resolve_dtype
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -120,3 +125,24 @@ def test_default_engine_serves_eagerly_while_it_compiles_in_the_background(monke
         assert engine.startup_report()["compile_warm_up_s"] > 0
     marker = compile_policy.read_marker(engine.model)
     assert marker is not None and marker["compiled_step_s"] > 0 and marker["eager_step_s"] > 0
+
+
+def test_exit_after_a_background_compile_is_clean(tmp_path):
+    """A script that exits once the background compile is in use (or while it runs) ends with
+    status 0: daemon threads inside torch ops at exit used to abort the process (status 134)."""
+    script = (
+        "import sys, time, sgrun\n"
+        "e = sgrun.Engine(num_threads=2, memory_gb=0.3)\n"
+        "e.generate([[5, 6, 7]], sgrun.SamplingParams(max_new_tokens=2, temperature=0))\n"
+        "t0 = time.time()\n"
+        "while sys.argv[1] == 'wait' and e.parts.compiled is not None and not e.parts.compiled.ready "
+        "and time.time() - t0 < 300:\n"
+        "    time.sleep(0.05)\n"
+        "print('compiled', e.parts.compiled is not None and e.parts.compiled.ready)\n")
+    for mode in ("wait", "early"):
+        out = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, timeout=600,
+                             cwd=tmp_path, env={**{k: v for k, v in os.environ.items() if k != "SGRUN_COMPILE"},
+                                                              "PYTHONPATH": str(ROOT)})
+        assert out.returncode == 0, (mode, out.returncode, out.stderr[-2000:])
+        if mode == "wait":
+            assert "compiled True" in out.stdout, out.stdout

@@ -26,6 +26,7 @@ graphs are ready, so no request waits on the compile (compile_policy.py decides 
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import threading
@@ -97,9 +98,10 @@ class CompiledForward:
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
         return self.model.run_layers(input_ids, positions, attn, logit_rows, self.blocks, self.lm_head)
 
-    def warm_up(self) -> float:
+    def warm_up(self, then: Callable[[float], None] | None = None) -> float:
         """Compile both graphs of every block now (T = 1 and a dynamic T) with a dummy batch
-        whose attention is a stand-in, so no request pays for it. Returns the seconds taken."""
+        whose attention is a stand-in, so no request pays for it. Returns the seconds taken.
+        `then(seconds)` runs before the graphs are marked ready (the background compile's marker)."""
         with self._lock:
             if self.warm_up_s is not None:
                 return 0.0
@@ -110,24 +112,45 @@ class CompiledForward:
                 positions = torch.arange(t, device=dev)
                 self.forward(ids, positions, _NoAttention(), torch.arange(t, device=dev))
             self.warm_up_s = time.perf_counter() - t0
+            if then is not None:
+                then(self.warm_up_s)
             self.ready = True
             return self.warm_up_s
 
     def warm_up_in_background(self, done: Callable[[float], None] | None = None) -> threading.Thread:
-        """warm_up() on a daemon thread; `done(seconds)` when the graphs are in use. A failure is
-        logged and leaves the engine eager (ready stays False)."""
+        """warm_up() on a daemon thread; `done(seconds)` runs on it before the graphs are in use
+        (so once `ready` is set, the thread runs no more torch ops). A failure is logged and leaves
+        the engine eager (ready stays False).
+
+        At interpreter exit a daemon thread still inside a torch op is killed by a forced unwind
+        through C++ frames, which aborts the process ("terminate called without an active
+        exception", status 134: seen when a script exited while the old marker measurement ran
+        after `ready`). So exit waits for a running warm-up (`_join_at_exit`)."""
         def run() -> None:
             try:
-                seconds = self.warm_up()
+                seconds = self.warm_up(then=done)
             except Exception:  # noqa: BLE001 - the eager forward serves on
                 log.exception("background compile failed; the engine stays eager")
                 return
             log.info("compiled the decode forward in the background in %.1f s; compiled graphs in use", seconds)
-            if done is not None:
-                done(seconds)
         thread = threading.Thread(target=run, name="sgrun-compile", daemon=True)
+        _BACKGROUND.append(thread)
         thread.start()
         return thread
+
+
+_BACKGROUND: list[threading.Thread] = []
+
+
+@atexit.register
+def _join_at_exit() -> None:
+    """Let a background warm-up finish before the interpreter kills daemon threads (see
+    warm_up_in_background); atexit handlers run before that."""
+    for thread in _BACKGROUND:
+        thread.join(timeout=EXIT_JOIN_S)
+
+
+EXIT_JOIN_S = 120.0   # a cold compile on 2 cores takes ~25 s; past this, exit anyway
 
 
 class _NoAttention:
