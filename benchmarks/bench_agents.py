@@ -35,7 +35,7 @@ import jsonschema
 import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from agent_cases import AgentCase, load_cases  # noqa: E402
+from agent_cases import ISSUE_TOOLS_UNIT_OPTIONAL as ISSUE_TOOLS, AgentCase, load_cases  # noqa: E402
 from bench_options import add_json_output, add_threads, forced_level_env, load_avg, machine_line, write_json  # noqa: E402
 from bench_serve import serve, stop  # noqa: E402
 
@@ -69,15 +69,6 @@ def run_case(client: openai.OpenAI, model: str, case: AgentCase) -> dict[str, An
             "tokens": r.usage.completion_tokens, "shown": shown[:90]}
 
 
-ISSUE_TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city",
-                                      "parameters": {"type": "object", "properties": {
-                                          "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-                                          "required": ["city"]}}},
-    {"type": "function", "function": {"name": "search", "description": "Search the web",
-                                      "parameters": {"type": "object", "properties": {
-                                          "query": {"type": "string", "maxLength": 60}}, "required": ["query"]}}},
-]
 ISSUE_CHOICES = {"required": "required", "named": {"type": "function", "function": {"name": "get_weather"}},
                  "auto": "auto"}
 

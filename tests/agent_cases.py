@@ -81,3 +81,25 @@ def load_cases() -> list[AgentCase]:
     tools = {name: {"type": "function", "function": {"name": name, **spec}} for name, spec in data["tools"].items()}
     return [AgentCase(c["id"], c["kind"], [tools[n] for n in c["tools"]], c["user"], c["expect"], c.get("history", []))
             for c in data["cases"]]
+
+
+# The tools of the report in issue 25, as a new user wrote them.
+ISSUE_TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                                          "required": ["city", "unit"]}}},
+    {"type": "function", "function": {"name": "search", "description": "Search the web",
+                                      "parameters": {"type": "object", "properties": {
+                                          "query": {"type": "string", "maxLength": 60}}, "required": ["query"]}}},
+]
+# The same two tools as another user writes them (a shorter description, `unit` optional): with the
+# call held to compact JSON the default model's choice between them was a near tie, and it called
+# search("c") here (docs/agents.md).
+ISSUE_TOOLS_UNIT_OPTIONAL = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+                                          "required": ["city"]}}},
+    ISSUE_TOOLS[1],
+]

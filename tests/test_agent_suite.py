@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 import sgrun
-from agent_cases import AgentCase, load_cases
+from agent_cases import ISSUE_TOOLS, ISSUE_TOOLS_UNIT_OPTIONAL, AgentCase, load_cases
 from server_fixtures import client_fixture, model_fixture, server_fixture
 
 server = server_fixture(engine="default_engine")
@@ -28,26 +28,6 @@ model = model_fixture()
 CASES = load_cases()
 MAX_TOKENS = 96
 ANSWER_MAX_TOKENS = 48  # a turn after the results: the answer, or one more call (which fits)
-# The tools of the report in issue 25, as a new user wrote them.
-ISSUE_TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
-                                      "parameters": {"type": "object", "properties": {
-                                          "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-                                          "required": ["city", "unit"]}}},
-    {"type": "function", "function": {"name": "search", "description": "Search the web",
-                                      "parameters": {"type": "object", "properties": {
-                                          "query": {"type": "string", "maxLength": 60}}, "required": ["query"]}}},
-]
-# The same two tools as another user writes them (a shorter description, `unit` optional): with the
-# call held to compact JSON the default model's choice between them was a near tie, and it called
-# search("c") here (docs/agents.md).
-ISSUE_TOOLS_UNIT_OPTIONAL = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Get the weather in a city",
-                                      "parameters": {"type": "object", "properties": {
-                                          "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
-                                          "required": ["city"]}}},
-    ISSUE_TOOLS[1],
-]
 LYON = [{"role": "user", "content": "Weather in Lyon?"}]
 
 
