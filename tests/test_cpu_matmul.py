@@ -197,3 +197,42 @@ def test_forcing_a_level_the_cpu_lacks_is_an_error_naming_the_variable(monkeypat
             isa.active_level()
     monkeypatch.setenv(isa.ENV, "native")
     assert isa.active_level() == isa.native_level()
+
+
+@each_level()
+def test_the_thread_team_gives_the_same_rows_from_any_thread_and_after_fork(level):
+    """thread_team.cpp: the matmuls split across its spinning workers. The same output whether called
+    from the main thread, from several threads at once (one runs on the team, the others inline),
+    with one thread, or in a forked child (which starts a fresh team)."""
+    import os
+    import threading
+    ops = cpu_matmul.kernels(level)
+    n, k = 3072, 576
+    packed, scales, _, _ = random_int4(n, k, seed=5)
+    xs = [torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(torch.bfloat16) for m in (1, 2, 5)]
+    ref = [ops.int4_mm(x, packed, scales, n) for x in xs]
+    got: dict[tuple[int, int], bool] = {}
+
+    def run(t: int) -> None:
+        for rep in range(40):
+            i = (t + rep) % len(xs)
+            got[(t, rep)] = torch.equal(ops.int4_mm(xs[i], packed, scales, n), ref[i])
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(got) == 120 and all(got.values())
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert all(torch.equal(ops.int4_mm(x, packed, scales, n), r) for x, r in zip(xs, ref))
+    finally:
+        torch.set_num_threads(before)
+    pid = os.fork()
+    if pid == 0:   # the child: a fresh team, the same numbers
+        ok = all(torch.equal(ops.int4_mm(x, packed, scales, n), r) for x, r in zip(xs, ref))
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -18,25 +18,24 @@
 
 namespace {
 
-// Work split: units of `unit_blocks` column blocks, and enough multiply-adds per thread (~8M,
-// ~100 us on one core) that waking a second thread pays: a worker asleep under
-// OMP_WAIT_POLICY=PASSIVE (or descheduled on a shared machine) takes ~10-30 us to join, which at
-// one row is as long as a whole layer's matmul. Measured on two threads at load ~1.1 (median
-// step): splitting from 0.5M per thread gave 11.6 ms at batch 1, from 2M 9.0 / 12.3 / 14.9 /
-// 19.8 / 29.3 ms at batch 1 / 2 / 4 / 8 / 16, from 8M 9.2 / 11.4 / 12.5 / 16.8 / 24.3 ms.
+// Work split: units of `unit_blocks` column blocks, in chunks of at least ~256K multiply-adds
+// (a few microseconds) for thread_team.cpp's spinning workers, which join a job in well under a
+// microsecond. (Under OpenMP a sleeping worker took ~10-30 us to join, as long as a whole layer's
+// matmul at one row, so the split started at 8M per thread and every batch-1 matmul of SmolLM2 ran
+// on one thread: 8.5 ms for a step's 120 matmuls, against 3.6 ms split over two.)
 int64_t grain_for(int64_t m, int64_t k, int64_t unit_blocks) {
-  constexpr int64_t kMinWorkPerThread = 8 << 20;
+  constexpr int64_t kMinWorkPerChunk = 1 << 18;
   const int64_t work = m * k * LANES * unit_blocks;
-  const int64_t g = (kMinWorkPerThread + work - 1) / (work > 0 ? work : 1);
+  const int64_t g = (kMinWorkPerChunk + work - 1) / (work > 0 ? work : 1);
   return g > 0 ? g : 1;
 }
 
 // Runs tile(rows, blocks, first block, first row) over every tile of an M x N output: units of two
-// column blocks split across threads (grain_for), rows in blocks of MaxRows (with_rows).
+// column blocks split across the team's threads (grain_for), rows in blocks of MaxRows (with_rows).
 template <int MaxRows, int TwoBlockRows, class Tile>
 void for_each_tile(int64_t m, int64_t k, int64_t blocks, Tile&& tile) {
   const int64_t units = (blocks + 1) / 2;
-  at::parallel_for(0, units, grain_for(m, k, 2), [&](int64_t begin, int64_t end) {
+  team::parallel_for(at::get_num_threads(), units, grain_for(m, k, 2), [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       const int64_t b0 = u * 2;
       for (int64_t r = 0; r < m; r += MaxRows)
