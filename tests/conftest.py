@@ -14,8 +14,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRITON_INTERPRET", "1")
 # torch.compile's warm-up costs seconds per model on a 2-core CI machine, and the suite builds
 # engines on many models (and server subprocesses, which inherit this): engines compile only
-# where a test asks (compile=True). The session engines below do, so every test on them runs the
-# compiled path, as a user's engine does.
+# where a test asks (compile=True). The default int4 model needs no compile: its decode steps run
+# the C++ blocks (models/fused_decode.py) whatever this says, as a user's engine does.
 os.environ.setdefault("SGRUN_COMPILE", "0")
 
 
@@ -34,10 +34,14 @@ def tokenizer(model_path):
 @pytest.fixture(scope="session")
 def shared_engine(model_path):
     """The default configuration, as `sgrun.Engine(model)` builds it: the file's int4 weights,
-    dtype and kernels as chosen for this CPU at run time, the compiled forward. Most tests run on
-    it, so a defect of what users run (int4, bf16 on AVX512-BF16 machines) shows in the suite."""
+    dtype and kernels as chosen for this CPU at run time, decode steps on the C++ blocks (nothing
+    compiled). Most tests run on it, so a defect of what users run (int4, bf16 on AVX512-BF16
+    machines, float32 elsewhere) shows in the suite."""
     import sgrun
-    engine = sgrun.Engine(str(model_path), num_threads=2, memory_gb=1.0, compile=True)
+    engine = sgrun.Engine(str(model_path), num_threads=2, memory_gb=1.0)
+    from sgrun.cpu_kernels import matmul
+    # Wherever the CPU level has matmul tiles (every x86 with AVX2, every aarch64) the blocks serve.
+    assert engine.runner.fused is not None or not matmul.has_tiles(), "the default model's decode should run the C++ blocks"
     yield engine
     engine.close()
 

@@ -77,7 +77,7 @@ def test_choices(server):
 
 
 def test_lark_grammar(client, model):
-    choice = _chat(client, model, ebnf=SUM_LARK, messages=[{"role": "user", "content": "Write a sum."}])
+    choice = _chat(client, model, ebnf=SUM_LARK, messages=[{"role": "user", "content": "Write a sum of two numbers."}])
     lark.Lark(SUM_LARK, parser="earley").parse(choice.message.content)  # raises on text outside the grammar
     assert choice.finish_reason == "stop"
 

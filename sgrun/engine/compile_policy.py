@@ -8,9 +8,13 @@ cold compile several times that. So:
 - inductor's caches (FX graph cache, AOTAutograd cache, the built C++ of each graph) live under
   $SGRUN_CACHE/inductor unless $TORCHINDUCTOR_CACHE_DIR says otherwise, next to the built C++
   kernels and the built models (model_cache.py), so one folder holds everything a later start reuses;
-- `compile=None` (the default, e.g. `sgrun serve`): the engine starts eager and compiles in the
-  background; the compiled graphs take over once ready, so a start never waits for them;
-- `compile=True`: compiled before the engine starts (benchmarks, tests that need the graphs);
+- `compile=None` (the default, e.g. `sgrun serve`): where the C++ decode blocks serve the model
+  (fused_decode.py: every layer linear on sgrun's tiles, the default int4 included) nothing is
+  compiled: they beat the compiled graphs and need no warm-up. Elsewhere the engine starts eager
+  and compiles in the background; the compiled graphs take over once ready, so a start never
+  waits for them;
+- `compile=True`: compiled before the engine starts (benchmarks, tests that need the graphs); the
+  graphs then serve the batches they are eligible for, ahead of the C++ blocks;
 - a one-shot run (`sgrun generate`) compiles only where it pays: where a previous process left a
   warm marker for this model and its measured warm compile time is less than the tokens asked
   for times the measured per-token saving (`one_shot_compile`). Otherwise it stays eager.
@@ -115,10 +119,13 @@ def one_shot_compile(model, max_new_tokens: int) -> bool:
     return saving > marker["warm_up_s"]
 
 
-def start_compile(model, device: torch.device, compile: bool | None, tp: int) -> tuple[object | None, float | None]:
+def start_compile(model, device: torch.device, compile: bool | None, tp: int,
+                  fused_serves: bool = False) -> tuple[object | None, float | None]:
     """(CompiledForward or None, the warm-up seconds when compiled now). compile=None: $SGRUN_COMPILE
-    when set, else compiled in the background where it can run (the CPU, one process, a C++
-    compiler present); True compiles now; False never."""
+    when set, else nothing where the C++ decode blocks serve the model (`fused_serves`: they are
+    faster than the compiled graphs and need no warm-up, fused_decode.py), else compiled in the
+    background where it can run (the CPU, one process, a C++ compiler present); True compiles
+    now; False never."""
     from sgrun.models.compiled_forward import compile_available, compiled_forward_for
     possible = device.type == "cpu" and tp == 1
     background = False
@@ -126,6 +133,8 @@ def start_compile(model, device: torch.device, compile: bool | None, tp: int) ->
         env = env_compile_default()
         # The environment sets the default, so it never errors where compiling cannot run.
         background = env is None
+        if env is None and fused_serves:
+            return None, None
         compile = possible and env is not False and compile_available()
     if not compile:
         return None, None
@@ -151,7 +160,7 @@ def compile_for_one_shot(parts, max_new_tokens: int) -> None:
     """`sgrun generate`: give an eager engine (its EngineParts) its compiled forward now, where
     `one_shot_compile` says the warm compile costs less than it saves on `max_new_tokens` (else it
     stays eager)."""
-    if parts.compiled is not None or parts.device.type != "cpu" or parts.tp != 1:
+    if parts.compiled is not None or parts.fused is not None or parts.device.type != "cpu" or parts.tp != 1:
         return
     if not one_shot_compile(parts.model, max_new_tokens):
         return

@@ -30,6 +30,8 @@ from sgrun.engine.speculative import Speculation
 from sgrun.engine.step import drafts_possible
 from sgrun.errors import InvalidRequestError
 from sgrun.models.compiled_forward import CompiledForward
+from sgrun.models.fused_decode import FusedDecode, fused_decode_for
+from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model, resolve_dtype
 
 if TYPE_CHECKING:   # type names only: the CUDA-graph runner imports Triton, tp_group torch.distributed
@@ -104,6 +106,7 @@ class EngineParts:
     speculation: Speculation
     scheduler: Scheduler
     compiled: CompiledForward | None
+    fused: FusedDecode | None        # the C++ decode blocks (fused_decode.py), where they serve the model
     compile_s: float | None
     runner: ModelRunner
     graph_report: CaptureReport | None
@@ -148,9 +151,10 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         speculation = Speculation(spec, max_context, enabled=drafts_possible(depth))
         scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens,
                               speculation.draft_for if drafts_possible(depth) else None)
-        compiled, compile_s = start_compile(model, device, o.compile, tp)
+        fused = fused_decode_for(model) if device.type == "cpu" and tp == 1 and isinstance(model, LlamaModel) else None
+        compiled, compile_s = start_compile(model, device, o.compile, tp, fused_serves=fused is not None)
         runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
-                             cascade_attention=o.cascade_attention, compiled=compiled)
+                             cascade_attention=o.cascade_attention, compiled=compiled, fused=fused)
         graph_report = runner.capture_cuda_graphs(o.max_running, max_context) if use_graphs else None
     except BaseException:
         if tp_group is not None:   # e.g. compile=True with tp=2: the started workers must not outlive it
@@ -159,5 +163,5 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
     return EngineParts(device=device, dtype=dtype, tp=tp, tp_group=tp_group, model=model, tokenizer=tokenizer,
                        model_path=model_path, config=cfg, quantization=quantization, pool=pool,
                        pool_budget=pool_budget, cache=cache, max_context=max_context, speculative=spec,
-                       speculation=speculation, scheduler=scheduler, compiled=compiled, compile_s=compile_s,
+                       speculation=speculation, scheduler=scheduler, compiled=compiled, compile_s=compile_s, fused=fused,
                        runner=runner, graph_report=graph_report, pipeline_depth=depth)

@@ -30,6 +30,7 @@ from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
 from sgrun.engine.speculative import choose_tokens, tokens_of
 from sgrun.models.compiled_forward import CompiledForward
+from sgrun.models.fused_decode import FusedDecode
 
 
 @dataclass
@@ -102,11 +103,14 @@ def _to_device(values: list[int], device: torch.device) -> torch.Tensor:
 class ModelRunner:
     def __init__(self, model: ModelLike, pool: PagePool, eos_token_ids: frozenset[int] | set[int],
                  attention_backend: str | None = None, cascade_attention: bool = True,
-                 compiled: CompiledForward | None = None):
+                 compiled: CompiledForward | None = None, fused: FusedDecode | None = None):
         """`compiled`: the torch.compile'd twin of model.forward, used for batches it is
-        eligible for (compiled_forward.py); None runs every forward eagerly."""
+        eligible for once its graphs are ready (compiled_forward.py); `fused`: the forward with C++
+        blocks (fused_decode.py), used for the batches it is eligible for otherwise; without either
+        (or above their row limits) the forward runs eagerly."""
         self.model = model
         self.compiled = compiled
+        self.fused = fused
         self.pool = pool
         self.device = pool.k[0].device
         self.eos_token_ids = sorted(eos_token_ids)
@@ -198,12 +202,20 @@ class ModelRunner:
                 logits = logits[inputs.logit_rows]
         else:
             self.attn.prepare(inputs.write_pages, inputs.write_offsets, segs)
-            compiled = self.compiled
-            forward = (compiled.forward if compiled is not None and compiled.eligible(input_ids.shape[0])
-                       else self.model.forward)
+            forward = self.forward_for(input_ids.shape[0])
             logits = forward(input_ids, inputs.positions, self.attn, inputs.logit_rows)
         self.model_time += time.perf_counter() - t0
         return logits
+
+    def forward_for(self, num_tokens: int):
+        """The forward a batch of `num_tokens` runs: the compiled graphs (when ready), else the C++
+        blocks, else eager."""
+        compiled, fused = self.compiled, self.fused
+        if compiled is not None and compiled.eligible(num_tokens):
+            return compiled.forward
+        if fused is not None and fused.eligible(num_tokens):
+            return fused.forward
+        return self.model.forward
 
     @staticmethod
     def split(inputs: BatchInputs, logits: torch.Tensor) -> list[Logits | None]:

@@ -24,6 +24,7 @@ def startup_report(parts: EngineParts) -> dict:
                    compile_ready=ready, **({"compile_warm_up_s": parts.compiled.warm_up_s} if ready else {}))
     else:
         out.update(compile=False)
+    out.update(decode_blocks="sgrun C++" if parts.fused is not None else "torch")
     out.update(kernels_summary(parts))
     if parts.graph_report is not None:
         g = parts.graph_report

@@ -104,4 +104,4 @@ def startup_line(engine) -> str:
     compile_state = {True: "on", False: "off", "background": "on (compiling in the background)"}[r["compile"]]
     attn = r["decode_attention"] + (f", prefill {r['prefill_attention']}" if "prefill_attention" in r else "")
     return (f"cpu level {r['cpu_level']}, dtype {r['dtype']}, weights {r['weights']}, attention {attn}, "
-            f"compile {compile_state}")
+            f"decode blocks {r.get('decode_blocks', 'torch')}, compile {compile_state}")

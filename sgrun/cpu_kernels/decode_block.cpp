@@ -1,0 +1,213 @@
+// The decode forward's blocks between two attention calls, in C++: what llama.py's first_block /
+// inner_block / layer_tail compute, for batches the matmul tiles serve (models/fused_decode.py
+// drives it). Compiled after matmul.cpp, whose ops it calls, as one unit.
+//
+// Why: at one row a block's math is ~5 us of elementwise work around four matmuls, but calling it
+// cost far more. Eager torch runs ~20 small ops a layer, and the torch.compile'd graph spends
+// ~150 us a layer in its wrappers and guards (dynamo's cache lookup, AOT runtime wrappers,
+// assert_size_stride on every argument): ~4.5 ms of a 12 ms batch-1 step. Here a block is one call
+// with its weights already bound (a registry id from `decode_block_new`), so no compile, no
+// guards, and nothing to warm up.
+//
+// Numbers: the residual stream, the norms and RoPE's arithmetic are float32; the GEMM inputs are
+// rounded to the GEMM dtype once (bf16 or float32), where eager rounds after every op. Every row
+// goes through the same code whatever the batch, as the tiles do, so a row is bit-identical alone
+// and in any batch (speculative verify rows rely on it).
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace decode_block {
+
+inline uint16_t float_to_bf16(float f) {   // round to nearest even, NaN kept quiet
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// Element access for a 2-D tensor of the GEMM dtype (bf16 or float32), by raw pointer.
+struct Elems {
+  void* p;
+  bool bf16;
+  float get(int64_t i) const {
+    return bf16 ? bf16_to_float(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
+  }
+  void set(int64_t i, float v) const {
+    if (bf16) static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
+    else static_cast<float*>(p)[i] = v;
+  }
+};
+
+inline Elems elems(const at::Tensor& t) {
+  return {t.data_ptr(), t.scalar_type() == at::kBFloat16};
+}
+
+// One weight in the tiles' layout. kind 0: int4 (a = codes, b = scales); 1: dense bf16 (a = packed);
+// 2: int8 with float32 activations (a = blocked codes, b = per-column scale). bias: optional.
+struct Linear {
+  int64_t kind = -1, n = 0;
+  at::Tensor a, b, bias;
+
+  at::Tensor operator()(const at::Tensor& x) const {
+    at::Tensor y = kind == 0 ? int4_mm(x, a, b, n) : kind == 1 ? bf16_mm(x, a, n) : int8_mm_f32(x, a, b);
+    if (bias.defined()) {   // in place, in y's dtype, as eager's y + bias
+      const Elems e = elems(y), be = elems(bias);
+      for (int64_t r = 0; r < y.size(0); ++r)
+        for (int64_t i = 0; i < n; ++i) e.set(r * n + i, e.get(r * n + i) + be.get(i));
+    }
+    return y;
+  }
+};
+
+// A block: [layer i's tail: o projection + residual, MLP] then [the next norm], then [layer i+1's
+// q, k, v with RoPE]. The first block has no tail; the last has no q/k/v (its norm is the final one).
+struct Block {
+  bool tail = false, qkv_out = false;
+  Linear o, gate_up, down, qkv;
+  at::Tensor mlp_norm, next_norm;   // float32
+  int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  double eps = 1e-6;
+  at::ScalarType gemm = at::kBFloat16;
+};
+
+std::mutex registry_mutex;
+std::unordered_map<int64_t, std::shared_ptr<const Block>> registry;
+int64_t next_id = 1;
+
+// out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w, x and w float32; out in `out`'s dtype.
+void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, double eps, const Elems& out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
+    for (int64_t i = 0; i < dim; ++i) out.set(r * dim + i, xr[i] * inv * w[i]);
+  }
+}
+
+// h[r] += y[r] (y in the GEMM dtype).
+void add_rows(float* h, const at::Tensor& y) {
+  const Elems e = elems(y);
+  const int64_t total = y.numel();
+  for (int64_t i = 0; i < total; ++i) h[i] += e.get(i);
+}
+
+std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const at::Tensor& o, const at::Tensor& cos,
+                                  const at::Tensor& sin) {
+  TORCH_CHECK(h_in.dim() == 2 && h_in.scalar_type() == at::kFloat, "h must be a 2-D float32 tensor");
+  const int64_t rows = h_in.size(0), dim = h_in.size(1);
+  const auto gemm_opts = h_in.options().dtype(b.gemm);
+  at::Tensor h = b.tail ? h_in.clone() : h_in;   // the caller's h is left as it was
+  float* hp = h.data_ptr<float>();
+  if (b.tail) {
+    TORCH_CHECK(o.scalar_type() == b.gemm && o.size(0) == rows, "o must be [T, H, D] in the GEMM dtype");
+    add_rows(hp, b.o(o.reshape({rows, -1})));
+    at::Tensor x = at::empty({rows, dim}, gemm_opts);
+    rms_norm_rows(hp, b.mlp_norm.data_ptr<float>(), rows, dim, b.eps, elems(x));
+    const at::Tensor gu = b.gate_up(x);
+    const int64_t inter = gu.size(1) / 2;
+    at::Tensor act = at::empty({rows, inter}, gemm_opts);
+    const Elems g = elems(gu), a = elems(act);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < inter; ++i) {
+        const float gate = g.get(r * 2 * inter + i), up = g.get(r * 2 * inter + inter + i);
+        a.set(r * inter + i, gate / (1.0f + std::exp(-gate)) * up);
+      }
+    add_rows(hp, b.down(act));
+  }
+  if (!b.qkv_out) {   // the last block: the final norm, float32 (the lm_head's input)
+    at::Tensor x = at::empty({rows, dim}, h.options());
+    rms_norm_rows(hp, b.next_norm.data_ptr<float>(), rows, dim, b.eps, elems(x));
+    return {h, x};
+  }
+  at::Tensor x = at::empty({rows, dim}, gemm_opts);
+  rms_norm_rows(hp, b.next_norm.data_ptr<float>(), rows, dim, b.eps, elems(x));
+  at::Tensor qkv = b.qkv(x);
+  const int64_t H = b.heads, KV = b.kv_heads, D = b.head_dim, half = D / 2, width = (H + 2 * KV) * D;
+  TORCH_CHECK(qkv.size(1) == width && cos.size(0) == rows && cos.size(1) == D && cos.scalar_type() == b.gemm &&
+                  sin.sizes() == cos.sizes() && sin.scalar_type() == b.gemm,
+              "cos/sin must be [T, head_dim] in the GEMM dtype");
+  const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();
+  const Elems e = elems(qkv), ce = elems(cc), se = elems(sc);
+  for (int64_t r = 0; r < rows; ++r)   // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)
+    for (int64_t j = 0; j < H + KV; ++j) {
+      const int64_t base = r * width + j * D;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = e.get(base + i), x2 = e.get(base + half + i);
+        e.set(base + i, x1 * ce.get(r * D + i) - x2 * se.get(r * D + i));
+        e.set(base + half + i, x2 * ce.get(r * D + half + i) + x1 * se.get(r * D + half + i));
+      }
+    }
+  return {h, qkv.narrow(1, 0, H * D).view({rows, H, D}), qkv.narrow(1, H * D, KV * D).view({rows, KV, D}),
+          qkv.narrow(1, (H + KV) * D, KV * D).view({rows, KV, D})};
+}
+
+Linear linear_of(int64_t kind, const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& bias,
+                 int64_t n) {
+  TORCH_CHECK(kind >= 0 && kind <= 2, "linear kind must be 0 (int4), 1 (bf16) or 2 (int8)");
+  Linear l;
+  l.kind = kind, l.n = n, l.a = a, l.b = b;
+  if (bias.has_value() && bias->defined()) l.bias = bias->contiguous();
+  return l;
+}
+
+}  // namespace decode_block
+
+// Registers a block and returns its id. `linears`: [o, gate_up, down, qkv] as (kind, a, b, n) with
+// `biases` [o, gate_up, down, qkv] (None where absent); a block without a tail passes kind -1 for
+// o/gate_up/down, the last block -1 for qkv. `gemm_bf16`: the GEMM dtype is bf16 (else float32).
+int64_t decode_block_new(std::vector<int64_t> kinds, std::vector<at::Tensor> a, std::vector<at::Tensor> b,
+                         std::vector<int64_t> ns, std::vector<c10::optional<at::Tensor>> biases,
+                         c10::optional<at::Tensor> mlp_norm, at::Tensor next_norm, int64_t heads, int64_t kv_heads,
+                         int64_t head_dim, double eps, bool gemm_bf16) {
+  using namespace decode_block;
+  TORCH_CHECK(kinds.size() == 4 && a.size() == 4 && b.size() == 4 && ns.size() == 4 && biases.size() == 4,
+              "a block takes 4 linears: o, gate_up, down, qkv");
+  auto blk = std::make_shared<Block>();
+  blk->tail = kinds[0] >= 0;
+  blk->qkv_out = kinds[3] >= 0;
+  if (blk->tail) {
+    TORCH_CHECK(mlp_norm.has_value() && mlp_norm->scalar_type() == at::kFloat, "a tail needs the float32 MLP norm");
+    blk->o = linear_of(kinds[0], a[0], b[0], biases[0], ns[0]);
+    blk->gate_up = linear_of(kinds[1], a[1], b[1], biases[1], ns[1]);
+    blk->down = linear_of(kinds[2], a[2], b[2], biases[2], ns[2]);
+    blk->mlp_norm = mlp_norm->contiguous();
+  }
+  if (blk->qkv_out) blk->qkv = linear_of(kinds[3], a[3], b[3], biases[3], ns[3]);
+  TORCH_CHECK(next_norm.scalar_type() == at::kFloat, "the next norm must be float32");
+  blk->next_norm = next_norm.contiguous();
+  blk->heads = heads, blk->kv_heads = kv_heads, blk->head_dim = head_dim, blk->eps = eps;
+  TORCH_CHECK(head_dim % 2 == 0, "head_dim must be even");
+  blk->gemm = gemm_bf16 ? at::kBFloat16 : at::kFloat;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  const int64_t id = next_id++;
+  registry.emplace(id, std::move(blk));
+  return id;
+}
+
+// Runs block `id`: returns [h, q, k, v] ([h, normed x] for the last block). o / cos / sin may be
+// None where the block does not use them (the first block has no o; the last uses no cos/sin).
+std::vector<at::Tensor> decode_block_run(int64_t id, const at::Tensor& h, const c10::optional<at::Tensor>& o,
+                                         const c10::optional<at::Tensor>& cos, const c10::optional<at::Tensor>& sin) {
+  using namespace decode_block;
+  std::shared_ptr<const Block> blk;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto it = registry.find(id);
+    TORCH_CHECK(it != registry.end(), "no decode block ", id);
+    blk = it->second;
+  }
+  TORCH_CHECK(!blk->tail || o.has_value(), "this block needs the attention output o");
+  TORCH_CHECK(!blk->qkv_out || (cos.has_value() && sin.has_value()), "this block needs cos and sin");
+  static const at::Tensor none;
+  return run_block(*blk, h, o.has_value() ? *o : none, cos.has_value() ? *cos : none, sin.has_value() ? *sin : none);
+}
+
+// Drops blocks (their weights' references with them).
+void decode_block_free(std::vector<int64_t> ids) {
+  std::lock_guard<std::mutex> lock(decode_block::registry_mutex);
+  for (int64_t id : ids) decode_block::registry.erase(id);
+}

@@ -1,0 +1,108 @@
+"""The CPU decode forward with its blocks between attention calls in C++ (cpu_kernels/decode_block.cpp).
+
+LlamaModel.forward's twin for batches of at most `max_rows` tokens, as compiled_forward.py's, but
+with no torch.compile: each block (o projection + residual, MLP, the next layer's norm, q/k/v and
+RoPE) is one call into the matmul kernel's module with its weights bound once at construction.
+A batch-1 step's 31 block calls cost ~0.3 ms where the compiled graphs' wrappers and guards cost
+~4.5 ms, and nothing needs warming up, so an engine serves at full speed from its first token
+(docs/benchmarks.md). Attention stays in Python between the blocks, as in every forward.
+
+It serves a model whose every layer linear runs on sgrun's C++ tiles (int4, dense bf16, or int8 with
+float32 activations), with a float32 residual stream, on one process (no tensor parallelism);
+`fused_decode_for` returns None otherwise and the compiled or eager forward serves.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from sgrun.models.llama import LlamaModel
+from sgrun.models.quant_linear import KERNEL_MAX_ROWS, DenseLinear, Int4Linear, Int8Linear
+
+_NO_LINEAR = (-1, None, None, 0, None)
+
+
+def _linear_parts(lin, dtype: torch.dtype):
+    """(kind, a, b, n, bias) of a linear the C++ block calls, or None where it has no C++ tiles."""
+    if isinstance(lin, Int4Linear) and lin.cpp:
+        return 0, lin.codes, lin.group_scales, lin.out_features, lin.bias
+    if isinstance(lin, DenseLinear) and lin.cpp and dtype == torch.bfloat16:
+        return 1, lin.packed, lin.packed, lin.out_features, lin.bias
+    if isinstance(lin, Int8Linear) and lin.cpp and dtype == torch.float32:
+        return 2, lin.blocked, lin.scale, lin.out_features, lin.bias
+    return None
+
+
+def supports(model: LlamaModel) -> bool:
+    """Whether every layer linear of `model` runs on the C++ tiles of one build that has the blocks,
+    on one CPU process (the blocks call the tiles of the level the linears were built at)."""
+    if (model.device.type != "cpu" or model.all_reduce is not None or model.residual_dtype != torch.float32
+            or model.dtype not in (torch.bfloat16, torch.float32)):
+        return False
+    linears = [lin for lw in model.layers for lin in (lw.qkv, lw.o, lw.gate_up, lw.down)]
+    if any(_linear_parts(lin, model.dtype) is None for lin in linears):
+        return False
+    modules = {id(lin.ops.module) for lin in linears}
+    return len(modules) == 1 and hasattr(linears[0].ops.module, "decode_block_new")
+
+
+class FusedDecode:
+    """The model's decode forward over C++ blocks; same inputs and outputs as LlamaModel.forward."""
+
+    ready = True        # nothing to compile
+
+    def __init__(self, model: LlamaModel):
+        self.model = model
+        self.module = model.layers[0].qkv.ops.module
+        cfg, dt = model.cfg, model.dtype
+        layers = model.layers
+        heads = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+
+        def block(tail, mlp_norm, next_norm, qkv) -> int:
+            parts = [_linear_parts(l, dt) if l is not None else _NO_LINEAR for l in (*tail, qkv)]
+            kinds, a, b, ns, biases = (list(x) for x in zip(*parts))
+            # Unused slots still need tensors for the binding; the block never reads them.
+            a = [t if t is not None else next_norm for t in a]
+            b = [t if t is not None else next_norm for t in b]
+            return self.module.decode_block_new(kinds, a, b, ns, biases, mlp_norm, next_norm, *heads, cfg.rms_eps,
+                                                dt == torch.bfloat16)
+
+        none3 = (None, None, None)
+        self.first = block(none3, None, layers[0].attn_norm, layers[0].qkv)
+        self.inner = [block((lw.o, lw.gate_up, lw.down), lw.mlp_norm, nxt.attn_norm, nxt.qkv)
+                      for lw, nxt in zip(layers[:-1], layers[1:])]
+        last = layers[-1]
+        self.last = block((last.o, last.gate_up, last.down), last.mlp_norm, model.final_norm, None)
+        # Int8Linear's tiles take any row count; past the others' limits dense GEMMs win (quant_linear.py).
+        self.max_rows = min(getattr(lin, "max_rows", KERNEL_MAX_ROWS) for lw in layers
+                            for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
+        weakref.finalize(self, self.module.decode_block_free, [self.first, *self.inner, self.last])
+
+    def eligible(self, num_tokens: int) -> bool:
+        return num_tokens <= self.max_rows
+
+    @torch.inference_mode()
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
+        m, run = self.model, self.module.decode_block_run
+        cos, sin = m.cos[positions], m.sin[positions]
+        h = m.embed[input_ids] if m.embed_table is None else m.embed_table.rows(input_ids)
+        h, q, k, v = run(self.first, h.to(torch.float32).contiguous(), None, cos, sin)
+        for li, block in enumerate(self.inner):
+            h, q, k, v = run(block, h, attn.forward(li, q.contiguous(), k.contiguous(), v.contiguous()), cos, sin)
+        _, x = run(self.last, h, attn.forward(len(self.inner), q, k, v), None, None)
+        return m.lm_head(x[logit_rows]).float()
+
+
+_FUSED: "weakref.WeakKeyDictionary[LlamaModel, FusedDecode]" = weakref.WeakKeyDictionary()
+
+
+def fused_decode_for(model: LlamaModel) -> FusedDecode | None:
+    """One FusedDecode per model object (engines sharing a cached model share it), or None where
+    the model's linears do not all run on the C++ tiles."""
+    if model not in _FUSED:
+        if not supports(model):
+            return None
+        _FUSED[model] = FusedDecode(model)
+    return _FUSED[model]

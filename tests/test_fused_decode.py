@@ -1,0 +1,141 @@
+"""The C++ decode blocks (sgrun/cpu_kernels/decode_block.cpp, driven by sgrun/models/fused_decode.py)
+on the real SmolLM2 weights at every CPU level with matmul tiles: each block is at least as close to
+the exact (float64) block as llama.py's eager block in the same dtype, a row is bit-identical alone and in any batch, and the default engine
+serves its decode steps with them, compiling nothing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import sgrun
+from cpu_levels import at_level, each_level  # noqa: F401  (at_level is a fixture)
+from sgrun.models.compiled_forward import _NoAttention
+from sgrun.models.fused_decode import FusedDecode, fused_decode_for, supports
+from sgrun.models.llama import first_block, inner_block, layer_tail
+from sgrun.models.llama import LlamaModel
+from sgrun.models.loader import load_model, load_model_files
+
+
+@pytest.fixture(scope="module")
+def weights(model_path):
+    return load_model_files(str(model_path), torch.float32)
+
+
+def _model(weights, dtype):
+    """Built here, at the forced level (the process's model cache is not keyed by level)."""
+    return LlamaModel(weights.config, weights.weights, dtype, "int4")
+
+
+class _Exact:
+    """A linear as float64 over its dequantized weight: the reference both paths are measured against."""
+
+    def __init__(self, lin):
+        self.w = lin.dequantized().double()
+        self.out_features = lin.out_features
+
+    def __call__(self, x):
+        return x.double() @ self.w.T
+
+
+@each_level()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_each_block_is_as_close_to_exact_as_the_eager_block(weights, at_level, dtype):
+    """Each C++ block against the same block in float64 over the same int4 weights, beside eager's
+    block in the same dtype: the C++ block's relative error is at most eager's (plus a little).
+    Both carry the tiles' rounding (int8 activations where the level quantizes them, bf16 inputs),
+    so neither is exact; a wrong formula (norm, RoPE, SiLU, a residual) would be off by tens of percent."""
+    model = _model(weights, dtype)
+    assert supports(model) and model.layers[0].qkv.ops.level == at_level
+    fused = FusedDecode(model)
+    cfg = model.cfg
+    heads, eps = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim), cfg.rms_eps
+    g = torch.Generator().manual_seed(0)
+    T = 3
+    positions = torch.tensor([4, 17, 90])
+    cos, sin = model.cos[positions], model.sin[positions]
+    c1, s1 = cos.unsqueeze(1), sin.unsqueeze(1)
+    c64, s64 = c1.double(), s1.double()
+    h = model.embed_table.rows(torch.randint(0, cfg.vocab_size, (T,), generator=g)).float()
+    o = (torch.randn(T, cfg.num_heads, cfg.head_dim, generator=g) * 0.5).to(dtype)
+    run = fused.module.decode_block_run
+    f64 = torch.float64
+
+    def rel(a, ref):
+        return float((a.double() - ref).norm() / ref.norm())
+
+    def check(got, eager, exact):
+        assert len(got) == len(eager) == len(exact)
+        for a, b, ref in zip(got, eager, exact):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            ours, theirs = rel(a, ref), rel(b, ref)
+            assert ours <= 1.25 * theirs + 2e-3, (ours, theirs)
+
+    L0 = model.layers[0]
+    got = run(fused.first, h, None, cos, sin)
+    assert torch.equal(got[0], h)
+    check(got[1:], first_block(h, L0.attn_norm, L0.qkv, c1, s1, heads, eps, dtype),
+          first_block(h.double(), L0.attn_norm.double(), _Exact(L0.qkv), c64, s64, heads, eps, f64))
+    for li in (0, 7, cfg.num_layers - 2):
+        lw, nxt = model.layers[li], model.layers[li + 1]
+        exact_lins = [_Exact(x) for x in (lw.o, lw.gate_up, lw.down)]
+        check(run(fused.inner[li], h, o, cos, sin),
+              inner_block(h, o, lw.o, lw.mlp_norm, lw.gate_up, lw.down, nxt.attn_norm, nxt.qkv, c1, s1, heads, eps, dtype),
+              inner_block(h.double(), o.double(), exact_lins[0], lw.mlp_norm.double(), exact_lins[1], exact_lins[2],
+                          nxt.attn_norm.double(), _Exact(nxt.qkv), c64, s64, heads, eps, f64))
+    last = model.layers[-1]
+    got = run(fused.last, h, o, None, None)
+    assert got[1].dtype == torch.float32
+    check(got, layer_tail(h, o, last.o, last.mlp_norm, last.gate_up, last.down, model.final_norm, eps, dtype),
+          layer_tail(h.double(), o.double(), _Exact(last.o), last.mlp_norm.double(), _Exact(last.gate_up),
+                     _Exact(last.down), model.final_norm.double(), eps, f64))
+
+
+@each_level()
+def test_a_row_is_bit_identical_alone_and_in_a_batch(weights, at_level):
+    model = _model(weights, torch.bfloat16)
+    fused = FusedDecode(model)
+    ids = torch.tensor([17, 9000, 300, 41, 12345, 7, 2024])
+    positions = torch.arange(3, 10)
+    batch = fused.forward(ids, positions, _NoAttention(), torch.arange(7))
+    for r in (0, 3, 6):
+        alone = fused.forward(ids[r:r + 1], positions[r:r + 1], _NoAttention(), torch.arange(1))
+        assert torch.equal(alone[0], batch[r]), r
+    # and the logits are the eager forward's up to int8-activation rounding (same greedy token)
+    eager = model.forward(ids[:1], positions[:1], _NoAttention(), torch.arange(1))
+    assert eager.argmax(-1).item() == batch[0].argmax(-1).item()
+
+
+def test_the_default_engine_decodes_with_the_blocks_and_compiles_nothing(model_path):
+    with sgrun.Engine(str(model_path), num_threads=2, memory_gb=0.3) as engine:
+        runner = engine.runner
+        assert runner.fused is not None and runner.compiled is None
+        report = engine.startup_report()
+        assert report["decode_blocks"] == "sgrun C++" and report["compile"] is False
+        calls = {"n": 0}
+        forward = runner.fused.forward
+
+        def counted(*args):
+            calls["n"] += 1
+            return forward(*args)
+
+        runner.fused.forward = counted
+        prompt = engine.tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Repeat exactly: alpha beta gamma delta epsilon"}])
+        params = sgrun.SamplingParams(max_new_tokens=12, temperature=0)
+        try:
+            out = engine.generate([prompt], params)[0]
+        finally:
+            del runner.fused.forward
+        assert "alpha beta gamma" in out.text, out.text
+        assert calls["n"] >= len(out.token_ids)   # every step: the prompt (37 tokens) and each decode
+        runner.fused = None                        # the same request on the eager forward
+        try:
+            assert engine.generate([prompt], params)[0].token_ids == out.token_ids
+        finally:
+            runner.fused = engine.parts.fused
+
+
+def test_models_off_the_tiles_keep_the_torch_forward(model_path):
+    dense32, _, _ = load_model(str(model_path), torch.float32, "none", "cpu")
+    assert not supports(dense32) and fused_decode_for(dense32) is None
