@@ -14,7 +14,7 @@ cold compile several times that. So:
   and compiles in the background; the compiled graphs take over once ready, so a start never
   waits for them;
 - `compile=True`: compiled before the engine starts (benchmarks, tests that need the graphs); the
-  graphs then serve the batches they are eligible for, ahead of the C++ blocks;
+  graphs serve the batches the C++ blocks do not (where the blocks serve the model: none);
 - a one-shot run (`sgrun generate`) compiles only where it pays: where a previous process left a
   warm marker for this model and its measured warm compile time is less than the tokens asked
   for times the measured per-token saving (`one_shot_compile`). Otherwise it stays eager.
