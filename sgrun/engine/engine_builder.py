@@ -29,6 +29,7 @@ from sgrun.engine.scheduler import Scheduler
 from sgrun.engine.speculative import Speculation
 from sgrun.engine.step import drafts_possible
 from sgrun.errors import InvalidRequestError
+from sgrun.cpu_kernels.prebuild import start_builds
 from sgrun.models.compiled_forward import CompiledForward
 from sgrun.models.fused_decode import FusedDecode, fused_decode_for
 from sgrun.models.llama import LlamaModel
@@ -125,6 +126,8 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
     quantization = o.quantization
     if device.type != "cpu" and quantization == "auto":
         quantization = "none"   # the int8/int4 linears are CPU kernels; GPUs run the dense dtype
+    if device.type == "cpu":   # the kernel builds of a first start run side by side (prebuild.py)
+        start_builds(attention=backend == "cpp")
     if tp == 1:
         model, tokenizer, model_path = load_model(o.model, dtype, quantization, device)
         cfg = model.cfg
