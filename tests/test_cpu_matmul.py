@@ -43,8 +43,8 @@ def random_int4(n: int, k: int, seed: int = 0):
 
 def q8_reference(x: torch.Tensor, parts) -> torch.Tensor:
     """What the int8-activation tiles compute, in float64: x quantized per row and group of 32 as the
-    kernel does (d = max|x| / 127, q = round(x * 127 / max|x|) in float32), the scale's term with the
-    quantized x, the minimum's with the exact x."""
+    kernel does (d = max|x| / 127, q = round(x * 127 / max|x|) in float32), both the scale's and the
+    minimum's term with the quantized x (d * q, as llama.cpp's Q8_1 blocks)."""
     codes, s16, m16 = parts
     m, k = x.shape
     xg = x.float().view(m, k // 32, 32)
@@ -55,7 +55,8 @@ def q8_reference(x: torch.Tensor, parts) -> torch.Tensor:
     d = (amax / 127.0).double()
     cg = codes.double().view(-1, k // 32, 32)
     dots = torch.einsum("mgi,ngi->mng", q.double(), cg)                    # integer dots per group
-    return (dots * d.squeeze(-1)[:, None, :] * s16[None]).sum(-1) + xg.double().sum(-1) @ m16.T
+    qsum = (d * q.double().sum(-1, keepdim=True)).squeeze(-1)                # [m, groups]
+    return (dots * d.squeeze(-1)[:, None, :] * s16[None]).sum(-1) + qsum @ m16.T
 
 
 @each_level()

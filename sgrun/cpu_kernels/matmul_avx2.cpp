@@ -22,7 +22,7 @@ constexpr int kTwoBlockRows = 1;   // 16 ymm registers: two blocks at once only 
 inline __m256 half8(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 
 // R rows x NB column blocks. xq: int8 activations [R, K] (row stride k); xd, xsum: per row and
-// group their scale and exact float sum (row stride `groups`). y: float32, row stride n_total.
+// group their scale and the quantized x's sum d * sum(q) (row stride `groups`). y: float32, row stride n_total.
 template <int R, int NB>
 void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_stride_codes,
                   int64_t block_stride_scales, const int8_t* xq, const float* xd, const float* xsum, int64_t k,

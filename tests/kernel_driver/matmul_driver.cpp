@@ -115,14 +115,15 @@ void test_int4(int64_t n, int64_t k) {
     });
   };
   check_product("int4_q8", n, multiply, [&](int64_t r, int64_t i) {
-    double ref = 0;   // the quantized product (the minimum's term with the exact x)
+    double ref = 0;   // the quantized product (both terms with the quantized x, d * q)
     for (int64_t g = 0; g < groups; ++g) {
       double dot = 0, sum = 0;
       for (int64_t j = 0; j < GROUP; ++j) {
         dot += static_cast<double>(code[i * k + g * GROUP + j]) * qx.q[r * k + g * GROUP + j];
-        sum += x[r * k + g * GROUP + j];
+        sum += qx.q[r * k + g * GROUP + j];
       }
-      ref += dot * qx.d[r * groups + g] * s[i * groups + g] + sum * mn[i * groups + g];
+      const double d = qx.d[r * groups + g];
+      ref += dot * d * s[i * groups + g] + sum * d * mn[i * groups + g];
     }
     return ref;
   }, 2e-5);
