@@ -41,7 +41,7 @@ def test_matmul_tiles_at_every_isa(level, tmp_path):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} is missing: the {level} tiles cannot be tested; install it with `{APT}`")
     binary = tmp_path / f"driver_{level}"
-    build = subprocess.run([compiler, "-O2", "-std=c++17", march, "-static", f"-I{KERNELS}", str(DRIVER), "-o",
+    build = subprocess.run([compiler, "-O2", "-std=c++17", march, "-static", "-pthread", f"-I{KERNELS}", str(DRIVER), "-o",
                             str(binary)], capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr[-3000:]
     run = subprocess.run(runner + [str(binary)], capture_output=True, text=True, timeout=300)

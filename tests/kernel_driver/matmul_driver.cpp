@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
+#include <thread>
+#include "thread_team.cpp"
 #include "matmul_common.cpp"
 #include "matmul_avx2.cpp"
 #include "matmul_neon.cpp"
@@ -44,13 +46,18 @@ uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((b + 0x7FFF + ((b >> 16) & 1)) >> 16);
 }
 
-// y[M, N] through the driver's tiling (row blocks of kRowBlock, unit of two column blocks).
+// y[M, N] through the driver's tiling (row blocks of kRowBlock, unit of two column blocks), the
+// units split over thread_team.cpp's workers (3 threads, one unit per chunk at least) as matmul.cpp
+// splits them, so the team runs on every target this driver does (aarch64 under qemu included).
 template <class Tile>
 void run_tiles(int64_t m, int64_t blocks, Tile tile) {
-  for (int64_t b0 = 0; b0 < blocks; b0 += 2)
-    for (int64_t r = 0; r < m; r += simd::kRowBlock)
-      with_rows<simd::kRowBlock, simd::kTwoBlockRows>(m - r, b0 + 1 < blocks,
-                                                      [&](auto rows, auto nb, int64_t first) { tile(rows, nb, b0 + first, r); });
+  team::parallel_for(3, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u)
+      for (int64_t r = 0; r < m; r += simd::kRowBlock)
+        with_rows<simd::kRowBlock, simd::kTwoBlockRows>(m - r, 2 * u + 1 < blocks, [&](auto rows, auto nb, int64_t first) {
+          tile(rows, nb, 2 * u + first, r);
+        });
+  });
 }
 
 constexpr int64_t kRows = 11;   // every row block size of the tiling, and a remainder
@@ -114,6 +121,17 @@ void test_int4(int64_t n, int64_t k) {
           qx.d.data() + (row0 + r) * groups, qx.sum.data() + (row0 + r) * groups, k, groups, y + r * n + b * LANES, n);
     });
   };
+  // Several callers at once: one job runs on the team, the others inline; every result is the same.
+  std::vector<float> alone(kRows * n);
+  multiply(kRows, 0, alone.data());
+  bool same = true;
+  std::vector<std::thread> callers;
+  std::vector<std::vector<float>> outs(3, std::vector<float>(kRows * n));
+  for (int t = 0; t < 3; ++t)
+    callers.emplace_back([&, t] { for (int rep = 0; rep < 20; ++rep) multiply(kRows, 0, outs[t].data()); });
+  for (auto& c : callers) c.join();
+  for (const auto& o : outs) same = same && std::memcmp(o.data(), alone.data(), alone.size() * sizeof(float)) == 0;
+  check(same, "int4_q8", "thread team, 3 callers at once = alone", 0);
   check_product("int4_q8", n, multiply, [&](int64_t r, int64_t i) {
     double ref = 0;   // the quantized product (both terms with the quantized x, d * q)
     for (int64_t g = 0; g < groups; ++g) {
