@@ -49,8 +49,10 @@ def shortest_completion(constraint, state: int, max_states: int = 20000) -> byte
             return len(st[0]) if st else 0
         return min(((stk[1] if stk else 0) for _, stk in sets[sid]), default=0)
 
-    # never open much deeper nesting than needed: keeps the search finite
-    limit = depth(state) + (2 if hasattr(dfa, "_sets") else 6)
+    # never open much deeper nesting than needed: keeps the search finite. (+2 was too tight for
+    # automata: a pattern string under a property value opens three frames at once -- the value,
+    # the string, its counted repeat -- so `{"name":"` sat at depth 4 from a key at depth 1.)
+    limit = depth(state) + 6
     prev = {state: None}
     q = deque([state])
     while q and len(prev) < max_states:

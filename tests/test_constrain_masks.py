@@ -1,6 +1,9 @@
 """Fast token masks (sparse walk, shared region memo, text chain + special tokens, split, numpy walk) must equal the plain
 whole-vocabulary walk in every state, for schemas, regexes and grammars; the strategies
-themselves are counted, so each one is exercised."""
+themselves are counted, so each one is exercised. These are the Python automaton's strategies
+(the fallback where the C++ one does not build), so the module runs with SGRUN_NATIVE_DFA=0;
+the tests marked `both` also run on the C++ automaton, whose own tests are
+test_constrain_native_dfa.py."""
 
 from __future__ import annotations
 
@@ -36,12 +39,24 @@ def tok():
     return load_default_tokenizer()
 
 
+@pytest.fixture(autouse=True)
+def python_automaton(request, monkeypatch):
+    """The Python automaton, or (for tests parametrized with native=True) the C++ one."""
+    native = request.node.callspec.params.get("native", False) if hasattr(request.node, "callspec") else False
+    monkeypatch.setenv("SGRUN_NATIVE_DFA", "1" if native else "0")
+    if native:
+        from sgrun.constrain.native_dfa import library
+        assert library() is not None, "the C++ lazy DFA did not build"
+    return native
+
+
 def _reference(c, state: int) -> np.ndarray:
     return pack(walk(c.dfa, c.table, c.dfa.class_of[c.table.node_byte].astype(np.int64), state), c.table.words)
 
 
+@pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: next(iter(s)) + ":" + str(next(iter(s.values())))[:30])
-def test_fast_masks_equal_reference_walk(tok, spec):
+def test_fast_masks_equal_reference_walk(tok, spec, native):
     c = compile_constraint(tok, use_cache=False, **spec)
     rng = random.Random(5)
     checked = 0
@@ -92,7 +107,8 @@ def test_split_and_subtree_shortcuts_exact(tok, prefix, strategy):
     assert np.array_equal(fast, _reference(c, m.state))
 
 
-def test_warm_up_covers_a_tool_call(tok):
+@pytest.mark.parametrize("native", [False, True], ids=["python", "native"])
+def test_warm_up_covers_a_tool_call(tok, native):
     schema = {"type": "object", "properties": {
         "tool": {"enum": ["get_weather", "search"]}, "city": {"type": "string", "maxLength": 40},
         "days": {"type": "integer", "minimum": 1, "maximum": 14}},

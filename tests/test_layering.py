@@ -20,7 +20,8 @@ PACKAGE_DEPS: dict[str, set[str]] = {
     "sgrun.child_process": set(),
     "sgrun.models": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.cpu_kernels"},
     "sgrun.cpu_kernels": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process"},
-    "sgrun.constrain": {"sgrun.errors", "sgrun.child_process", "sgrun.constrain.tool_calls"},
+    "sgrun.constrain": {"sgrun.errors", "sgrun.child_process", "sgrun.constrain.tool_calls",
+                        "sgrun.cpu_kernels"},   # (its build helper, for the C++ lazy DFA)
     "sgrun.constrain.tool_calls": {"sgrun.errors", "sgrun.constrain"},
     "sgrun.engine.attention": {"sgrun.errors", "sgrun.kernels", "sgrun.cpu_kernels", "sgrun.engine"},
     "sgrun.engine": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.models", "sgrun.constrain",

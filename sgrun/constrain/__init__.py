@@ -1,7 +1,8 @@
 """Constraints -> token-level automata over a model's vocabulary: regex, JSON Schema, grammars
 (Lark / GBNF), choices; packed token bitmasks; jump-forward; the compiled-constraint cache.
 
-May import: sgrun.errors, sgrun.child_process (its compile worker). Never the engine or above:
+May import: sgrun.errors, sgrun.child_process (its compile worker), sgrun.cpu_kernels (the build helper of
+its C++ lazy DFA). Never the engine or above:
 the engine sees a constraint only through sequence.py's TokenMatcher / CompiledConstraint."""
 
 from sgrun.constrain.bitmask import allocate_bitmask, apply_bitmask, num_words, unpack_bitmask

@@ -48,6 +48,10 @@ class AutomatonConstraint(Constraint):
         return self.dfa.num_states
 
     def step_bytes(self, state: int, data: bytes) -> int | None:
+        whole = getattr(self.dfa, "step_bytes", None)
+        if whole is not None:  # the C++ automaton: one call per token
+            state = whole(state, data)
+            return None if state == 0 else state
         step = self.dfa.step
         for b in data:
             state = step(state, b)

@@ -12,7 +12,7 @@ from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S, compile_bud
 from sgrun.constrain.constraint import Constraint
 from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, InvalidSchemaError
 from sgrun.constrain.schema_checks import MAX_DOCUMENT_DEPTH, check_document_depth
-from sgrun.constrain.lazy_dfa import LazyDFA
+from sgrun.constrain.native_dfa import make_lazy_dfa, native_enabled, native_trie
 from sgrun.constrain.regex_ast import Node
 from sgrun.constrain.region_memo import region_memo
 from sgrun.constrain.token_table import token_table
@@ -91,7 +91,10 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
 
     def build_in_budget() -> Constraint:
         table = token_table(tokenizer)  # once per tokenizer, outside the budget
-        region_memo(table)  # likewise: the shared mask memo, seeded with the common lexical classes
+        if native_enabled():
+            native_trie(table)  # likewise: the C++ mask walk's trie
+        else:
+            region_memo(table)  # likewise: the Python walks' shared mask memo, seeded with the common lexical classes
         with compile_budget(budget_s, what=kind.replace("_", " ")):
             try:
                 return build(table)
@@ -129,7 +132,7 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
             if reasoning is not None or kind not in ("json_schema", "regex", "choices"):  # (build_nfa trimmed those)
                 if root not in nfa.trim():
                     raise EmptyConstraintError(f"the {kind.replace('_', ' ')} constraint admits no output at all")
-            c = AutomatonConstraint(kind, spec, LazyDFA(nfa, root), table)
+            c = AutomatonConstraint(kind, spec, make_lazy_dfa(nfa, root), table)
         c.warnings = list(warnings)
         c.attach_tokenizer(tokenizer)
         if warm_up:

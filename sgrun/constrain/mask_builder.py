@@ -14,7 +14,9 @@
    their subtrees are big, one numpy walk of just those subtrees);
 4. otherwise the breadth-first numpy walk over the whole trie.
 
-All give the same set; the automaton is anything with LazyDFA's interface (row, step,
+An automaton determinised in C++ (native_dfa.NativeLazyDFA) takes none of these: its
+`native_mask` walks the whole trie in one C++ pass (lazy_dfa_core.cpp), faster than any of
+them. All give the same set; the automaton is anything with LazyDFA's interface (row, step,
 class_of, class_size, num_classes, table, fill_pairs): LazyDFA or GrammarAutomaton.
 """
 
@@ -42,6 +44,12 @@ class MaskBuilder:
     def __init__(self, dfa, table: TokenTable):
         self.dfa = dfa
         self.table = table
+        self.native = hasattr(dfa, "native_mask")
+        self.successors: dict[int, set[int]] = {}  # state -> states its allowed tokens lead to
+        self.record_successors = False
+        self.stats = {"native": 0, "sparse": 0, "region": 0, "chain": 0, "split": 0, "walk": 0}
+        if self.native:
+            return
         self.vi = vocab_index(table)
         class_of = dfa.class_of
         self.class_of = class_of.tolist()
@@ -55,10 +63,7 @@ class MaskBuilder:
         self._chain: dict[int, int] = {}
         self._ready: dict[int, np.ndarray] = {}  # masks computed ahead by a chain batch
         self._batched: set[int] = set()
-        self.successors: dict[int, set[int]] = {}  # state -> states its allowed tokens lead to
-        self.record_successors = False
         self.regions = RegionMasks(dfa, region_memo(table))
-        self.stats = {"sparse": 0, "region": 0, "chain": 0, "split": 0, "walk": 0}
 
     # byte class of every trie node, for the numpy walks: built on first use (a schema whose
     # masks are all sparse or shared never needs them; ~3 ms over the whole trie)
@@ -79,6 +84,8 @@ class MaskBuilder:
     # --- entry point ------------------------------------------------------------------------
     def packed(self, state: int) -> np.ndarray:
         """Packed int32 bitmask of the non-special tokens allowed from `state` (no EOS)."""
+        if self.native:
+            return self._native(state)
         if len(self._rows) > MAX_CACHED_ROWS:  # grammar automata are unbounded: keep caches bounded
             self._rows.clear()
             self._live.clear()
@@ -119,6 +126,8 @@ class MaskBuilder:
 
     def sparse_packed(self, state: int) -> np.ndarray | None:
         """packed(state) if the sparse walk (the cheap case) makes it, else None."""
+        if self.native:  # every state is the cheap case
+            return self._native(state)
         ready = self._ready.pop(state, None)
         if ready is not None:
             self.stats["chain"] += 1
@@ -130,6 +139,15 @@ class MaskBuilder:
             return None
         self.stats["sparse"] += 1
         return pack(ids_of(got), self.table.words)
+
+    def _native(self, state: int) -> np.ndarray:
+        self.stats["native"] += 1
+        if not self.record_successors:
+            return self.dfa.native_mask(state, self.table)
+        ends: set[int] = set()
+        words = self.dfa.native_mask(state, self.table, ends)
+        self.successors[state] = ends
+        return words
 
     # --- 1. sparse -------------------------------------------------------------------------
     def _row(self, q: int) -> list[int]:

@@ -118,3 +118,54 @@ class CppKernel:
         """Forget the loaded modules so the next load() runs the build (or its failure) again."""
         with self._lock:
             self._modules.clear()
+
+
+class SharedLibrary:
+    """One C++ source built into a plain shared library (a C ABI for ctypes: no torch headers, so
+    a build takes about a second), once per source text and compiler, cached on disk beside the
+    kernels under the same kind of lock. Not per CPU level: the code is portable C++ built for
+    the baseline of its architecture. `load()` returns the library's path, or None (logged once)
+    where it cannot be built."""
+
+    def __init__(self, name: str, source: Path, what: str, fallback: str, fail_env: str,
+                 flags: tuple[str, ...] = ("-O2", "-std=c++17", "-fPIC", "-shared")):
+        self.name, self.source, self.what, self.fallback, self.fail_env, self.flags = \
+            name, source, what, fallback, fail_env, flags
+        self._lock = threading.Lock()
+        self._path: str | None | bool = False
+
+    def load(self) -> str | None:
+        import platform
+        import shutil
+        import subprocess
+        with self._lock:
+            if self._path is not False:
+                return self._path
+            path = None
+            try:
+                if os.environ.get(self.fail_env):
+                    raise RuntimeError(f"build disabled by {self.fail_env}")
+                from sgrun.cache_paths import cache_dir
+                compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+                if compiler is None:
+                    raise RuntimeError("no C++ compiler (g++) on PATH")
+                text = self.source.read_text()
+                key = "\n".join([text, " ".join(self.flags), compiler, platform.machine()])
+                folder = cache_dir() / "libraries"
+                folder.mkdir(parents=True, exist_ok=True)
+                target = folder / f"sgrun_{self.name}_{hashlib.sha256(key.encode()).hexdigest()[:12]}.so"
+                with _build_lock(str(folder)):
+                    if not target.exists():
+                        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+                        done = subprocess.run([compiler, *self.flags, "-o", str(tmp), str(self.source)],
+                                              capture_output=True, text=True, timeout=300)
+                        if done.returncode != 0:
+                            raise RuntimeError((done.stderr or done.stdout).strip() or "compiler failed")
+                        os.replace(tmp, target)
+                path = str(target)
+            except Exception as exc:  # any build failure: the caller's Python path still works
+                text = str(exc).strip()
+                log.warning("%s is unavailable (%s); %s", self.what, text.splitlines()[-1] if text else
+                            type(exc).__name__, self.fallback)
+            self._path = path
+            return path

@@ -114,6 +114,9 @@ class Engine:
             table = token_table(self.tokenizer)
             vocab_index(table)
             vocab_spelling(table)   # the output budget's token spellings: 0.4 s once, not in a first request
+            from sgrun.constrain.native_dfa import native_enabled, native_trie
+            if native_enabled():
+                native_trie(table)  # the C++ mask walk's trie: 0.2 s once
         except Exception:  # noqa: BLE001 - only a warm-up; compile reports real errors later
             log.debug("vocabulary index warm-up failed:\n%s", traceback.format_exc())
 

@@ -1,0 +1,678 @@
+// The lazy DFA's core in C++ (native_dfa.py is its Python face): determinisation of a ByteNFA
+// with calls, and a state's token mask in one pass over the vocabulary trie.
+//
+// The semantics are lazy_dfa.py's, step for step: a configuration is (NFA state, return stack),
+// a DFA state the closed set of configurations after some input, transitions are filled on first
+// use. Here a stack frame is an interned id and a configuration one 64-bit word, so a new DFA
+// state costs a few microseconds instead of lazy_dfa.py's 30-75 us of tuples and frozensets.
+//
+// The mask walk: the trie is laid out in depth-first (sorted byte) order, so a subtree is one
+// contiguous run of nodes and of tokens. The walk is one linear scan that jumps over a subtree
+// the moment its node's state is dead; where every byte below a node is text (printable ASCII
+// but `"` and `\`) and the automaton takes any run of text of that length from the node's state
+// (a string body), the whole subtree's tokens are allowed at once without visiting it.
+//
+// A C ABI for ctypes (Python's headers, no torch's: it builds in a few seconds). Not
+// thread-safe: the Python face calls it under its own lock. Only sgrun_dfa_new_py touches Python
+// objects; everything else is plain C++ and runs with the GIL released.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace {
+
+constexpr int ERR_CLOSURE = -2;   // a closure over max_closure configurations (left recursion?)
+constexpr int ERR_STATES = -3;    // more DFA states than max_states
+constexpr int UNKNOWN = -1;
+
+struct Frame {
+    int32_t kind;   // 0: a call returning to `ret`; 1: the k-th body of a counted repeat of fid
+    int32_t fid, ret, lo, hi, k;  // hi < 0: unbounded
+    int32_t depth, parent;        // parent: frame id, -1 for the empty stack
+    bool operator==(const Frame& o) const {
+        return kind == o.kind && fid == o.fid && ret == o.ret && lo == o.lo && hi == o.hi && k == o.k &&
+               depth == o.depth && parent == o.parent;
+    }
+};
+
+struct FrameHash {
+    size_t operator()(const Frame& f) const {
+        uint64_t h = 1469598103934665603ull;
+        const int32_t* p = &f.kind;
+        for (int i = 0; i < 8; ++i) { h ^= (uint32_t)p[i]; h *= 1099511628211ull; }
+        return (size_t)h;
+    }
+};
+
+struct VecHash {
+    size_t operator()(const std::vector<uint64_t>& v) const {
+        uint64_t h = 1469598103934665603ull ^ v.size();
+        for (uint64_t x : v) { h ^= x + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); }
+        return (size_t)h;
+    }
+};
+
+inline uint64_t config(int32_t s, int32_t stk) { return ((uint64_t)(uint32_t)s << 32) | (uint32_t)(stk + 1); }
+inline int32_t config_state(uint64_t c) { return (int32_t)(c >> 32); }
+inline int32_t config_stack(uint64_t c) { return (int32_t)(uint32_t)c - 1; }
+
+struct Dfa {
+    // the NFA, in CSR form
+    std::vector<int32_t> edge_off, edge_tgt, edge_mid;  // edge_mid: the edge's byte mask, by id
+    std::vector<uint64_t> mask_words;                   // 4 words per mask id
+    std::vector<int32_t> mask_cls_off, mask_cls;        // the classes inside each mask
+    std::vector<int32_t> eps_off, eps_tgt, call_off, call_data;  // call: kind(2|4), fid, ret, lo, hi
+    std::vector<int32_t> frag_start, end_of;
+    int32_t root_end, max_depth, max_states, max_closure;
+    int32_t ncls;
+    std::vector<uint8_t> class_of;  // 256
+    std::vector<uint8_t> class_rep;  // a byte of each class
+    // the lazily built DFA
+    std::vector<Frame> frames;
+    std::unordered_map<Frame, int32_t, FrameHash> frame_index;
+    std::vector<std::vector<uint64_t>> sets;
+    std::unordered_map<std::vector<uint64_t>, int32_t, VecHash> set_index;
+    std::unordered_map<std::vector<uint64_t>, int32_t, VecHash> moved_memo;
+    size_t max_moved_memo = 200000;
+    std::vector<uint8_t> accepting;
+    std::vector<int32_t> table;  // [states * ncls], UNKNOWN until filled
+    std::vector<int16_t> run;  // per state: text_run's answer, -3 unknown
+    std::vector<int32_t> text_cls;  // the classes of text bytes
+    int64_t work = 0;            // configurations closed, for the compile budget's tick
+    bool exhausted = false;
+    int32_t error = 0;
+
+    int32_t intern_frame(const Frame& f) {
+        auto it = frame_index.find(f);
+        if (it != frame_index.end()) return it->second;
+        int32_t id = (int32_t)frames.size();
+        frames.push_back(f);
+        frame_index.emplace(f, id);
+        return id;
+    }
+
+    bool has_edges(int32_t s) const { return edge_off[s + 1] > edge_off[s]; }
+
+    // epsilon / call / return closure, then only the configurations that can read a byte (or
+    // accept): lazy_dfa.LazyDFA._closure
+    bool closure(std::vector<uint64_t>& configs, std::vector<uint64_t>& out) {
+        std::unordered_set<uint64_t> seen(configs.begin(), configs.end());
+        std::vector<uint64_t> todo(seen.begin(), seen.end());
+        std::vector<uint64_t> nxt;
+        while (!todo.empty()) {
+            uint64_t c = todo.back();
+            todo.pop_back();
+            int32_t s = config_state(c), stk = config_stack(c);
+            nxt.clear();
+            for (int32_t i = eps_off[s]; i < eps_off[s + 1]; ++i) nxt.push_back(config(eps_tgt[i], stk));
+            int32_t depth = stk >= 0 ? frames[stk].depth : 0;
+            for (int32_t i = call_off[s]; i < call_off[s + 1]; ++i) {
+                const int32_t* cd = &call_data[5 * i];
+                int32_t fid = cd[1], ret = cd[2], lo = cd[3], hi = cd[4];
+                if (cd[0] == 2) {
+                    if (depth < max_depth)
+                        nxt.push_back(config(frag_start[fid], intern_frame({0, -1, ret, 0, 0, 0, depth + 1, stk})));
+                    continue;
+                }
+                if (lo == 0) nxt.push_back(config(ret, stk));
+                if ((hi < 0 || hi > 0) && depth < max_depth)
+                    nxt.push_back(config(frag_start[fid], intern_frame({1, fid, ret, lo, hi, 1, depth + 1, stk})));
+            }
+            if (stk >= 0 && end_of[s] >= 0) {
+                Frame top = frames[stk];
+                if (top.kind == 0) {
+                    nxt.push_back(config(top.ret, top.parent));
+                } else {  // the k-th body of a counted repeat ended: leave it, or start body k + 1
+                    if (top.k >= top.lo) nxt.push_back(config(top.ret, top.parent));
+                    if (top.hi < 0 || top.k < top.hi) {
+                        int32_t more = (top.hi >= 0 || top.k < top.lo) ? top.k + 1 : top.k;  // unbounded: saturates at lo
+                        nxt.push_back(config(frag_start[top.fid],
+                                             intern_frame({1, top.fid, top.ret, top.lo, top.hi, more, top.depth, top.parent})));
+                    }
+                }
+            }
+            for (uint64_t x : nxt)
+                if (seen.insert(x).second) todo.push_back(x);
+            if ((int64_t)seen.size() > max_closure) { error = ERR_CLOSURE; return false; }
+        }
+        work += (int64_t)seen.size();
+        out.clear();
+        for (uint64_t x : seen) {
+            int32_t s = config_state(x);
+            if (has_edges(s) || (s == root_end && config_stack(x) < 0)) out.push_back(x);
+        }
+        std::sort(out.begin(), out.end());
+        return true;
+    }
+
+    int32_t intern(std::vector<uint64_t>& set) {
+        auto it = set_index.find(set);
+        if (it != set_index.end()) return it->second;
+        if (set.empty() && !sets.empty()) return 0;
+        int32_t sid = (int32_t)sets.size();
+        if (sid >= max_states) { exhausted = true; error = ERR_STATES; return ERR_STATES; }
+        bool acc = false;
+        for (uint64_t c : set) acc |= (config_state(c) == root_end && config_stack(c) < 0);
+        sets.push_back(set);
+        set_index.emplace(set, sid);
+        accepting.push_back(acc);
+        table.resize((size_t)(sid + 1) * ncls, UNKNOWN);
+        run.push_back(-3);
+        return sid;
+    }
+
+    // the state a set of moved configurations closes to (0: dead); < 0 on error
+    int32_t target(std::vector<uint64_t>& moved) {
+        if (moved.empty()) return 0;
+        std::sort(moved.begin(), moved.end());
+        moved.erase(std::unique(moved.begin(), moved.end()), moved.end());
+        auto it = moved_memo.find(moved);
+        if (it != moved_memo.end()) return it->second;
+        std::vector<uint64_t> closed;
+        if (!closure(moved, closed)) return error;
+        int32_t sid = intern(closed);
+        if (sid < 0) return sid;
+        if (moved_memo.size() > max_moved_memo) moved_memo.clear();
+        moved_memo.emplace(moved, sid);
+        return sid;
+    }
+
+    // fill every class (only == nullptr) or the listed ones of one state's row
+    int32_t fill_row(int32_t sid, const int32_t* only, int32_t n_only) {
+        std::vector<std::vector<uint64_t>> moved(ncls);
+        for (uint64_t c : sets[sid]) {
+            int32_t s = config_state(c), stk = config_stack(c);
+            for (int32_t e = edge_off[s]; e < edge_off[s + 1]; ++e) {
+                const int32_t mid = edge_mid[e];
+                for (int32_t k = mask_cls_off[mid]; k < mask_cls_off[mid + 1]; ++k)
+                    moved[mask_cls[k]].push_back(config(edge_tgt[e], stk));
+            }
+        }
+        int32_t n = only ? n_only : ncls;
+        for (int32_t i = 0; i < n; ++i) {
+            int32_t c = only ? only[i] : i;
+            if (table[(size_t)sid * ncls + c] != UNKNOWN) continue;
+            int32_t t = target(moved[c]);
+            if (t < 0) return t;
+            table[(size_t)sid * ncls + c] = t;  // (index again: interning may have grown the table)
+        }
+        return 0;
+    }
+
+    int32_t fill(int32_t sid, int32_t cls) {
+        int32_t got = table[(size_t)sid * ncls + cls];
+        if (got != UNKNOWN) return got;
+        std::vector<uint64_t> moved;
+        const uint8_t b = class_rep[cls];
+        for (uint64_t c : sets[sid]) {
+            int32_t s = config_state(c), stk = config_stack(c);
+            for (int32_t e = edge_off[s]; e < edge_off[s + 1]; ++e)
+                if ((mask_words[4 * (size_t)edge_mid[e] + (b >> 6)] >> (b & 63)) & 1)
+                    moved.push_back(config(edge_tgt[e], stk));
+        }
+        int32_t t = target(moved);
+        if (t < 0) return t;
+        table[(size_t)sid * ncls + cls] = t;
+        return t;
+    }
+
+    inline int32_t step(int32_t sid, int32_t cls) {
+        int32_t t = table[(size_t)sid * ncls + cls];
+        return t != UNKNOWN ? t : fill(sid, cls);
+    }
+
+    // lazy_dfa.LazyDFA.uniform_target over the byte set `mask`: decided from the NFA edges (each
+    // edge holds all of the set or none of it), -4 where they tell its bytes apart
+    int32_t uniform(int32_t sid, const uint64_t* mask) {
+        std::vector<uint64_t> moved;
+        for (uint64_t c : sets[sid]) {
+            int32_t s = config_state(c), stk = config_stack(c);
+            for (int32_t e = edge_off[s]; e < edge_off[s + 1]; ++e) {
+                const uint64_t* m = &mask_words[4 * (size_t)edge_mid[e]];
+                bool any = false, all = true;
+                for (int w = 0; w < 4; ++w) {
+                    uint64_t x = m[w] & mask[w];
+                    any |= x != 0;
+                    all &= x == mask[w];
+                }
+                if (!any) continue;
+                if (!all) return -4;
+                moved.push_back(config(edge_tgt[e], stk));
+            }
+        }
+        return target(moved);
+    }
+};
+
+// The vocabulary trie, numbered level by level so that a node's children are contiguous (the
+// walk visits siblings one after another, in one or two cache lines); each node also knows its
+// subtree's tokens as a range of positions in sorted-bytes order, where every subtree is one run.
+struct Node {
+    int32_t child_lo, child_hi;
+    int32_t tok_lo, tok_hi;  // the subtree's tokens, as positions in sorted order
+    int32_t own;             // tokens ending at the node: the first `own` of tok_lo..tok_hi (ids may share bytes)
+    int32_t below;           // deepest descendant's depth - the node's
+    uint8_t byte;
+    uint8_t all_text;        // every byte strictly below the node is text
+};
+
+struct Trie {
+    int32_t words = 0, max_text_len = 0, roots = 0;  // roots: nodes 0..roots-1 are the first bytes
+    std::vector<Node> nodes;
+    std::vector<int32_t> sorted_ids;  // token ids in sorted order; tok_lo..tok_hi index it
+    std::vector<uint32_t> all_ids;    // the bitmask of every token id in the trie
+    uint64_t text_mask[4] = {0, 0, 0, 0};
+};
+
+inline bool is_text(uint8_t b) { return b >= 0x20 && b < 0x7F && b != 0x22 && b != 0x5C; }
+
+// How long every run of text keeps the automaton alive from q: the largest L (capped at the
+// longest text token) such that no text string of length <= L leads to the dead state, found
+// breadth-first over the states text reaches, level by level (a string body: one state per
+// level, or the same set again, which stays alive for ever). -1 where the search outgrows its
+// budget before one level is checked; < -1 on error. `levels`, when given, collects the states
+// of levels 1..upto (where allowed text tokens end, for the warm-up).
+constexpr int32_t RUN_BUDGET = 4096;  // state visits one search may make
+
+const std::vector<int32_t>& text_classes(Dfa& d) {
+    if (d.text_cls.empty()) {
+        std::vector<uint8_t> has(d.ncls, 0);
+        for (int b = 0; b < 256; ++b)
+            if (is_text((uint8_t)b)) has[d.class_of[b]] = 1;
+        for (int32_t c = 0; c < d.ncls; ++c)
+            if (has[c]) d.text_cls.push_back(c);
+    }
+    return d.text_cls;
+}
+
+int32_t text_run(Dfa& d, const Trie& t, int32_t q, std::vector<int32_t>* levels = nullptr, int32_t upto = 0) {
+    if (!levels && d.run[q] != -3) return d.run[q];
+    const std::vector<int32_t>& cls = text_classes(d);
+    const int32_t cap = t.max_text_len;
+    std::vector<int32_t> level{q}, next;
+    int32_t visits = 0, r = cap;
+    for (int32_t k = 0; k < cap; ++k) {
+        next.clear();
+        for (int32_t s : level) {
+            for (int32_t c : cls) {
+                int32_t to = d.step(s, c);
+                if (to < 0) return to;
+                if (to == 0) { r = k; goto done; }
+                next.push_back(to);
+            }
+            visits += 1;
+        }
+        std::sort(next.begin(), next.end());
+        next.erase(std::unique(next.begin(), next.end()), next.end());
+        if (levels && k < upto) levels->insert(levels->end(), next.begin(), next.end());
+        if (next == level) { r = cap; break; }  // the same states for ever: alive at any length
+        if (visits > RUN_BUDGET) { r = k + 1; break; }  // checked this far
+        level.swap(next);
+    }
+done:
+    if (!levels) d.run[q] = (int16_t)r;
+    return r;
+}
+
+}  // namespace
+
+int64_t g_visits = 0, g_shortcuts = 0;
+extern "C" {
+int64_t sgrun_debug(int32_t which) { return which ? g_shortcuts : g_visits; }
+
+// The automaton of a lazy_dfa.py-shaped ByteNFA, read straight from its Python lists (edges[s]:
+// [(mask, target)], eps[s]: [target], calls[s]: [(fid, ret)] or [(fid, ret, lo, hi)], end_of:
+// {state: fid}); mask_ids maps every edge mask to its row of mask_words (4 words each). Exporting
+// a 30k-state NFA through numpy arrays cost ~80 ms of Python; this is a C loop over the lists.
+// Called through ctypes.PyDLL (the GIL held). Returns null with a Python exception set on a
+// malformed NFA.
+void* sgrun_dfa_new_py(PyObject* edges, PyObject* eps, PyObject* calls, PyObject* frag_start, PyObject* end_of,
+                       PyObject* mask_ids, const uint64_t* mask_words, int32_t n_masks, int32_t root_start,
+                       int32_t root_end, int32_t ncls, const uint8_t* class_of, const uint8_t* class_rep,
+                       int32_t max_depth, int32_t max_states, int32_t max_closure, int32_t* initial) {
+    if (!PyList_Check(edges) || !PyList_Check(eps) || !PyList_Check(calls) || !PyList_Check(frag_start) ||
+        !PyDict_Check(end_of) || !PyDict_Check(mask_ids)) {
+        PyErr_SetString(PyExc_TypeError, "sgrun_dfa_new_py: not a ByteNFA's lists");
+        return nullptr;
+    }
+    Dfa* d = new Dfa();
+    const Py_ssize_t n = PyList_GET_SIZE(edges);
+    std::vector<uint64_t> extra;  // the words of masks found missing from mask_ids
+    auto as_int = [](PyObject* o) -> int32_t { return (int32_t)PyLong_AsLong(o); };
+    auto fail = [&](const char* what) -> void* {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, what);
+        delete d;
+        return nullptr;
+    };
+    if (PyList_GET_SIZE(eps) != n || PyList_GET_SIZE(calls) != n) return fail("edges, eps and calls differ in length");
+    d->edge_off.reserve(n + 1);
+    d->edge_off.push_back(0);
+    d->eps_off.push_back(0);
+    d->call_off.push_back(0);
+    for (Py_ssize_t s = 0; s < n; ++s) {
+        PyObject* es = PyList_GET_ITEM(edges, s);
+        if (!PyList_Check(es)) return fail("an edge list is not a list");
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(es); ++k) {
+            PyObject* e = PyList_GET_ITEM(es, k);
+            if (!PyTuple_Check(e) || PyTuple_GET_SIZE(e) != 2) return fail("an edge is not (mask, target)");
+            PyObject* m = PyTuple_GET_ITEM(e, 0);
+            PyObject* mid = PyDict_GetItem(mask_ids, m);
+            if (mid) {
+                d->edge_mid.push_back(as_int(mid));
+            } else {  // a mask the NFA did not record (all_masks): its words, and a new id
+                if (!PyLong_Check(m)) return fail("an edge mask is not an int");
+                uint64_t w[4];
+                PyObject* x = m;
+                Py_INCREF(x);
+                PyObject* sixty_four = PyLong_FromLong(64);
+                for (int k = 0; k < 4; ++k) {
+                    w[k] = PyLong_AsUnsignedLongLongMask(x);
+                    PyObject* y = PyNumber_Rshift(x, sixty_four);
+                    Py_DECREF(x);
+                    x = y;
+                    if (!x) break;
+                }
+                Py_XDECREF(x);
+                Py_DECREF(sixty_four);
+                if (PyErr_Occurred()) return fail("bad edge mask");
+                int32_t id = n_masks + (int32_t)(extra.size() / 4);
+                extra.insert(extra.end(), w, w + 4);
+                PyObject* idobj = PyLong_FromLong(id);
+                PyDict_SetItem(mask_ids, m, idobj);
+                Py_DECREF(idobj);
+                d->edge_mid.push_back(id);
+            }
+            d->edge_tgt.push_back(as_int(PyTuple_GET_ITEM(e, 1)));
+        }
+        d->edge_off.push_back((int32_t)d->edge_tgt.size());
+        PyObject* ps = PyList_GET_ITEM(eps, s);
+        if (!PyList_Check(ps)) return fail("an epsilon list is not a list");
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(ps); ++k) d->eps_tgt.push_back(as_int(PyList_GET_ITEM(ps, k)));
+        d->eps_off.push_back((int32_t)d->eps_tgt.size());
+        PyObject* cs = PyList_GET_ITEM(calls, s);
+        if (!PyList_Check(cs)) return fail("a call list is not a list");
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(cs); ++k) {
+            PyObject* c = PyList_GET_ITEM(cs, k);
+            if (!PyTuple_Check(c) || (PyTuple_GET_SIZE(c) != 2 && PyTuple_GET_SIZE(c) != 4)) return fail("a call is not (fid, ret) or (fid, ret, lo, hi)");
+            if (PyTuple_GET_SIZE(c) == 2) {
+                int32_t row[5] = {2, as_int(PyTuple_GET_ITEM(c, 0)), as_int(PyTuple_GET_ITEM(c, 1)), 0, 0};
+                d->call_data.insert(d->call_data.end(), row, row + 5);
+            } else {
+                PyObject* hi = PyTuple_GET_ITEM(c, 3);
+                int32_t row[5] = {4, as_int(PyTuple_GET_ITEM(c, 0)), as_int(PyTuple_GET_ITEM(c, 1)),
+                                  as_int(PyTuple_GET_ITEM(c, 2)), hi == Py_None ? -1 : as_int(hi)};
+                d->call_data.insert(d->call_data.end(), row, row + 5);
+            }
+        }
+        d->call_off.push_back((int32_t)(d->call_data.size() / 5));
+    }
+    for (Py_ssize_t f = 0; f < PyList_GET_SIZE(frag_start); ++f) d->frag_start.push_back(as_int(PyList_GET_ITEM(frag_start, f)));
+    d->end_of.assign(n, -1);
+    PyObject *key, *value;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(end_of, &at, &key, &value)) {
+        int32_t s = as_int(key);
+        if (s >= 0 && s < n) d->end_of[s] = as_int(value);
+    }
+    if (PyErr_Occurred()) return fail("bad NFA data");
+    for (int32_t t : d->edge_tgt) if (t < 0 || t >= n) return fail("an edge target is out of range");
+    for (int32_t t : d->eps_tgt) if (t < 0 || t >= n) return fail("an epsilon target is out of range");
+    d->mask_words.assign(mask_words, mask_words + 4 * (size_t)n_masks);
+    d->mask_words.insert(d->mask_words.end(), extra.begin(), extra.end());
+    n_masks += (int32_t)(extra.size() / 4);
+    for (int32_t m : d->edge_mid) if (m < 0 || m >= n_masks) return fail("a mask id is out of range");
+    d->mask_cls_off.push_back(0);
+    for (int32_t m = 0; m < n_masks; ++m) {  // masks are unions of classes: a class is in iff its byte is
+        const uint64_t* w = &d->mask_words[4 * (size_t)m];
+        for (int32_t c = 0; c < ncls; ++c) {
+            uint8_t b = class_rep[c];
+            if ((w[b >> 6] >> (b & 63)) & 1) d->mask_cls.push_back(c);
+        }
+        d->mask_cls_off.push_back((int32_t)d->mask_cls.size());
+    }
+    d->root_end = root_end;
+    d->ncls = ncls;
+    d->class_of.assign(class_of, class_of + 256);
+    d->class_rep.assign(class_rep, class_rep + ncls);
+    d->max_depth = max_depth;
+    d->max_states = max_states;
+    d->max_closure = max_closure;
+    std::vector<uint64_t> empty;
+    d->intern(empty);  // dead state 0
+    for (int32_t c = 0; c < ncls; ++c) d->table[c] = 0;
+    std::vector<uint64_t> start{config(root_start, -1)}, closed;
+    if (!d->closure(start, closed)) { *initial = d->error; return d; }
+    *initial = d->intern(closed);
+    return d;
+}
+
+void sgrun_dfa_free(void* p) { delete static_cast<Dfa*>(p); }
+
+int32_t sgrun_dfa_num_states(void* p) { return (int32_t)static_cast<Dfa*>(p)->sets.size(); }
+int32_t* sgrun_dfa_table(void* p) { return static_cast<Dfa*>(p)->table.data(); }
+uint8_t* sgrun_dfa_accepting(void* p) { return static_cast<Dfa*>(p)->accepting.data(); }
+int64_t sgrun_dfa_take_work(void* p) {
+    Dfa* d = static_cast<Dfa*>(p);
+    int64_t w = d->work;
+    d->work = 0;
+    return w;
+}
+int32_t sgrun_dfa_exhausted(void* p) { return static_cast<Dfa*>(p)->exhausted; }
+void sgrun_dfa_set_max_states(void* p, int32_t n) { static_cast<Dfa*>(p)->max_states = n; }
+
+int32_t sgrun_dfa_fill(void* p, int32_t sid, int32_t cls) { return static_cast<Dfa*>(p)->fill(sid, cls); }
+
+int32_t sgrun_dfa_fill_row(void* p, int32_t sid, const int32_t* only, int32_t n_only) {
+    return static_cast<Dfa*>(p)->fill_row(sid, only, n_only);
+}
+
+// the state after n bytes from sid (0: dead), < 0 on error
+int32_t sgrun_dfa_step_bytes(void* p, int32_t sid, const char* data, int32_t n) {
+    Dfa* d = static_cast<Dfa*>(p);
+    int32_t s = sid;
+    for (int32_t i = 0; i < n && s > 0; ++i) s = d->step(s, d->class_of[(uint8_t)data[i]]);
+    return s;
+}
+
+// pairs: sids[i], classes[i]
+int32_t sgrun_dfa_fill_pairs(void* p, const int64_t* sids, const int64_t* classes, int64_t n) {
+    Dfa* d = static_cast<Dfa*>(p);
+    for (int64_t i = 0; i < n; ++i) {
+        int32_t t = d->fill((int32_t)sids[i], (int32_t)classes[i]);
+        if (t < 0) return t;
+    }
+    return 0;
+}
+
+int32_t sgrun_dfa_uniform(void* p, int32_t sid, const uint64_t* mask) {
+    return static_cast<Dfa*>(p)->uniform(sid, mask);
+}
+
+// configurations of one state: writes up to cap (state, stack) pairs, returns how many it has
+int32_t sgrun_dfa_configs(void* p, int32_t sid, int32_t* out, int32_t cap) {
+    Dfa* d = static_cast<Dfa*>(p);
+    const auto& set = d->sets[sid];
+    for (size_t i = 0; i < set.size() && (int32_t)i < cap; ++i) {
+        out[2 * i] = config_state(set[i]);
+        out[2 * i + 1] = config_stack(set[i]);
+    }
+    return (int32_t)set.size();
+}
+
+// one stack frame: kind, fid, ret, lo, hi, k, depth, parent
+void sgrun_dfa_frame(void* p, int32_t id, int32_t* out) {
+    const Frame& f = static_cast<Dfa*>(p)->frames[id];
+    std::memcpy(out, &f, sizeof(Frame));
+}
+
+// tokens: n ids in sorted byte order, their bytes concatenated (offsets[n + 1])
+void* sgrun_trie_new(int32_t n, const int32_t* ids, const uint8_t* data, const int64_t* offsets, int32_t words) {
+    Trie* t = new Trie();
+    t->words = words;
+    t->sorted_ids.assign(ids, ids + n);
+    t->all_ids.assign(words, 0);
+    for (int32_t i = 0; i < n; ++i)
+        if (ids[i] < words * 32) t->all_ids[ids[i] >> 5] |= 1u << (ids[i] & 31);
+    for (int b = 0; b < 256; ++b)
+        if (is_text((uint8_t)b)) t->text_mask[b >> 6] |= 1ull << (b & 63);
+    // nodes in preorder first: token i adds the nodes of its bytes past the prefix it shares with i - 1
+    struct Pre { int32_t end, tok_lo, tok_hi, own, below; uint8_t byte, all_text; };
+    std::vector<Pre> pre;
+    std::vector<int32_t> open;  // the node at each depth of the current path
+    for (int32_t i = 0; i < n; ++i) {
+        const uint8_t* s = data + offsets[i];
+        int32_t len = (int32_t)(offsets[i + 1] - offsets[i]);
+        bool text = true;
+        for (int32_t k = 0; k < len; ++k) text &= is_text(s[k]);
+        if (text) t->max_text_len = std::max(t->max_text_len, len);
+        int32_t common = 0;
+        if (i > 0) {
+            const uint8_t* p = data + offsets[i - 1];
+            int32_t plen = (int32_t)(offsets[i] - offsets[i - 1]);
+            while (common < std::min(plen, len) && p[common] == s[common]) ++common;
+        }
+        while ((int32_t)open.size() > common) {  // close the nodes the new token does not share
+            pre[open.back()].end = (int32_t)pre.size();
+            open.pop_back();
+        }
+        for (int32_t k = common; k < len; ++k) {
+            open.push_back((int32_t)pre.size());
+            pre.push_back(Pre{0, i, i, 0, 0, s[k], 1});
+        }
+        if (len > 0) pre[open.back()].own += 1;
+        for (int32_t k = 0; k < len; ++k) {  // every open node's subtree now holds token i
+            Pre& node = pre[open[k]];
+            node.tok_hi = i + 1;
+            node.below = std::max(node.below, len - (k + 1));
+            if (!text) {  // a non-text byte strictly below node k: at some position > k
+                for (int32_t j = k + 1; j < len; ++j)
+                    if (!is_text(s[j])) { node.all_text = 0; break; }
+            }
+        }
+    }
+    while (!open.empty()) {
+        pre[open.back()].end = (int32_t)pre.size();
+        open.pop_back();
+    }
+    // then level by level: a breadth-first queue of preorder ids gives every node's children
+    // consecutive numbers
+    std::vector<int32_t> queue;
+    for (int32_t p = 0; p < (int32_t)pre.size(); p = pre[p].end) queue.push_back(p);
+    t->roots = (int32_t)queue.size();
+    t->nodes.resize(pre.size());
+    for (size_t k = 0; k < queue.size(); ++k) {
+        const Pre& p = pre[queue[k]];
+        Node& nd = t->nodes[k];
+        nd.tok_lo = p.tok_lo; nd.tok_hi = p.tok_hi; nd.own = p.own; nd.below = p.below;
+        nd.byte = p.byte; nd.all_text = p.all_text;
+        nd.child_lo = (int32_t)queue.size();
+        for (int32_t c = queue[k] + 1; c < p.end; c = pre[c].end) queue.push_back(c);
+        nd.child_hi = (int32_t)queue.size();
+    }
+    return t;
+}
+
+void sgrun_trie_free(void* p) { delete static_cast<Trie*>(p); }
+
+// The mask of `state` into words (zeroed by the caller): every token whose bytes keep the
+// automaton alive. succ (may be null, cap succ_cap): the states allowed tokens end in, for the
+// compile-time warm-up. Returns the number of successors written (or 0), < 0 on error.
+int32_t sgrun_dfa_mask(void* dp, void* tp, int32_t state, uint32_t* words, int32_t* succ, int32_t succ_cap) {
+    Dfa& d = *static_cast<Dfa*>(dp);
+    const Trie& t = *static_cast<Trie*>(tp);
+    std::unordered_set<int32_t> ends;
+    const int32_t ncls = d.ncls;
+    const uint8_t* class_of = d.class_of.data();
+    const int32_t* ids = t.sorted_ids.data();
+    const int32_t limit = t.words * 32;
+    // allowed tokens are marked by their position in sorted order, where a subtree is one range
+    // (a few word fills), and turned into ids at the end from whichever side is smaller: a string
+    // body allows ~all tokens, so its mask is every id but the few it forbids
+    const int32_t n_tok = (int32_t)t.sorted_ids.size();
+    std::vector<uint64_t> pos((size_t)n_tok / 64 + 1, 0);
+    auto allow = [&](int32_t lo, int32_t hi) {
+        if (lo >= hi) return;
+        int32_t wl = lo >> 6, wh = (hi - 1) >> 6;
+        uint64_t ml = ~0ull << (lo & 63), mh = ~0ull >> (63 - ((hi - 1) & 63));
+        if (wl == wh) { pos[wl] |= ml & mh; return; }
+        pos[wl] |= ml;
+        for (int32_t w = wl + 1; w < wh; ++w) pos[w] = ~0ull;
+        pos[wh] |= mh;
+    };
+    const Node* nodes = t.nodes.data();
+    struct Frame { int32_t lo, hi, q; };
+    std::vector<Frame> stack;
+    stack.reserve(64);
+    stack.push_back({0, t.roots, state});
+    g_visits = g_shortcuts = 0;
+    while (!stack.empty()) {
+        Frame& f = stack.back();
+        if (f.lo == f.hi) { stack.pop_back(); continue; }
+        const Node& nd = nodes[f.lo++];
+        const int32_t from = f.q;
+        ++g_visits;
+        int32_t cls = class_of[nd.byte];
+        int32_t q = d.table[(size_t)from * ncls + cls];
+        if (q == UNKNOWN) {
+            q = d.fill(from, cls);
+            if (q < 0) return q;
+        }
+        if (q == 0) continue;
+        if (nd.own) {
+            allow(nd.tok_lo, nd.tok_lo + nd.own);
+            if (succ) ends.insert(q);
+        }
+        if (nd.child_lo == nd.child_hi) continue;
+        if (nd.below > 0 && nd.all_text && nd.tok_hi - nd.tok_lo - nd.own > 2) {
+            int32_t r = text_run(d, t, q);
+            if (r < -1) return r;
+            if (r >= nd.below) {  // every text run of that length stays alive from q: every token below is allowed
+                allow(nd.tok_lo + nd.own, nd.tok_hi);
+                ++g_shortcuts;
+                if (succ) {  // they end among the states text reaches from q
+                    std::vector<int32_t> lv;
+                    int32_t got = text_run(d, t, q, &lv, nd.below);
+                    if (got < -1) return got;
+                    ends.insert(lv.begin(), lv.end());
+                }
+                continue;
+            }
+        }
+        stack.push_back({nd.child_lo, nd.child_hi, q});  // (f is not used after this: the push may move it)
+    }
+    int64_t count = 0;
+    for (uint64_t w : pos) count += __builtin_popcountll(w);
+    if (2 * count <= n_tok) {
+        for (size_t w = 0; w < pos.size(); ++w)
+            for (uint64_t bits = pos[w]; bits; bits &= bits - 1) {
+                int32_t id = ids[64 * w + __builtin_ctzll(bits)];
+                if (id < limit) words[id >> 5] |= 1u << (id & 31);
+            }
+    } else {
+        std::memcpy(words, t.all_ids.data(), sizeof(uint32_t) * t.words);
+        for (size_t w = 0; w < pos.size(); ++w) {
+            uint64_t off = ~pos[w];
+            if (64 * w + 64 > (size_t)n_tok) off &= (n_tok - 64 * w >= 64) ? ~0ull : ((1ull << (n_tok - 64 * w)) - 1);
+            for (; off; off &= off - 1) {
+                int32_t id = ids[64 * w + __builtin_ctzll(off)];
+                if (id < limit) words[id >> 5] &= ~(1u << (id & 31));
+            }
+        }
+    }
+    if (!succ) return 0;
+    int32_t k = 0;
+    for (int32_t s : ends) {
+        if (k >= succ_cap) break;
+        succ[k++] = s;
+    }
+    return k;
+}
+
+}  // extern "C"

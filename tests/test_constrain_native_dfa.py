@@ -1,0 +1,190 @@
+"""The C++ lazy DFA (native_dfa.py over lazy_dfa_core.cpp) against the Python LazyDFA it stands in
+for: along byte paths of many schemas and regexes, both automata must hold the same
+configurations, accept in the same states, and give the same token masks; the error caps must
+raise the same errors; and the mask walk's trie must handle ids that share their bytes."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from constrain_fixtures import load_default_tokenizer
+from sgrun.constrain.compile_worker import build_nfa
+from sgrun.constrain.errors import ConstraintTooComplexError
+from sgrun.constrain.lazy_dfa import LazyDFA
+from sgrun.constrain.mask_builder import MaskBuilder, pack, walk
+from sgrun.constrain.native_dfa import NativeLazyDFA, NativeTrie, library
+from sgrun.constrain.token_table import token_table
+
+# (kind, spec, texts that are valid): counted repeats, formats, $ref recursion, open objects with
+# many declared names, patterns, unicode, escapes, alternatives
+CASES = [
+    ("json_schema", {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 12}, "tags": {"type": "array", "items": {"type": "string"},
+                                                             "maxItems": 3},
+        "n": {"type": "integer", "minimum": -5, "maximum": 300}}, "required": ["name"]},
+     ['{"name":"ab\\"c","tags":["x","y"],"n":-3}', '{"name":""}']),
+    ("json_schema", {"type": "object", "properties": {"email": {"type": "string", "format": "email"},
+                                                      "when": {"type": "string", "format": "date-time"},
+                                                      "host": {"type": "string", "format": "hostname"}}},
+     ['{"email":"bob@example.org","when":"2024-05-01T10:30:00Z","host":"api.example.org"}']),
+    ("json_schema", {"$defs": {"node": {"type": "object", "properties": {
+        "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"]}},
+        "$ref": "#/$defs/node"},
+     ['{"v":1,"kids":[{"v":2,"kids":[{"v":3}]},{"v":4}]}']),
+    ("json_schema", {"type": "object", "properties": {k: {"type": "string"} for k in
+                                                      ("name", "namespace", "labels", "annotations", "nodeName", "uid")},
+                     "additionalProperties": {"type": ["number", "boolean", "null"]}},
+     ['{"name":"web","labels":"x","nam":1.5,"zz":true,"uidx":null}']),
+    ("json_schema", {"type": "object", "properties": {
+        "schedule": {"type": "string", "pattern": "^(rate|cron)\\(.*\\)$"},
+        "city": {"type": "string", "minLength": 2, "maxLength": 40}}},
+     ['{"schedule":"rate(5 minutes)","city":"Zürich \\u00e9"}']),
+    ("json_schema", {"anyOf": [{"type": "string", "enum": ["get_weather", "search"]},
+                               {"type": "array", "items": {"type": "number"}, "minItems": 2}]},
+     ['"search"', "[1.5,-2e3]"]),
+    ("regex", r"[A-Z][a-z ]{0,20}\.( [A-Z][a-z]+)*", ["Hello world. Again"]),
+    ("regex", r"(ab|a)*b{2,5}c?", ["abababbb", "aabbc"]),
+]
+
+
+@pytest.fixture(scope="module")
+def table():
+    assert library() is not None, "the C++ lazy DFA did not build (g++ is installed where the tests run)"
+    return token_table(load_default_tokenizer())
+
+
+def _nfa(kind, spec):
+    if kind == "json_schema":
+        return build_nfa(kind, spec, {})[:2]
+    return build_nfa(kind, spec, {})[:2]
+
+
+def _reference(dfa, table, state):
+    return pack(walk(dfa, table, dfa.class_of[table.node_byte].astype(np.int64), state), table.words)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}:{json.dumps(c[1])[:40]}")
+def test_native_automaton_equals_the_python_one_along_valid_and_random_paths(table, case):
+    kind, spec, texts = case
+    nfa, root = _nfa(kind, spec)
+    py, nat = LazyDFA(nfa, root), NativeLazyDFA(nfa, root)
+    py_masks = MaskBuilder(py, table)
+    rng = random.Random(11)
+    checked = 0
+    for text in texts:
+        data = text.encode()
+        for trial in range(3):  # the valid text, then two random walks off its prefixes
+            sp, sn = py.initial, nat.initial
+            cut = len(data) if trial == 0 else rng.randrange(len(data) + 1)
+            path = list(data[:cut]) + [rng.randrange(256) for _ in range(0 if trial == 0 else 6)]
+            for k, b in enumerate(path + [None]):
+                assert py._sets[sp] == nat._sets[sn], f"configurations differ after {bytes(path[:k])!r}"
+                assert py.accepting[sp] == nat.accepting[sn]
+                mask = nat.native_mask(sn, table)
+                assert np.array_equal(mask, py_masks.packed(sp)), f"mask differs after {bytes(path[:k])!r}"
+                if checked % 3 == 0:
+                    assert np.array_equal(mask, _reference(nat, table, sn))
+                assert np.array_equal(py.row(sp) == 0, nat.row(sn) == 0)
+                checked += 1
+                if b is None:
+                    break
+                sp, sn = py.step(sp, b), nat.step(sn, b)
+                assert (sp == 0) == (sn == 0)
+                if sp == 0:
+                    break
+            if trial == 0:
+                assert nat.accepting[sn], f"{text!r} is valid"
+                assert nat.step_bytes(nat.initial, data) == sn
+    assert checked > 20
+
+
+def test_successors_cover_the_states_allowed_tokens_end_in(table):
+    nfa, root = _nfa(*CASES[0][:2])
+    nat = NativeLazyDFA(nfa, root)
+    s = nat.step_bytes(nat.initial, b'{"name":"a')
+    ends: set[int] = set()
+    mask = nat.native_mask(s, table, ends)
+    ids = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))
+    reached = {nat.step_bytes(s, table.token_bytes[i]) for i in ids[:: max(1, len(ids) // 500)]}
+    assert reached - {0} <= ends
+
+
+def test_text_runs_shortcut_respects_length_bounds(table):
+    nfa, root = _nfa("json_schema", {"type": "string", "maxLength": 5})
+    nat = NativeLazyDFA(nfa, root)
+    s = nat.step_bytes(nat.initial, b'"ab')
+    ids = np.flatnonzero(np.unpackbits(nat.native_mask(s, table).view(np.uint8), bitorder="little"))
+    texts = [table.token_bytes[i] for i in ids]
+    assert any(len(t) == 3 and t.isalpha() for t in texts)
+    assert not any(len(t) == 4 and t.isalpha() for t in texts)
+    assert np.array_equal(nat.native_mask(s, table), _reference(nat, table, s))
+
+
+def test_caps_raise_the_python_automatons_errors(monkeypatch):
+    nfa, root = _nfa("regex", r"[ab]{0,50}c")  # a state per count
+    for cls in (LazyDFA, NativeLazyDFA):
+        dfa = cls(nfa, root, max_states=6)
+        with pytest.raises(ConstraintTooComplexError, match="exceeds 6 states"):
+            s = dfa.initial
+            for b in b"ababababab":
+                s = dfa.step(s, b)
+        assert dfa.exhausted
+    # a left-recursive fragment closes over ever deeper stacks until the closure cap (lowered
+    # here: the Python automaton hashes its linked-tuple stacks, quadratic at the real cap)
+    import sgrun.constrain.lazy_dfa as lazy_dfa
+    import sgrun.constrain.native_dfa as native_dfa
+    monkeypatch.setattr(lazy_dfa, "_MAX_CLOSURE", 2000)
+    monkeypatch.setattr(native_dfa, "_MAX_CLOSURE", 2000)
+    from sgrun.constrain.byte_nfa import ByteNFA
+    from sgrun.constrain.regex_ast import alt, lit, seq
+    rec = ByteNFA(share=True)
+    f = rec.new_fragment()
+    rec.define_fragment(f, alt(seq(("call", f), lit("x")), lit("y")))
+    with pytest.raises(ConstraintTooComplexError) as py_err:
+        LazyDFA(rec, f, max_depth=100_000)
+    with pytest.raises(ConstraintTooComplexError) as nat_err:
+        NativeLazyDFA(rec, f, max_depth=100_000)
+    assert str(py_err.value) == str(nat_err.value)
+
+
+def test_trie_keeps_every_id_that_shares_its_bytes():
+    token_bytes = [b"ab", b"a", b"ab", b"abc", b"b\xc3", b"", b"zz"]
+    fake = SimpleNamespace(token_ids=np.array([0, 1, 2, 3, 4, 6]), token_bytes=token_bytes, words=1)
+    trie = NativeTrie(fake)
+    nfa, root = _nfa("regex", "a[bc]*")
+    nat = NativeLazyDFA(nfa, root)
+    words = np.zeros(1, dtype=np.int32)
+    library().sgrun_dfa_mask(nat._h, trie.handle, nat.initial, words.ctypes.data, None, 0)
+    got = {i for i in range(7) if (int(words[0]) >> i) & 1}
+    assert got == {0, 1, 2, 3}
+
+
+def test_pickled_automaton_is_rebuilt_over_the_same_nfa(table):
+    nfa, root = _nfa(*CASES[2][:2])
+    nat = NativeLazyDFA(nfa, root)
+    again = pickle.loads(pickle.dumps(nat))
+    data = CASES[2][2][0].encode()
+    assert again.accepting[again.step_bytes(again.initial, data)]
+
+
+def test_a_failed_build_falls_back_to_the_python_automaton(monkeypatch, tmp_path, caplog):
+    from sgrun.constrain.native_dfa import SOURCE
+    from sgrun.cpu_kernels.build import SharedLibrary
+    monkeypatch.setenv("SGRUN_FAIL_TEST_LIB", "1")
+    lib = SharedLibrary("lazy_dfa_core_test", SOURCE, what="the C++ lazy DFA", fallback="the Python one serves",
+                        fail_env="SGRUN_FAIL_TEST_LIB")
+    with caplog.at_level("WARNING"):
+        assert lib.load() is None
+    assert "the Python one serves" in caplog.text
+    import sgrun.constrain.native_dfa as nd
+    monkeypatch.setenv("SGRUN_NATIVE_DFA", "0")
+    nfa, root = _nfa("regex", "ab+")
+    assert type(nd.make_lazy_dfa(nfa, root)) is LazyDFA
+    monkeypatch.setenv("SGRUN_NATIVE_DFA", "1")
+    assert type(nd.make_lazy_dfa(nfa, root)) is NativeLazyDFA
