@@ -15,6 +15,7 @@ import jsonschema
 import lark
 import pytest
 
+from constrain_fixtures import load_default_tokenizer
 from server_fixtures import client_fixture, engine_fixture, model_fixture, server_fixture
 
 engine = engine_fixture(memory_gb=0.5)  # every option at its default: int4 weights, dtype auto
@@ -86,9 +87,16 @@ def test_shipped_grammar_by_name(client, model):
     """A grammar the package ships, asked for by name: its file must be in the installed package."""
     from importlib.resources import files
     text = files("sgrun.grammars").joinpath("arithmetic.lark").read_text()
-    choice = _chat(client, model, ebnf="arithmetic", messages=[{"role": "user", "content": "What is 6 times 7?"}])
-    lark.Lark(text, parser="earley").parse(choice.message.content)
-    assert choice.finish_reason == "stop"
+    choice = _chat(client, model, ebnf="arithmetic", messages=[{"role": "user", "content": "Write (1+2)*3."}])
+    # SmolLM2 under this grammar often writes digits until max_tokens ("What is 6 times 7?" gives
+    # "107.111..." at float32 on AVX2, stops at bf16): a cut answer must still be a prefix of the
+    # shipped file's language, a finished one a sentence of it
+    if choice.finish_reason == "length":
+        from sgrun.constrain import compile_constraint
+        assert compile_constraint(load_default_tokenizer(), grammar=text).matcher().advance_text(choice.message.content)
+    else:
+        assert choice.finish_reason == "stop"
+        lark.Lark(text, parser="earley").parse(choice.message.content)
 
 
 def test_gbnf_grammar(client, model):

@@ -54,10 +54,18 @@ KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
                    fail_env=FORCE_BUILD_FAILURE_ENV)
 
 # Rows up to which the kernels beat dequantize + the dense GEMM (benchmarks/bench_matmul.py):
-# ~256 with bf16 dot products and no AMX; AMX tiles make oneDNN's dense GEMM win from ~48 rows;
-# the int8-activation tiles at about 64 (measured against MKL's float32 GEMM on 2 cores).
+# ~256 with bf16 dot products and no AMX; AMX tiles make oneDNN's dense GEMM win from ~48 rows.
+# The int8-activation tiles serve every row count: they round the activations to 8 bits, the
+# dense GEMM does not, so a split at some row count made a prompt's logits depend on how it was
+# chunked (after a cached prefix the short suffix took the tiles, the whole prompt the GEMM:
+# greedy outputs changed with the cache on an AVX2-only AMD EPYC). Measured there, the tiles
+# are also the faster: TTFT of 2,048 tokens 6.39 s against 6.69 s with the GEMM past 64 rows
+# (the 64-row crossover had been measured against MKL's AVX-512 GEMM).
+# (Dense bf16 weights at the levels without bf16 dot products run exact FMA tiles, no rounding of
+# the activations, so they keep the speed crossover: 64 rows.)
 MAX_ROWS = {"amx": 48, "avx512_bf16": 256}
-Q8_MAX_ROWS = 64
+Q8_MAX_ROWS = 1 << 30
+DENSE_FMA_MAX_ROWS = 64
 
 
 @dataclass(frozen=True)
@@ -71,11 +79,12 @@ class MatmulKernels:
     def int4_dtypes(self) -> tuple[torch.dtype, ...]:
         return (torch.bfloat16, torch.float32)
 
-    def max_rows(self, dtype: torch.dtype) -> int:
-        """Rows up to which the kernel beats dequantize + dense GEMM for these activations."""
+    def max_rows(self, dtype: torch.dtype, dense: bool = False) -> int:
+        """Rows up to which the kernel serves these activations (past them, dequantize + dense GEMM);
+        `dense`: for a dense bf16 weight rather than int4 codes."""
         if self.bf16_dot and dtype == torch.bfloat16:
             return MAX_ROWS["amx" if isa.active_level().name == "amx" else "avx512_bf16"]
-        return Q8_MAX_ROWS
+        return DENSE_FMA_MAX_ROWS if dense else Q8_MAX_ROWS
 
     def _op(self, name: str):
         return getattr(torch.ops.sgrun, f"{name}_{self.level}")

@@ -13,6 +13,7 @@ dequantized copy is dropped after the call, so memory holds only the quantized f
 
 from __future__ import annotations
 
+import functools
 from typing import Literal, Protocol
 
 import torch
@@ -34,8 +35,21 @@ KERNEL_MAX_ROWS = 48
 # auto"). So with float32 activations only single rows take it.
 TORCH_INT4_MAX_ROWS = {torch.float32: 1}
 INT4_GROUP = 32
-# _weight_int4pack_mm_for_cpu packs weight rows in tiles of 64 (see _unpack_int4).
+# Shapes the int4 linear takes: rows in multiples of 64 (what torch's packer needs at any level).
 _INT4_ROW_TILE = 64
+
+
+@functools.cache
+def torch_int4_row_tile() -> int:
+    """Rows per tile of _convert_weight_to_int4pack_for_cpu's layout, which follows ATen's CPU
+    capability at run time: 64 at AVX-512, 32 at AVX2 (found on an AVX2-only AMD EPYC, where the
+    assumed 64 dequantized the fallback's weights into garbage). Found by packing a probe."""
+    probe = (torch.arange(64, dtype=torch.int32)[:, None] * 5 + torch.arange(32, dtype=torch.int32)) % 16
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(probe.contiguous(), 2)
+    for tile in (64, 32, 16, 8):
+        if torch.equal(_unpack_tiles(packed, 64, 32, tile).int(), probe):
+            return tile
+    raise RuntimeError("torch's int4 weight layout is not one sgrun knows (rows interleaved in tiles)")
 
 
 class Linear(Protocol):
@@ -58,7 +72,7 @@ class DenseLinear:
         fits = weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and n % cpu_matmul.LANES == 0 and k % 2 == 0
         ops = cpu_matmul.kernels() if fits else None
         self.cpp = ops is not None
-        self.max_rows = ops.max_rows(torch.bfloat16) if self.cpp else KERNEL_MAX_ROWS
+        self.max_rows = ops.max_rows(torch.bfloat16, dense=True) if self.cpp else KERNEL_MAX_ROWS
         if self.cpp:
             self.ops = ops
             self.packed = cpu_matmul.pack_bf16(weight)
@@ -174,11 +188,12 @@ class Int4Linear:
         sz = self.scales_zeros.transpose(0, 1)                     # [n, k / group, 2], a view
         scale = sz[..., 0:1]
         offset = sz[..., 1:2] - 8 * scale
-        tiles = self.packed.view(n // _INT4_ROW_TILE, k, _INT4_ROW_TILE // 2).transpose(1, 2)
-        out = torch.empty(n // _INT4_ROW_TILE, _INT4_ROW_TILE, k, dtype=sz.dtype)
-        half = _INT4_ROW_TILE // 2
-        out[:, :half] = tiles & 15          # rows j of each 64-row tile: low nibbles
-        out[:, half:] = tiles >> 4          # rows j + 32: high nibbles
+        tile = torch_int4_row_tile()
+        tiles = self.packed.view(n // tile, k, tile // 2).transpose(1, 2)
+        out = torch.empty(n // tile, tile, k, dtype=sz.dtype)
+        half = tile // 2
+        out[:, :half] = tiles & 15          # rows j of each tile: low nibbles
+        out[:, half:] = tiles >> 4          # rows j + tile/2: high nibbles
         w = out.view(n, k // INT4_GROUP, INT4_GROUP)
         w.mul_(scale).add_(offset)
         return out.view(n, k)
@@ -204,10 +219,14 @@ def _fp16_safe(scale: torch.Tensor, minimum: torch.Tensor) -> bool:
 
 
 def _unpack_int4(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    """Invert _convert_weight_to_int4pack_for_cpu: bytes [n/64, k, 32], low nibble = row j of
-    the 64-row tile, high nibble = row j + 32 (checked against the packer in the tests)."""
-    tiles = packed.view(n // _INT4_ROW_TILE, k, _INT4_ROW_TILE // 2)
-    both = torch.cat([tiles & 15, tiles >> 4], dim=-1)         # [n/64, k, 64]
+    """Invert _convert_weight_to_int4pack_for_cpu (checked against the packer in the tests)."""
+    return _unpack_tiles(packed, n, k, torch_int4_row_tile())
+
+
+def _unpack_tiles(packed: torch.Tensor, n: int, k: int, tile: int) -> torch.Tensor:
+    """Bytes [n/tile, k, tile/2]: low nibble = row j of the tile, high nibble = row j + tile/2."""
+    tiles = packed.view(n // tile, k, tile // 2)
+    both = torch.cat([tiles & 15, tiles >> 4], dim=-1)         # [n/tile, k, tile]
     return both.transpose(1, 2).reshape(n, k)
 
 
