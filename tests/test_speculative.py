@@ -149,7 +149,10 @@ def test_penalties_bias_and_min_tokens_see_the_draft_prefix(engine, chat_prompt)
     off, on = _both(engine, prompt, max_new_tokens=24, temperature=0, repetition_penalty=1.3, frequency_penalty=0.4,
                     presence_penalty=0.2, logit_bias={comma: 1.5})
     assert on.token_ids == off.token_ids
-    off, on = _both(engine, chat_prompt("Say OK."), max_new_tokens=12, min_new_tokens=8, temperature=0)
+    # (EOS is banned after "I am fine." until 8 tokens; "Say OK." met a 0.13-nat near tie at token 10
+    # on an AVX2-only CPU: see test_stops_and_length_inside_an_accepted_run)
+    off, on = _both(engine, chat_prompt("Repeat after me: I am fine."), max_new_tokens=12, min_new_tokens=8,
+                    temperature=0)
     assert on.token_ids == off.token_ids and len(on.token_ids) >= 8
 
 
