@@ -9,7 +9,7 @@ One engine (the default SmolLM2 Q4_1 file, dtype and quantization as the engine 
 the KV pages; both backends attend over that same pool. Once every request of a batch is
 decoding, consecutive engine steps alternate between the variants, so a load spike from the
 machine's other tenants hits both alike. Per variant it reports the median step time and the
-median time spent inside decode attention (`_attend_decodes`: for the gather path the page
+median time spent inside decode attention (`_attend_decodes`, the C++ backend's `_run_decode_kernel`: for the gather path the page
 gathers, masks and bmm/softmax; for the kernel the kernel calls and cascade merges), and that
 time's share of the step. The load average is printed with every line.
 
@@ -152,7 +152,7 @@ def main() -> None:
         # before the whole batch is decoding (one prefill chunk of max_batch_tokens per step).
         steps = 2 * args.steps + 4 + batch * args.context // engine.scheduler.max_batch_tokens
         alt = AlternatingSteps(engine, {"cpp (in place)": use(cpp), other_name: use(other)}, batch)
-        cpp._attend_decodes = alt.timed(cpp._attend_decodes)
+        cpp._run_decode_kernel = alt.timed(cpp._run_decode_kernel)   # the all-decode fast path skips _attend_decodes
         other._attend_decodes = alt.timed(other._attend_decodes)
         try:
             t = time.perf_counter()
@@ -161,7 +161,7 @@ def main() -> None:
             results[batch] = report(f"batch {batch} x {args.context}", alt.times)
         finally:
             alt.close()
-            del cpp._attend_decodes, other._attend_decodes
+            del cpp._run_decode_kernel, other._attend_decodes
 
     agent = None
     if args.agent_requests > 0:
@@ -203,7 +203,7 @@ def agent_part(engine, cpp, use, rng, args) -> dict:
     agents = [system + [rng.randrange(100, 40000) for _ in range(32)] for _ in range(args.agent_requests)]
     alt = AlternatingSteps(engine, {"cascade on": use(cpp, True), "cascade off": use(cpp, False)},
                            args.agent_requests)
-    cpp._attend_decodes = alt.timed(cpp._attend_decodes)
+    cpp._run_decode_kernel = alt.timed(cpp._run_decode_kernel)   # the all-decode fast path skips _attend_decodes
     try:
         steps0 = cpp.cascade_steps
         engine.generate(agents, sgrun.SamplingParams(max_new_tokens=2 * args.steps + 4, temperature=0, ignore_eos=True))
@@ -212,7 +212,7 @@ def agent_part(engine, cpp, use, rng, args) -> dict:
         return report(f"agent {args.agent_requests} x {args.agent_prefix}+32", alt.times)
     finally:
         alt.close()
-        del cpp._attend_decodes
+        del cpp._run_decode_kernel
 
 
 def kv_bytes_per_token(elem: int) -> int:

@@ -83,7 +83,9 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
             return orig_sample(*a, **k)
 
     attn = engine.runner.attn
-    orig_attend = attn._attend_decodes
+    # The all-decode fast path calls the kernel without _attend_decodes (cpp_backend.py).
+    attend_name = "_run_decode_kernel" if hasattr(attn, "_run_decode_kernel") else "_attend_decodes"
+    orig_attend = getattr(attn, attend_name)
 
     def attend(*a, **k):   # the C++ kernel is no aten op: its time is this region's
         with record_function("sgrun::decode_attention"):
@@ -92,7 +94,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
     engine.step, engine.runner.model.forward, engine.runner.run_sampling = step, forward, sample
     if compiled is not None:
         compiled.forward = compiled_forward
-    attn._attend_decodes = attend
+    setattr(attn, attend_name, attend)
     try:
         engine.generate(prompts, params)
         plain_ms = counts["t"] / max(1, counts["n"] - 2) * 1e3
@@ -105,7 +107,7 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
         del engine.step, engine.runner.model.forward, engine.runner.run_sampling  # back to the class methods
         if compiled is not None:
             del compiled.forward
-        del attn._attend_decodes
+        delattr(attn, attend_name)
     return {"plain_ms": plain_ms, "steps": max(1, counts["n"] - 2), "prof": prof}
 
 

@@ -188,6 +188,53 @@ def test_backend_and_cascade_match_the_gather_path(op, op_level, dtype):
         assert torch.equal(pools[0].k[layer], pools[2].k[layer])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_all_decode_fast_path_takes_strided_qkv_and_writes_the_pool_as_the_gather_path(op, op_level, dtype):
+    """An all-decode batch takes CppPagedAttention.forward's fast path (the C++ KV write, the
+    output converted from the kernel's rows): with q, k, v as column views of one fused
+    projection, as FusedDecode passes them, the pools end bitwise equal to the gather path's
+    indexed write, and the outputs equal the same backend's on contiguous copies bitwise."""
+    pools, shape, segments, wp, wo, _ = _pools_and_batch(dtype)
+    heads, kv_heads, head_dim = shape
+    decodes = [s for s in segments if s.q_len == 1]
+    assert len(decodes) == 4 and [s.q_start for s in decodes] == [0, 1, 2, 3]   # rows 0..3, in order
+    wp, wo = wp[:4].contiguous(), wo[:4].contiguous()
+    gather = TorchPagedAttention(pools[0], *shape)
+    strided = CppPagedAttention(pools[1], *shape, op, cascade=True)
+    dense = CppPagedAttention(pools[2], *shape, op, cascade=True)
+    for b in (gather, strided, dense):
+        b.prepare(wp, wo, decodes)
+    gen = torch.Generator().manual_seed(3)
+    for layer in range(len(pools[0].k)):
+        fused = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=gen).to(dtype)
+        q = fused[:, : heads * head_dim].view(4, heads, head_dim)
+        k = fused[:, heads * head_dim: (heads + kv_heads) * head_dim].view(4, kv_heads, head_dim)
+        v = fused[:, (heads + kv_heads) * head_dim:].view(4, kv_heads, head_dim)
+        assert not k.is_contiguous()
+        want = gather.forward(layer, q.contiguous(), k.contiguous(), v.contiguous())
+        got = strided.forward(layer, q, k, v)
+        got_dense = dense.forward(layer, q.contiguous(), k.contiguous(), v.contiguous())
+        assert got.dtype == dtype and got.shape == (4, heads, head_dim)
+        assert torch.equal(got, got_dense)
+        tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(got.float(), want.float(), **tol)
+        for cache in ("k", "v"):
+            assert torch.equal(getattr(pools[0], cache)[layer], getattr(pools[1], cache)[layer])
+        # The fast path's output is a copy: the next layer's kernel call does not change it.
+        before = got.clone()
+        strided.forward(layer, q, k, v)
+        assert torch.equal(got, before)
+
+
+def test_write_kv_rejects_a_slot_outside_the_pool(native_op):
+    pool = PagePool(1, 4, 8, 2, 16, torch.float32)
+    k = torch.zeros(1, 2, 16)
+    with pytest.raises(RuntimeError, match="out of the pool"):
+        native_op.write_kv(k, k, pool.k[0], pool.v[0], torch.tensor([99]), torch.tensor([0]))
+    with pytest.raises(RuntimeError, match="dtype"):
+        native_op.write_kv(k.bfloat16(), k.bfloat16(), pool.k[0], pool.v[0], torch.tensor([1]), torch.tensor([0]))
+
+
 def test_shared_prefix_detection():
     ps = 4
     a, b, c, d = [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 9], [1, 2, 3, 7, 8], [20, 21]

@@ -53,8 +53,13 @@ KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
                    fallback="small batches use torch's weight-only kernels instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV)
 
-# Rows up to which the kernels beat dequantize + the dense GEMM (benchmarks/bench_matmul.py):
-# ~256 with bf16 dot products and no AMX; AMX tiles make oneDNN's dense GEMM win from ~48 rows.
+# Rows up to which the kernels serve before dequantize + the dense GEMM (benchmarks/bench_matmul.py):
+# AMX tiles make oneDNN's dense GEMM win from ~48 rows. Without AMX the bf16-dot tiles serve every
+# row count: the GEMM rounds the dequantized weights to bf16 and the tiles do not, so a split at 256
+# rows made a prompt's greedy output change when it was prefilled in a batch of three (315 rows)
+# rather than alone (105), on an AMD EPYC (Zen 5, AVX512-BF16, 2 December 2026); and TTFT of 2,048
+# tokens measured the same either way there (1.13-1.46 s with the GEMM, 1.15-1.33 s with the tiles,
+# /tmp/s8/ttft.py, session 8).
 # The int8-activation tiles serve every row count: they round the activations to 8 bits, the
 # dense GEMM does not, so a split at some row count made a prompt's logits depend on how it was
 # chunked (after a cached prefix the short suffix took the tiles, the whole prompt the GEMM:
@@ -63,7 +68,7 @@ KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
 # (the 64-row crossover had been measured against MKL's AVX-512 GEMM).
 # (Dense bf16 weights at the levels without bf16 dot products run exact FMA tiles, no rounding of
 # the activations, so they keep the speed crossover: 64 rows.)
-MAX_ROWS = {"amx": 48, "avx512_bf16": 256}
+MAX_ROWS = {"amx": 48, "avx512_bf16": 1 << 30}
 Q8_MAX_ROWS = 1 << 30
 DENSE_FMA_MAX_ROWS = 64
 

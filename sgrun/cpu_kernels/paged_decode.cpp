@@ -263,3 +263,36 @@ void cascade_prefix(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Te
                                               n, mp, members.numel(), out.data_ptr<float>(), lse.data_ptr<float>(),
                                               KV, G, D, N, ps, static_cast<float>(scale)));
 }
+
+// Writes the new tokens' keys and values into the pool: row t of k / v ([T, KV, D], each head's D
+// contiguous, any row and head strides: the narrowed q/k/v views of a fused projection) goes to
+// page pages[t], offset offsets[t] of k_cache / v_cache ([KV, N, ps, D], the same dtype). The
+// pool write the torch path does with two advanced-index assignments (~8 us each at one row,
+// twice per layer), as plain row copies.
+void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache, at::Tensor pages,
+              at::Tensor offsets) {
+  TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes() && k.stride(2) == 1 && v.stride(2) == 1,
+              "k, v: [T, KV, D] with contiguous head rows");
+  const int64_t T = k.size(0), KV = k.size(1), D = k.size(2);
+  check_cache(k_cache, v_cache, D);
+  TORCH_CHECK(k_cache.size(0) == KV && k.scalar_type() == k_cache.scalar_type() &&
+                  v.scalar_type() == k_cache.scalar_type(), "k, v: the pool's kv heads and dtype");
+  TORCH_CHECK(pages.scalar_type() == at::kLong && offsets.scalar_type() == at::kLong && pages.is_contiguous() &&
+                  offsets.is_contiguous() && pages.numel() == T && offsets.numel() == T,
+              "pages, offsets: int64 [T]");
+  const int64_t N = k_cache.size(1), ps = k_cache.size(2), es = k.element_size();
+  const int64_t* pp = pages.data_ptr<int64_t>();
+  const int64_t* op = offsets.data_ptr<int64_t>();
+  for (int64_t t = 0; t < T; ++t)
+    TORCH_CHECK(pp[t] >= 0 && pp[t] < N && op[t] >= 0 && op[t] < ps, "write slot out of the pool");
+  const auto* ks = static_cast<const char*>(k.data_ptr());
+  const auto* vs = static_cast<const char*>(v.data_ptr());
+  auto* kc = static_cast<char*>(k_cache.data_ptr());
+  auto* vc = static_cast<char*>(v_cache.data_ptr());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < KV; ++h) {
+      const int64_t dst = ((h * N + pp[t]) * ps + op[t]) * D * es;
+      std::memcpy(kc + dst, ks + (t * k.stride(0) + h * k.stride(1)) * es, D * es);
+      std::memcpy(vc + dst, vs + (t * v.stride(0) + h * v.stride(1)) * es, D * es);
+    }
+}
