@@ -204,6 +204,8 @@ def test_all_decode_fast_path_takes_strided_qkv_and_writes_the_pool_as_the_gathe
     dense = CppPagedAttention(pools[2], *shape, op, cascade=True)
     for b in (gather, strided, dense):
         b.prepare(wp, wo, decodes)
+    for b in (strided, dense):   # the fast path never goes through the general decode path
+        b._attend_decodes = lambda *a: pytest.fail("an all-decode batch took the general path")
     gen = torch.Generator().manual_seed(3)
     for layer in range(len(pools[0].k)):
         fused = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=gen).to(dtype)

@@ -90,12 +90,11 @@ class FusedDecode:
         h = m.embed[input_ids] if m.embed_table is None else m.embed_table.rows(input_ids)
         h, q, k, v = run(self.first, h.to(torch.float32).contiguous(), None, cos, sin)
         # q, k, v are column views of one projection; a backend that reads strided rows takes them as they are.
-        if getattr(attn, "takes_strided_qkv", False):
-            for li, block in enumerate(self.inner):
-                h, q, k, v = run(block, h, attn.forward(li, q, k, v), cos, sin)
-        else:
-            for li, block in enumerate(self.inner):
-                h, q, k, v = run(block, h, attn.forward(li, q.contiguous(), k.contiguous(), v.contiguous()), cos, sin)
+        same = getattr(attn, "takes_strided_qkv", False)
+        for li, block in enumerate(self.inner):
+            if not same:
+                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+            h, q, k, v = run(block, h, attn.forward(li, q, k, v), cos, sin)
         _, x = run(self.last, h, attn.forward(len(self.inner), q, k, v), None, None)
         return m.lm_head(x[logit_rows]).float()
 

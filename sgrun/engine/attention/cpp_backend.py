@@ -68,26 +68,22 @@ class CppPagedAttention(TorchPagedAttention):
     # KV write and the kernels read rows of contiguous heads, so FusedDecode skips the copies.
     takes_strided_qkv = True
 
-    def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """TorchPagedAttention.forward with the KV write as row copies in C++ (the two index
-        assignments cost more than the decode kernel at batch 1), and an all-decode batch's
-        output converted straight from the kernel's float32 rows (no empty_like + indexed copy).
-        Per layer at batch 1 that is 2 calls where there were ~7 torch ops."""
+    def _write_kv(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Row copies in C++: the two index assignments cost more than the decode kernel at batch 1."""
         k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
         if k.dtype == k_cache.dtype and v.dtype == k_cache.dtype and k.stride(2) == 1 and v.stride(2) == 1:
             self.op.write_kv(k, v, k_cache, v_cache, self.write_pages, self.write_offsets)
         else:
-            k_cache[:, self.write_pages, self.write_offsets] = k.transpose(0, 1)
-            v_cache[:, self.write_pages, self.write_offsets] = v.transpose(0, 1)
+            super()._write_kv(layer, k, v)
+
+    def _attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """An all-decode batch's output is converted straight from the kernel's float32 rows (no
+        empty + indexed copy): per layer at batch 1, 2 calls where there were ~7 torch ops."""
         if (not self.prefills and self.decode_rows is not None and self.rows_are_prefix
                 and self.decode_rows.shape[0] == q.shape[0]):
             self._run_decode_kernel(layer, q)
-            # A copy: self.o is overwritten by the next layer.
-            return self.o.view(q.shape).to(q.dtype, copy=True)
-        out = torch.empty(q.shape, dtype=q.dtype)
-        self._attend_decodes(layer, q, out)
-        self._attend_prefills(layer, q, k, v, out)
-        return out
+            return self.o.view(q.shape).to(q.dtype, copy=True)   # a copy: the next layer overwrites self.o
+        return super()._attend(layer, q, k, v)
 
     def _run_decode_kernel(self, layer: int, q: torch.Tensor) -> None:
         """The decode rows' attention into self.o / self.lse (float32)."""

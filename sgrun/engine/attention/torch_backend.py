@@ -90,10 +90,17 @@ class TorchPagedAttention:
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: [T, H, D], k/v: [T, KV, D] for the new tokens. Returns [T, H, D]."""
+        self._write_kv(layer, k, v)
+        return self._attend(layer, q, k, v)
+
+    def _write_kv(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """The new tokens' K/V into the pool at (write_pages, write_offsets)."""
         k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
         k_cache[:, self.write_pages, self.write_offsets] = k.transpose(0, 1)
         v_cache[:, self.write_pages, self.write_offsets] = v.transpose(0, 1)
-        out = torch.empty_like(q)
+
+    def _attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         self._attend_decodes(layer, q, out)
         self._attend_prefills(layer, q, k, v, out)
         return out
