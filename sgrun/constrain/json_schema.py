@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import warnings
 from decimal import Decimal
+from itertools import combinations
 from math import comb
 from typing import Any
 
@@ -881,20 +882,19 @@ class SchemaCompiler:
                                             f"states; add a smaller maxItems")
             return None
         values = [json_literal_node(v, self.ws, self.ws_after) for v in domain]
+        # Built bottom-up (largest sets first) instead of by a recursive closure: a closure that
+        # calls itself is a reference cycle holding this compiler and its NFA until the cyclic GC runs.
         memo: dict[int, Node] = {}
-
-        def after(used: int, n: int) -> Node:
-            got = memo.get(used)
-            if got is None:
+        for n in range(min(hi, k), 0, -1):
+            for chosen in combinations(range(k), n):
+                used = sum(1 << i for i in chosen)
                 options = [EMPTY] if n >= lo else []
                 if n < hi:
-                    options += [seq(sep, values[i], after(used | 1 << i, n + 1)) for i in range(k)
-                                if not used >> i & 1]
-                got = self.nfa.shared(alt(*options)) if options else NOTHING
-                memo[used] = got
-            return got
+                    options += [seq(sep, values[i], memo[used | 1 << i]) for i in range(k) if not used >> i & 1]
+                memo[used] = self.nfa.shared(alt(*options)) if options else NOTHING
+        after = memo.__getitem__
 
-        first = alt(*(seq(values[i], after(1 << i, 1)) for i in range(k))) if hi >= 1 else NOTHING
+        first = alt(*(seq(values[i], after(1 << i)) for i in range(k))) if hi >= 1 else NOTHING
         inner = alt(first, EMPTY) if lo == 0 else first
         return seq(lit("["), self.ws, inner, self.ws, lit("]"))
 
