@@ -892,9 +892,8 @@ class SchemaCompiler:
                 if n < hi:
                     options += [seq(sep, values[i], memo[used | 1 << i]) for i in range(k) if not used >> i & 1]
                 memo[used] = self.nfa.shared(alt(*options)) if options else NOTHING
-        after = memo.__getitem__
 
-        first = alt(*(seq(values[i], after(1 << i)) for i in range(k))) if hi >= 1 else NOTHING
+        first = alt(*(seq(values[i], memo[1 << i]) for i in range(k))) if hi >= 1 else NOTHING
         inner = alt(first, EMPTY) if lo == 0 else first
         return seq(lit("["), self.ws, inner, self.ws, lit("]"))
 

@@ -38,9 +38,6 @@ _NON_UNIFORM = -4
 _MAX_SUCCESSORS = 4096
 
 _i32p = ctypes.POINTER(ctypes.c_int32)
-_u64p = ctypes.POINTER(ctypes.c_uint64)
-_u8p = ctypes.POINTER(ctypes.c_uint8)
-_i64p = ctypes.POINTER(ctypes.c_int64)
 _vp = ctypes.c_void_p
 _i32 = ctypes.c_int32
 
@@ -111,10 +108,10 @@ def make_lazy_dfa(nfa: ByteNFA, root: int):
     return NativeLazyDFA(nfa, root) if native_enabled() else LazyDFA(nfa, root)
 
 
-def _ptr(a: np.ndarray, kind=None) -> int:
-    """The array's address, for an argument declared void* (`kind` names what the C side reads).
-    Not ndarray.ctypes.data_as: its ctypes.cast makes a reference cycle per call, garbage that
-    only the cyclic collector frees, on the matcher's hot path."""
+def _ptr(a: np.ndarray) -> int:
+    """The array's address, for an argument declared void* (each array is made with the dtype
+    the C side reads, next to its call). Not ndarray.ctypes.data_as: its ctypes.cast makes a
+    reference cycle per call, garbage that only the cyclic collector frees, on the hot path."""
     return a.ctypes.data
 
 
@@ -134,7 +131,7 @@ class NativeTrie:
         ids_arr = np.array(ids, dtype=np.int32)
         buf = np.frombuffer(data, dtype=np.uint8) if data else np.zeros(1, dtype=np.uint8)
         self._lib = lib
-        self.handle = lib.sgrun_trie_new(len(ids), _ptr(ids_arr, _i32p), _ptr(buf, _u8p), _ptr(offsets, _i64p),
+        self.handle = lib.sgrun_trie_new(len(ids), _ptr(ids_arr), _ptr(buf), _ptr(offsets),
                                          table.words)
 
     def __del__(self):
@@ -156,10 +153,11 @@ def native_trie(table) -> NativeTrie:
     return got
 
 
-class _Accepting:
-    """dfa.accepting[state], read from the core (the array grows with the states). It holds its
-    automaton weakly: a cycle would leave every dropped constraint (and its NFA's ~10^4-10^5
-    lists) to the cyclic collector, which measured 13 ms a compile on average."""
+class _DfaView:
+    """A view the automaton keeps of itself (dfa.accepting, dfa._sets). It holds the automaton
+    weakly: a strong reference back would make every dropped constraint (and its NFA's
+    ~10^4-10^5 lists) garbage for the cyclic collector, whose pauses then land in later compiles
+    and masks (session 9: mean compile 22 ms with the collector on, 9 ms with it off)."""
 
     def __init__(self, dfa: NativeLazyDFA):
         self._dfa_ref = weakref.ref(dfa)
@@ -167,6 +165,10 @@ class _Accepting:
     @property
     def _dfa(self) -> NativeLazyDFA:
         return self._dfa_ref()
+
+
+class _Accepting(_DfaView):
+    """dfa.accepting[state], read from the core (the array grows with the states)."""
 
     def __getitem__(self, sid: int) -> bool:
         d = self._dfa
@@ -181,17 +183,13 @@ class _Accepting:
         return self._dfa.num_states
 
 
-class _ConfigSets:
+class _ConfigSets(_DfaView):
     """dfa._sets[state]: its configurations as lazy_dfa.py writes them, (NFA state, stack) with
     the stack a linked tuple (shortest_completion reads them)."""
 
     def __init__(self, dfa: NativeLazyDFA):
-        self._dfa_ref = weakref.ref(dfa)  # (weakly, as _Accepting)
+        super().__init__(dfa)
         self._frames: dict[int, tuple] = {}
-
-    @property
-    def _dfa(self) -> NativeLazyDFA:
-        return self._dfa_ref()
 
     def _stack(self, fid: int):
         if fid < 0:
@@ -210,7 +208,7 @@ class _ConfigSets:
         with d.lock:
             n = d._lib.sgrun_dfa_configs(d._h, sid, None, 0)
             out = np.zeros(2 * max(n, 1), dtype=np.int32)
-            d._lib.sgrun_dfa_configs(d._h, sid, _ptr(out, _i32p), n)
+            d._lib.sgrun_dfa_configs(d._h, sid, _ptr(out), n)
             pairs = out[: 2 * n].reshape(-1, 2).tolist()
             return frozenset((s, self._stack(stk)) for s, stk in pairs)
 
@@ -224,7 +222,7 @@ class NativeLazyDFA:
 
     def __init__(self, nfa: ByteNFA, root: int, max_depth: int = DEFAULT_MAX_DEPTH,
                  max_states: int = DEFAULT_MAX_DFA_STATES):
-        self._lib = lib = library()
+        self._lib = library()
         self.nfa, self.root, self.root_end = nfa, root, nfa.frag_end[root]
         self.max_depth, self._max_states = max_depth, max_states
         self.lock = threading.RLock()
@@ -264,8 +262,8 @@ class NativeLazyDFA:
         class_rep = np.array(self.class_rep, dtype=np.uint8)
         initial = ctypes.c_int32(0)
         handle = _pylib().sgrun_dfa_new_py(
-            nfa.edges, nfa.eps, nfa.calls, nfa.frag_start, nfa.end_of, mask_ids, _ptr(words, _u64p), len(mask_ids),
-            nfa.frag_start[root], self.root_end, self.num_classes, _ptr(class_of, _u8p), _ptr(class_rep, _u8p),
+            nfa.edges, nfa.eps, nfa.calls, nfa.frag_start, nfa.end_of, mask_ids, _ptr(words), len(mask_ids),
+            nfa.frag_start[root], self.root_end, self.num_classes, _ptr(class_of), _ptr(class_rep),
             self.max_depth, self.max_states, _MAX_CLOSURE, ctypes.byref(initial))
         return handle, initial.value
 
@@ -337,7 +335,7 @@ class NativeLazyDFA:
         s = np.ascontiguousarray(sids, dtype=np.int64)
         c = np.ascontiguousarray(classes, dtype=np.int64)
         with self.lock:
-            self._check(self._lib.sgrun_dfa_fill_pairs(self._h, _ptr(s, _i64p), _ptr(c, _i64p), len(s)))
+            self._check(self._lib.sgrun_dfa_fill_pairs(self._h, _ptr(s), _ptr(c), len(s)))
 
     def row(self, sid: int) -> np.ndarray:
         """All transitions of one state (filled; a copy)."""
@@ -354,7 +352,7 @@ class NativeLazyDFA:
             got = self.table[sid, classes]
             if (got < 0).any():
                 only = np.ascontiguousarray(np.unique(classes[got < 0]), dtype=np.int32)
-                self._check(self._lib.sgrun_dfa_fill_row(self._h, sid, _ptr(only, _i32p), len(only)))
+                self._check(self._lib.sgrun_dfa_fill_row(self._h, sid, _ptr(only), len(only)))
                 got = self.table[sid, classes]
             return got
 
@@ -372,7 +370,7 @@ class NativeLazyDFA:
                 union |= self.class_masks[c]
             words = self._union_words[key[1]] = _words4(union)
         with self.lock:
-            t = self._check(self._lib.sgrun_dfa_uniform(self._h, sid, _ptr(words, _u64p)))
+            t = self._check(self._lib.sgrun_dfa_uniform(self._h, sid, _ptr(words)))
         got = None if t == _NON_UNIFORM else t
         self._uniform[key] = got
         return got
@@ -387,7 +385,7 @@ class NativeLazyDFA:
         out = np.zeros(_MAX_SUCCESSORS if successors is not None else 1, dtype=np.int32)
         with self.lock:
             got = self._check(self._lib.sgrun_dfa_mask(
-                self._h, trie.handle, state, words.ctypes.data, _ptr(out, _i32p) if successors is not None else None,
+                self._h, trie.handle, state, words.ctypes.data, _ptr(out) if successors is not None else None,
                 _MAX_SUCCESSORS))
         if successors is not None:
             successors.update(out[:got].tolist())
