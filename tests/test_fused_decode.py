@@ -15,6 +15,10 @@ from sgrun.models.fused_decode import FusedDecode, fused_decode_for, supports
 from sgrun.models.llama import first_block, inner_block, layer_tail
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model, load_model_files
+from paged_batch import segments_over_tables
+from sgrun.cpu_kernels import paged_decode as paged_decode_cpp
+from sgrun.engine.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.page_pool import PagePool
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +108,78 @@ def test_a_row_is_bit_identical_alone_and_in_a_batch(weights, at_level):
     # and the logits are the eager forward's up to int8-activation rounding (same greedy token)
     eager = model.forward(ids[:1], positions[:1], _NoAttention(), torch.arange(1))
     assert eager.argmax(-1).item() == batch[0].argmax(-1).item()
+
+
+def _pool_and_decodes(model, contexts, seed):
+    """A pool holding random K/V for decoding rows with `contexts` tokens (the new token's slot
+    included), their segments and write slots, as the scheduler would hand them over."""
+    cfg = model.cfg
+    ps = 16
+    tables, first = [], 0
+    for ctx in contexts:
+        n = -(-ctx // ps)
+        tables.append(list(range(first, first + n)))
+        first += n
+    pool = PagePool(cfg.num_layers, first, ps, cfg.num_kv_heads, cfg.head_dim, model.dtype)
+    g = torch.Generator().manual_seed(seed)
+    for cache in (*pool.k, *pool.v):
+        cache.copy_(torch.randn(cache.shape, generator=g) * 0.5)
+    segments, wp, wo, _ = segments_over_tables([(1, c) for c in contexts], tables, ps)
+    return pool, segments, wp, wo
+
+
+@each_level()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_an_all_decode_batch_runs_in_one_call_bitwise_as_the_per_layer_loop(weights, at_level, dtype):
+    """FusedDecode runs an all-decode batch's every layer, attention included, in one C++ call
+    (decode_block.cpp's decode_forward, the attention reached by its address in the paged-decode
+    module): its logits and the pool it leaves are bitwise those of the loop over decode_block_run
+    and CppPagedAttention.forward, whose per-layer calls it must not make. A batch with a prefill
+    or a cascade prefix keeps the loop."""
+    model = _model(weights, dtype)
+    fused = FusedDecode(model)
+    op = paged_decode_cpp.load_kernel(at_level)
+    cfg = model.cfg
+    contexts = [5, 37, 300]
+    ids = torch.tensor([17, 9000, 12345])
+    positions = torch.tensor([c - 1 for c in contexts])
+    rows = torch.arange(3)
+    results = []
+    for one_call in (True, False):
+        pool, segments, wp, wo = _pool_and_decodes(model, contexts, seed=5)
+        attn = CppPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, op)
+        attn.prepare(wp, wo, segments)
+        assert attn.decode_forward_args(dtype) is not None
+        if one_call:
+            attn.forward = lambda *a: pytest.fail("the one-call forward went back to Python per layer")
+            fused.module = type("NoBlocks", (), {"decode_forward": fused.module.decode_forward,
+                                                 "decode_block_run": lambda *a: pytest.fail("a block from Python")})
+        else:
+            attn.decode_forward_args = lambda dt: None
+        try:
+            logits = fused.forward(ids, positions, attn, rows)
+        finally:
+            fused.module = model.layers[0].qkv.ops.module
+        results.append((logits, pool))
+    (a, pa), (b, pb) = results
+    assert a.shape == (3, cfg.vocab_size) and torch.isfinite(a).all()
+    assert torch.equal(a, b)
+    for layer in range(cfg.num_layers):
+        assert torch.equal(pa.k[layer], pb.k[layer]) and torch.equal(pa.v[layer], pb.v[layer])
+    # and the pool took each row's new K/V: its slot changed from the random fill
+    assert not torch.equal(pa.k[0][:, wp, wo], _pool_and_decodes(model, contexts, seed=5)[0].k[0][:, wp, wo])
+
+    pool, segments, wp, wo = _pool_and_decodes(model, [40, 3], seed=6)
+    mixed, mwp, mwo, _ = segments_over_tables([(1, 40), (3, 3)], [seg.pages.tolist() for seg in segments], 16)
+    attn = CppPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, op)
+    attn.prepare(mwp, mwo, mixed)
+    assert attn.decode_forward_args(dtype) is None          # a prefill chunk in the batch
+    attn.prepare(wp, wo, segments)
+    assert attn.decode_forward_args(dtype) is not None
+    other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
+    assert attn.decode_forward_args(other) is None          # a pool not of the GEMM dtype
+    attn.prefixes = [object()]
+    assert attn.decode_forward_args(dtype) is None          # a cascade prefix to attend first
 
 
 def test_the_default_engine_decodes_with_the_blocks_and_compiles_nothing(model_path):

@@ -211,3 +211,50 @@ void decode_block_free(std::vector<int64_t> ids) {
   std::lock_guard<std::mutex> lock(decode_block::registry_mutex);
   for (int64_t id : ids) decode_block::registry.erase(id);
 }
+
+// The whole decode forward of an all-decode batch in one call: block, attention, block, ... with
+// the attention a layer's KV write and paged decode in the paged-decode module, reached through
+// `attention_fn` (the address decode_layer_address gives, a sgrun_abi::DecodeLayerFn). `ids`: the
+// first block, the inner blocks, the last; h: the embedded rows [R, hidden] float32; cos / sin
+// [R, head_dim] in the GEMM dtype; the pool's caches per layer and the batch's attention tensors
+// as CppPagedAttention prepared them (out / lse: its float32 kernel outputs). Returns the final
+// norm's rows [R, hidden] float32 (the lm_head's input). The same arithmetic as the Python loop
+// over decode_block_run and CppPagedAttention (fused_decode.py), so the logits are bitwise the
+// same; what goes is ~30 us of Python a layer, and the GIL is released for the whole forward.
+at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos, at::Tensor sin, int64_t attention_fn,
+                          std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches, at::Tensor write_pages,
+                          at::Tensor write_offsets, at::Tensor table, at::Tensor lens, at::Tensor starts, double scale,
+                          at::Tensor out, at::Tensor lse) {
+  using namespace decode_block;
+  std::vector<std::shared_ptr<const Block>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    for (int64_t id : ids) {
+      auto it = registry.find(id);
+      TORCH_CHECK(it != registry.end(), "no decode block ", id);
+      blocks.push_back(it->second);
+    }
+  }
+  const int64_t layers = static_cast<int64_t>(blocks.size()) - 1;
+  TORCH_CHECK(layers >= 1 && !blocks.front()->tail && blocks.front()->qkv_out && !blocks.back()->qkv_out,
+              "ids: the first block, the inner blocks, then the last");
+  TORCH_CHECK(static_cast<int64_t>(k_caches.size()) == layers && static_cast<int64_t>(v_caches.size()) == layers,
+              "one k and one v cache per layer");
+  TORCH_CHECK(attention_fn != 0, "attention_fn: the address decode_layer_address gives");
+  const auto attend = reinterpret_cast<sgrun_abi::DecodeLayerFn>(attention_fn);
+  sgrun_abi::DecodeAttention a;
+  a.k_caches = k_caches.data(), a.v_caches = v_caches.data(), a.layers = layers;
+  a.write_pages = write_pages, a.write_offsets = write_offsets, a.table = table, a.lens = lens, a.starts = starts;
+  a.scale = scale, a.out = out, a.lse = lse;
+  const at::ScalarType gemm = blocks.front()->gemm;
+  pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
+  std::vector<at::Tensor> s = run_block(*blocks.front(), h, at::Tensor(), cos, sin);
+  for (int64_t layer = 0; layer < layers; ++layer) {
+    attend(a, layer, s[1], s[2], s[3]);
+    // The kernel's float32 rows in the GEMM dtype (a copy where it rounds: the next layer overwrites out).
+    const at::Tensor o = gemm == at::kFloat ? out.view(s[1].sizes()) : out.view(s[1].sizes()).to(gemm);
+    s = run_block(*blocks[layer + 1], s[0], o, layer + 1 < layers ? cos : at::Tensor(),
+                  layer + 1 < layers ? sin : at::Tensor());
+  }
+  return s[1];
+}

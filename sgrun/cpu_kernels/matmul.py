@@ -44,11 +44,11 @@ _HERE = Path(__file__).parent
 # One translation unit: shared helpers, then every ISA's tiles (each compiles only under its own
 # level's flags), then the torch driver. A new ISA is one more file in this list.
 SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "matmul_avx2.cpp", "matmul_neon.cpp", "matmul.cpp",
-           "decode_block.cpp")
+           "decode_layer_abi.cpp", "decode_block.cpp")
 
 KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
                    ["fast_path", "tiles", "int4_dequantize_t", "bf16_unpack_t",
-                    "decode_block_new", "decode_block_run", "decode_block_free"],
+                    "decode_block_new", "decode_block_run", "decode_block_free", "decode_forward"],
                    what="The C++ small-batch matmul",
                    fallback="small batches use torch's weight-only kernels instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV)

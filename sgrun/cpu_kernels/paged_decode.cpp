@@ -216,11 +216,12 @@ std::string decode_path(const std::string& dtype, int64_t head_dim) {
 // Tokens per chunk: a cascade prefix must be a whole number of them.
 int64_t chunk_tokens() { return kChunk; }
 
-// q [R, H, D] (H = kv_heads x G); k_cache, v_cache [KV, N, ps, D]; table [R, P] int64; lens [R]
-// int64; starts [R] int64: tokens already folded into (out, lse) by cascade_prefix (0, or a
-// multiple of chunk_tokens()). Writes out [R, KV, G, D] and lse [R, KV, G] (float32, natural log).
-void paged_decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor table, at::Tensor lens,
-                  at::Tensor starts, double scale, at::Tensor out, at::Tensor lse) {
+namespace {
+
+// paged_decode's checks and kernel, without the GIL's release (decode_layer runs without it).
+void paged_decode_unlocked(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                           const at::Tensor& table, const at::Tensor& lens, const at::Tensor& starts, double scale,
+                           const at::Tensor& out, const at::Tensor& lse) {
   const QRows qr = check_q(q);
   const int64_t R = q.size(0), D = q.size(2), KV = k_cache.size(0);
   check_cache(k_cache, v_cache, D);
@@ -237,11 +238,35 @@ void paged_decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tens
     TORCH_CHECK(lp[r] >= 0 && lp[r] <= P * ps, "context longer than its page table");
     TORCH_CHECK(sp[r] >= 0 && sp[r] <= lp[r] && sp[r] % kChunk == 0, "starts: whole chunks within the context");
   }
-  pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
   SG_DISPATCH_CACHE(k_cache, decode_kernel<T>(qr, k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), table.data_ptr<int64_t>(),
                                               lp, sp, out.data_ptr<float>(), lse.data_ptr<float>(), R, KV, G, D, N, ps, P,
                                               static_cast<float>(scale)));
 }
+
+void write_kv_unlocked(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                       const at::Tensor& pages, const at::Tensor& offsets);
+
+// sgrun_abi::DecodeLayerFn (decode_layer_abi.cpp): one layer's KV write and decode attention.
+void decode_layer(const sgrun_abi::DecodeAttention& a, int64_t layer, const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& v) {
+  TORCH_CHECK(layer >= 0 && layer < a.layers, "decode layer out of range");
+  write_kv_unlocked(k, v, a.k_caches[layer], a.v_caches[layer], a.write_pages, a.write_offsets);
+  paged_decode_unlocked(q, a.k_caches[layer], a.v_caches[layer], a.table, a.lens, a.starts, a.scale, a.out, a.lse);
+}
+
+}  // namespace
+
+// q [R, H, D] (H = kv_heads x G); k_cache, v_cache [KV, N, ps, D]; table [R, P] int64; lens [R]
+// int64; starts [R] int64: tokens already folded into (out, lse) by cascade_prefix (0, or a
+// multiple of chunk_tokens()). Writes out [R, KV, G, D] and lse [R, KV, G] (float32, natural log).
+void paged_decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor table, at::Tensor lens,
+                  at::Tensor starts, double scale, at::Tensor out, at::Tensor lse) {
+  pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
+  paged_decode_unlocked(q, k_cache, v_cache, table, lens, starts, scale, out, lse);
+}
+
+// The address of decode_layer, a sgrun_abi::DecodeLayerFn, for the matmul module's decode forward.
+int64_t decode_layer_address() { return reinterpret_cast<int64_t>(&decode_layer); }
 
 // Attends the first n tokens of `pages` ([P] int64; n a multiple of chunk_tokens()) for the
 // query rows `members` of q, writing their state after that prefix into (out, lse); paged_decode
@@ -271,6 +296,13 @@ void cascade_prefix(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Te
 // twice per layer), as plain row copies.
 void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache, at::Tensor pages,
               at::Tensor offsets) {
+  write_kv_unlocked(k, v, k_cache, v_cache, pages, offsets);
+}
+
+namespace {
+
+void write_kv_unlocked(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                       const at::Tensor& pages, const at::Tensor& offsets) {
   TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes() && k.stride(2) == 1 && v.stride(2) == 1,
               "k, v: [T, KV, D] with contiguous head rows");
   const int64_t T = k.size(0), KV = k.size(1), D = k.size(2);
@@ -296,3 +328,5 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
       std::memcpy(vc + dst, vs + (t * v.stride(0) + h * v.stride(1)) * es, D * es);
     }
 }
+
+}  // namespace

@@ -40,10 +40,11 @@ FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_ATTENTION_FAIL"
 # row invariance the kernel promises).
 # The paged walk, each ISA's chunk path (compiled only under its own level's flags), the portable
 # and AVX512-BF16 chunk math with the dispatch, the driver. A new ISA is one more file here.
-SOURCES = ("paged_rows.cpp", "paged_chunk_avx2.cpp", "paged_chunk_neon.cpp", "paged_chunk_attention.cpp",
+SOURCES = ("paged_rows.cpp", "decode_layer_abi.cpp", "paged_chunk_avx2.cpp", "paged_chunk_neon.cpp", "paged_chunk_attention.cpp",
            "paged_decode.cpp")
 KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in SOURCES),
-                   ["paged_decode", "cascade_prefix", "chunk_tokens", "decode_path", "write_kv"], what="C++ paged decode attention",
+                   ["paged_decode", "cascade_prefix", "chunk_tokens", "decode_path", "write_kv",
+                    "decode_layer_address"], what="C++ paged decode attention",
                    fallback="decode attention gathers pages with the torch path instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV, flags=("-ffp-contract=off",))
 

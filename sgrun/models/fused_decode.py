@@ -5,7 +5,11 @@ with no torch.compile: each block (o projection + residual, MLP, the next layer'
 RoPE) is one call into the matmul kernel's module with its weights bound once at construction.
 A batch-1 step's 31 block calls cost ~0.3 ms where the compiled graphs' wrappers and guards cost
 ~4.5 ms, and nothing needs warming up, so an engine serves at full speed from its first token
-(docs/benchmarks.md). Attention stays in Python between the blocks, as in every forward.
+(docs/benchmarks.md). A batch of decodes alone (no prefill chunk, no cascade prefix: what
+CppPagedAttention.decode_forward_args accepts) goes further: its every layer, attention included,
+is one call (decode_block.cpp's decode_forward, the attention reached by its address in the
+paged-decode module), which took ~1 ms of Python out of a 10 ms step on an AVX2-only Zen 3
+(docs/cpu_kernels.md). Other batches call the attention backend from Python between the blocks.
 
 It serves a model whose every layer linear runs on sgrun's C++ tiles (int4, dense bf16, or int8 with
 float32 activations), with a float32 residual stream, on one process (no tensor parallelism);
@@ -78,7 +82,8 @@ class FusedDecode:
         # Int8Linear's tiles take any row count; past the others' limits dense GEMMs win (quant_linear.py).
         self.max_rows = min(getattr(lin, "max_rows", KERNEL_MAX_ROWS) for lw in layers
                             for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
-        weakref.finalize(self, self.module.decode_block_free, [self.first, *self.inner, self.last])
+        self.ids = [self.first, *self.inner, self.last]
+        weakref.finalize(self, self.module.decode_block_free, list(self.ids))
 
     def eligible(self, num_tokens: int) -> bool:
         return num_tokens <= self.max_rows
@@ -88,7 +93,13 @@ class FusedDecode:
         m, run = self.model, self.module.decode_block_run
         cos, sin = m.cos[positions], m.sin[positions]
         h = m.embed[input_ids] if m.embed_table is None else m.embed_table.rows(input_ids)
-        h, q, k, v = run(self.first, h.to(torch.float32).contiguous(), None, cos, sin)
+        h = h.to(torch.float32).contiguous()
+        one_call = getattr(attn, "decode_forward_args", None)
+        args = one_call(m.dtype) if one_call is not None else None
+        if args is not None:   # an all-decode batch: every layer, attention included, in one C++ call
+            x = self.module.decode_forward(self.ids, h, cos, sin, *args)
+            return m.lm_head(x[logit_rows]).float()
+        h, q, k, v = run(self.first, h, None, cos, sin)
         # q, k, v are column views of one projection; a backend that reads strided rows takes them as they are.
         same = getattr(attn, "takes_strided_qkv", False)
         for li, block in enumerate(self.inner):

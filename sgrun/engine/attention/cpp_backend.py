@@ -85,6 +85,19 @@ class CppPagedAttention(TorchPagedAttention):
             return self.o.view(q.shape).to(q.dtype, copy=True)   # a copy: the next layer overwrites self.o
         return super()._attend(layer, q, k, v)
 
+    def decode_forward_args(self, dtype: torch.dtype) -> tuple | None:
+        """The arguments after cos / sin of the matmul module's decode_forward (decode_block.cpp),
+        which runs this batch's every layer, attention included, in one C++ call: where the batch
+        is decodes alone in row order with no shared prefix to cascade and the pool holds `dtype`
+        (the GEMM's: the KV write copies rows as they are). None otherwise: FusedDecode then calls
+        forward() per layer. The attention is this module's own kernel, reached by its address,
+        so a row gets bitwise what forward() gives it."""
+        if (self.prefills or self.decode_rows is None or not self.rows_are_prefix or self.prefixes
+                or self.pool.k[0].dtype != dtype or not hasattr(self.op, "decode_layer_address")):
+            return None
+        return (self.op.decode_layer_address(), self.pool.k, self.pool.v, self.write_pages, self.write_offsets,
+                self.table, self.lens, self.starts, self.scale, self.o, self.lse)
+
     def _run_decode_kernel(self, layer: int, q: torch.Tensor) -> None:
         """The decode rows' attention into self.o / self.lse (float32)."""
         n = self.decode_rows.shape[0]
