@@ -110,3 +110,20 @@ def test_extreme_hashes_stay_inside_the_unit_interval_and_never_beat_a_mask():
     assert bool(torch.isfinite(noise).all())
     logits = torch.tensor([[0.0, -float("inf"), -float("inf"), -float("inf")]])
     assert int((logits + noise).argmax(dim=-1)) == 0
+
+
+def test_row_argmax_is_torchs_argmax_ties_nan_and_masked_rows_included():
+    """The CPU fast path (numpy's argmax) picks what torch's does: the first maximum, a NaN as the
+    maximum, index 0 for a row masked to -inf; on strided rows too; int64 either way."""
+    from sgrun.engine.sampler import row_argmax
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randn(6, 49152, generator=g)
+    rows[1, 100] = rows[1, 7] = rows[1].max() + 1.0          # a tie: the first index wins
+    rows[2, :] = float("-inf")                                 # every token masked
+    rows[3, 500] = float("nan")                                # a NaN counts as the maximum
+    rows[4, 3] = rows[4, 9] = float("nan")
+    rows[5, :] = 0.0                                           # all equal
+    for x in (rows, rows[:, ::2], rows[::2]):
+        got = row_argmax(x)
+        assert got.dtype == torch.int64 and torch.equal(got, x.argmax(dim=-1)), (got, x.argmax(dim=-1))
+    assert row_argmax(rows).tolist()[:6] == [rows[0].argmax().item(), 7, 0, 500, 3, 0]

@@ -36,7 +36,7 @@ import torch
 
 from sgrun.engine.counter_rng import uniform
 from sgrun.engine.ngram_draft import NgramDrafter, SpeculativeConfig, next_draft_limit
-from sgrun.engine.sampler import _filter, sample_tokens
+from sgrun.engine.sampler import _filter, row_argmax, sample_tokens
 from sgrun.engine.sampling_rows import SamplingInputs
 from sgrun.engine.sequence import Sequence
 from sgrun.engine.stats import SpeculationCounters
@@ -79,7 +79,7 @@ def accept_rows(rows: torch.Tensor, si: SamplingInputs, drafts: list[int],
     instead (on rejection, or the bonus row) ([R]). `free`: the rows' plain draws, if known."""
     dev = rows.device
     draft_t = torch.tensor(drafts, dtype=torch.long).to(dev)
-    target = rows.argmax(dim=-1) if free is None else free   # greedy rows: accept while the draft is the argmax
+    target = row_argmax(rows) if free is None else free   # greedy rows: accept while the draft is the argmax
     accept = target == draft_t
     alt = target
     sampled = [r for r, (p, d) in enumerate(zip(si.params, drafts)) if not p.greedy and (d >= 0 or free is None)]
@@ -96,7 +96,7 @@ def accept_rows(rows: torch.Tensor, si: SamplingInputs, drafts: list[int],
         coin = u.gather(1, col)[:, 0]
         # The residual: p without the draft token, renormalised (Gumbel-max ignores the scale).
         residual = filtered.scatter(1, col, torch.where(has_draft[:, None], float("-inf"), filtered.gather(1, col)))
-        drawn = (residual - torch.log(-torch.log(u))).argmax(dim=-1)
+        drawn = row_argmax(residual - torch.log(-torch.log(u)))
         accept = accept.clone()
         accept[idx] = has_draft & (coin < p_x)
         alt = target.clone()
