@@ -29,6 +29,9 @@ from sgrun.cpu_kernels import isa
 log = logging.getLogger("sgrun.engine")
 
 COMMON_FLAGS = ("-O3", "-fopenmp", "-std=c++17")
+# Prepended to every kernel's sources in place of the <torch/extension.h> load_inline would add
+# (it costs each build more than half its time; the file says why).
+TORCH_HEADERS = Path(__file__).with_name("torch_headers.cpp")
 
 
 def level_flags(level: isa.Level) -> tuple[str, ...]:
@@ -73,7 +76,8 @@ class CppKernel:
         self._modules: dict[str, ModuleType | None] = {}
 
     def source_text(self) -> str:
-        return "\n".join(path.read_text() for path in self.sources)
+        """torch_headers.cpp (the torch headers every kernel compiles against), then the sources."""
+        return "\n".join(path.read_text() for path in (TORCH_HEADERS, *self.sources))
 
     def build_flags(self, level: isa.Level) -> list[str]:
         return list(level_flags(level) + self.flags)
@@ -106,7 +110,8 @@ class CppKernel:
                 with _build_lock(build_dir):
                     module = load_inline(self.build_name(built), cpp_sources=self.source_text(),
                                          functions=self.functions, extra_cflags=self.build_flags(built),
-                                         extra_ldflags=["-fopenmp"], build_directory=build_dir, verbose=False)
+                                         extra_ldflags=["-fopenmp"], build_directory=build_dir, verbose=False,
+                                         no_implicit_headers=True)
             except Exception as exc:  # any build or load failure: the caller's torch path still works
                 text = str(exc).strip()
                 log.warning("%s is unavailable at CPU level %s (%s); %s", self.what, built.name,

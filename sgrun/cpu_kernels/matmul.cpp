@@ -8,7 +8,7 @@
 //   matmul_neon.cpp).
 // Ops are registered as sgrun::<op>_<level> so several levels' builds can live in one process
 // (tests run every level the CPU has).
-#include <torch/extension.h>
+#include <torch/library.h>   // TORCH_LIBRARY: the ops torch.compile calls
 #include <ATen/Parallel.h>
 #include <string>
 

@@ -2,7 +2,6 @@
 // (paged_chunk_attention.cpp): token rows found through a page table without a division per
 // token, with the rows a few blocks ahead prefetched across pages, float conversion and a
 // vectorizable exp. First of the sources paged_decode_cpp.py builds as one unit.
-#include <torch/extension.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

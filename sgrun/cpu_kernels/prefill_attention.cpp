@@ -81,9 +81,9 @@ std::string fast_path(const std::string& dtype, int64_t head_dim) {
 // tables [S, max_pages] int64, q_starts / q_lens / ctx_lens [S] int64: segment s's q_len rows
 // start at row q_starts[s] and are the last q_len positions of its ctx_len-token context.
 // Writes those rows of `out` (same shape and dtype as q, contiguous).
-void prefill_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_cache, torch::Tensor tables,
-                       torch::Tensor q_starts, torch::Tensor q_lens, torch::Tensor ctx_lens, double scale,
-                       torch::Tensor out, bool portable) {
+void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor tables,
+                       at::Tensor q_starts, at::Tensor q_lens, at::Tensor ctx_lens, double scale,
+                       at::Tensor out, bool portable) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "bad shapes");
   TORCH_CHECK(q.scalar_type() == k_cache.scalar_type() && v_cache.scalar_type() == q.scalar_type() &&
               out.scalar_type() == q.scalar_type(), "q, caches and out must share a dtype");
@@ -91,7 +91,7 @@ void prefill_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_c
   TORCH_CHECK(q.stride(2) == 1 && q.stride(1) == q.size(2), "q's heads must be contiguous [H, D] rows");
   TORCH_CHECK(out.sizes() == q.sizes(), "out must have q's shape");
   for (const auto& t : {tables, q_starts, q_lens, ctx_lens})
-    TORCH_CHECK(t.scalar_type() == torch::kLong && t.is_contiguous(), "tables and lengths must be contiguous int64");
+    TORCH_CHECK(t.scalar_type() == at::kLong && t.is_contiguous(), "tables and lengths must be contiguous int64");
   const int64_t H = q.size(1), D = q.size(2), KV = k_cache.size(0), ps = k_cache.size(2);
   TORCH_CHECK(k_cache.size(3) == D && H % KV == 0, "head dims disagree");
   Segments seg{tables.data_ptr<int64_t>(), tables.size(1), q_starts.data_ptr<int64_t>(), q_lens.data_ptr<int64_t>(),
@@ -120,7 +120,7 @@ void prefill_attention(torch::Tensor q, torch::Tensor k_cache, torch::Tensor v_c
 #ifdef SG_PREFILL_SIMD
   if (!path.empty()) {
     const int64_t qs = q.stride(0), os = out.stride(0);
-    if (q.scalar_type() == torch::kBFloat16) {
+    if (q.scalar_type() == at::kBFloat16) {
       attend_packed<simd::Path<uint16_t>>(reinterpret_cast<const uint16_t*>(q.data_ptr()), qs,
                                           reinterpret_cast<const uint16_t*>(k_cache.data_ptr()),
                                           reinterpret_cast<const uint16_t*>(v_cache.data_ptr()), head_stride,

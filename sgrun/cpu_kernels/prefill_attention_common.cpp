@@ -10,7 +10,6 @@
 // A row's result depends only on its own query, position and context: keys past its position get
 // probability exactly 0 and a block with none of its keys leaves its state exactly as it was
 // (rescale factor 2^0 = 1), so which rows share its tile, and how many rows the chunk has, change nothing.
-#include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <atomic>

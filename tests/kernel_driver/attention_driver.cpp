@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 #include <vector>
+#include <torch/extension.h>   // torch_shim/: the few torch names the kernels use (the real build gets torch_headers.cpp)
 #include "paged_rows.cpp"
 #include "paged_chunk_avx2.cpp"
 #include "paged_chunk_neon.cpp"
