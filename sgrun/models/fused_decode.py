@@ -8,8 +8,9 @@ A batch-1 step's 31 block calls cost ~0.3 ms where the compiled graphs' wrappers
 (docs/benchmarks.md). A batch of decodes alone (no prefill chunk, no cascade prefix: what
 CppPagedAttention.decode_forward_args accepts) goes further: its every layer, attention included,
 is one call (decode_block.cpp's decode_forward, the attention reached by its address in the
-paged-decode module), which took ~1 ms of Python out of a 10 ms step on an AVX2-only Zen 3
-(docs/cpu_kernels.md). Other batches call the attention backend from Python between the blocks.
+paged-decode module): bitwise the per-layer loop, with the GIL released for the whole forward.
+Its speed-up measured within the noise on an AVX2-only Zen 3 (1.00-1.03x, docs/cpu_kernels.md).
+Other batches call the attention backend from Python between the blocks.
 
 It serves a model whose every layer linear runs on sgrun's C++ tiles (int4, dense bf16, or int8 with
 float32 activations), with a float32 residual stream, on one process (no tensor parallelism);
