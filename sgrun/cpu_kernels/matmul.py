@@ -67,10 +67,16 @@ KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
 # are also the faster: TTFT of 2,048 tokens 6.39 s against 6.69 s with the GEMM past 64 rows
 # (the 64-row crossover had been measured against MKL's AVX-512 GEMM).
 # (Dense bf16 weights at the levels without bf16 dot products run exact FMA tiles, no rounding of
-# the activations, so they keep the speed crossover: 64 rows.)
+# the activations, so they keep the speed crossover: 64 rows, measured against MKL's AVX-512 GEMM.
+# Below AVX-512 (avx2, neon) torch's bf16 GEMM has no native path and the tiles serve every row
+# count: on an AVX2-only AMD EPYC Zen 3, gate_up 3072x576 at 256 rows took 920 ms in F.linear bf16
+# against 9.9 ms in the tiles, and 64-256 rows of every SmolLM2 shape 20-100x slower
+# (`python benchmarks/bench_matmul.py --rows 64,128,256`, 3 December 2026); one test's dense bf16
+# prefills took 213 s of the suite.)
 MAX_ROWS = {"amx": 48, "avx512_bf16": 1 << 30}
 Q8_MAX_ROWS = 1 << 30
 DENSE_FMA_MAX_ROWS = 64
+DENSE_FMA_EVERY_ROW_LEVELS = ("avx2", "neon", "neon_dotprod")
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,8 @@ class MatmulKernels:
         `dense`: for a dense bf16 weight rather than int4 codes."""
         if self.bf16_dot and dtype == torch.bfloat16:
             return MAX_ROWS["amx" if isa.active_level().name == "amx" else "avx512_bf16"]
+        if dense and self.level in DENSE_FMA_EVERY_ROW_LEVELS:
+            return Q8_MAX_ROWS
         return DENSE_FMA_MAX_ROWS if dense else Q8_MAX_ROWS
 
     def _op(self, name: str):
