@@ -68,15 +68,15 @@ KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
 # (the 64-row crossover had been measured against MKL's AVX-512 GEMM).
 # (Dense bf16 weights at the levels without bf16 dot products run exact FMA tiles, no rounding of
 # the activations, so they keep the speed crossover: 64 rows, measured against MKL's AVX-512 GEMM.
-# Below AVX-512 (avx2, neon) torch's bf16 GEMM has no native path and the tiles serve every row
-# count: on an AVX2-only AMD EPYC Zen 3, gate_up 3072x576 at 256 rows took 920 ms in F.linear bf16
+# At avx2 torch's bf16 GEMM has no native path and the tiles serve every row count: on an
+# AVX2-only AMD EPYC Zen 3, gate_up 3072x576 at 256 rows took 920 ms in F.linear bf16
 # against 9.9 ms in the tiles, and 64-256 rows of every SmolLM2 shape 20-100x slower
 # (`python benchmarks/bench_matmul.py --rows 64,128,256`, 3 December 2026); one test's dense bf16
 # prefills took 213 s of the suite.)
 MAX_ROWS = {"amx": 48, "avx512_bf16": 1 << 30}
 Q8_MAX_ROWS = 1 << 30
 DENSE_FMA_MAX_ROWS = 64
-DENSE_FMA_EVERY_ROW_LEVELS = ("avx2", "neon", "neon_dotprod")
+DENSE_FMA_EVERY_ROW_LEVELS = ("avx2",)   # measured there; neon not measured (no ARM machine here)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,8 @@ class CppPagedAttention(TorchPagedAttention):
         self.cascade_steps = 0   # prepared batches that attended at least one shared prefix once
         self.decode_rows: torch.Tensor | None = None
         self.prefixes: list[SharedPrefix] = []
+        # The kernel's decode_layer for FusedDecode's one-call forward (0: an op without it).
+        self.decode_layer_fn = op.decode_layer_address() if hasattr(op, "decode_layer_address") else 0
 
     def _prepare_decodes(self, decodes: list[Segment]) -> None:
         self.prefixes = []
@@ -93,9 +95,9 @@ class CppPagedAttention(TorchPagedAttention):
         forward() per layer. The attention is this module's own kernel, reached by its address,
         so a row gets bitwise what forward() gives it."""
         if (self.prefills or self.decode_rows is None or not self.rows_are_prefix or self.prefixes
-                or self.pool.k[0].dtype != dtype or not hasattr(self.op, "decode_layer_address")):
+                or self.pool.k[0].dtype != dtype or not self.decode_layer_fn):
             return None
-        return (self.op.decode_layer_address(), self.pool.k, self.pool.v, self.write_pages, self.write_offsets,
+        return (self.decode_layer_fn, self.pool.k, self.pool.v, self.write_pages, self.write_offsets,
                 self.table, self.lens, self.starts, self.scale, self.o, self.lse)
 
     def _run_decode_kernel(self, layer: int, q: torch.Tensor) -> None:
