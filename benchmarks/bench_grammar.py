@@ -30,7 +30,7 @@ RUNS = 3
 AMBIGUOUS_EXPR = ('start: expr\nexpr: expr "+" expr | expr "*" expr | "(" expr ")" | NUMBER\n'
                   'NUMBER: /[0-9]+/\n%ignore " "\n')
 # json.lark with a reduce/reduce conflict (a string value is a `name` or a `text`): Earley only
-JSON_AMBIGUOUS = (ROOT / "grammars/json.lark").read_text().replace(
+JSON_AMBIGUOUS = (ROOT / "sgrun/grammars/json.lark").read_text().replace(
     "      | STRING\n", "      | name\n      | text\n", 1) + "name: STRING\ntext: STRING\n"
 DEEP_JSON = '{"a": ' * 20 + "[" * 20 + "1, 2" + "]" * 20 + "}" * 20
 JSON_TEXT = '{"name": "Ada Lovelace", "tags": [1, 2.5, {"x": null}], "ok": true, "n": -3e2}'
@@ -40,11 +40,11 @@ def cases() -> list[tuple[str, str, str, str]]:
     """(name, kind, grammar text, valid sample text)"""
     gb = ROOT / "tests/data/gbnf"
     out = [
-        ("json.lark (LALR)", "lark", (ROOT / "grammars/json.lark").read_text(), JSON_TEXT),
-        ("json.lark via Earley", "lark-earley", (ROOT / "grammars/json.lark").read_text(), JSON_TEXT),
-        ("json.lark, 40 deep (LALR)", "lark", (ROOT / "grammars/json.lark").read_text(), DEEP_JSON),
-        ("json.lark, 40 deep, via Earley", "lark-earley", (ROOT / "grammars/json.lark").read_text(), DEEP_JSON),
-        ("arithmetic.lark (LALR)", "lark", (ROOT / "grammars/arithmetic.lark").read_text(),
+        ("json.lark (LALR)", "lark", (ROOT / "sgrun/grammars/json.lark").read_text(), JSON_TEXT),
+        ("json.lark via Earley", "lark-earley", (ROOT / "sgrun/grammars/json.lark").read_text(), JSON_TEXT),
+        ("json.lark, 40 deep (LALR)", "lark", (ROOT / "sgrun/grammars/json.lark").read_text(), DEEP_JSON),
+        ("json.lark, 40 deep, via Earley", "lark-earley", (ROOT / "sgrun/grammars/json.lark").read_text(), DEEP_JSON),
+        ("arithmetic.lark (LALR)", "lark", (ROOT / "sgrun/grammars/arithmetic.lark").read_text(),
          "12 + 3.5*(4 - 5) / 6 - -7"),
         ("ambiguous expr (Earley)", "lark", AMBIGUOUS_EXPR, "12 + 3*(4 + 5) * 6 + 7 * (8 + 9)"),
     ]

@@ -36,25 +36,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bare_checkout_imports() -> None:
-    """Let a checkout that was never pip-installed import sgrun: the distribution maps
-    kernels/ and grammars/ into the package as sgrun.kernels and sgrun.grammars."""
-    import importlib.util
+    """Let a checkout that was never pip-installed import sgrun (the Triton kernels and the
+    grammars live inside it, as sgrun/kernels and sgrun/grammars)."""
     try:
-        import sgrun.kernels  # noqa: F401
-        return
+        import sgrun  # noqa: F401
     except ImportError:
-        pass
-    sys.path.insert(0, str(ROOT))
-    import sgrun as pkg
-    for sub in ("kernels", "grammars"):
-        init = ROOT / sub / "__init__.py"
-        spec = importlib.util.spec_from_file_location(f"sgrun.{sub}", init if init.exists() else None,
-                                                      submodule_search_locations=[str(ROOT / sub)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[f"sgrun.{sub}"] = module
-        setattr(pkg, sub, module)
-        if init.exists():
-            spec.loader.exec_module(module)
+        sys.path.insert(0, str(ROOT))
 
 
 _bare_checkout_imports()

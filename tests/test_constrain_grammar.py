@@ -13,7 +13,7 @@ from lark import Lark
 from constrain_fixtures import load_default_tokenizer, random_walk
 from sgrun.constrain import GrammarError, compile_constraint
 
-GRAMMARS = Path(__file__).resolve().parents[1] / "grammars"
+GRAMMARS = Path(__file__).resolve().parents[1] / "sgrun" / "grammars"
 
 
 @pytest.fixture(scope="module")

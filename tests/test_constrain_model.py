@@ -17,7 +17,7 @@ from lark import Lark
 
 import sgrun
 
-GRAMMARS = Path(__file__).resolve().parents[1] / "grammars"
+GRAMMARS = Path(__file__).resolve().parents[1] / "sgrun" / "grammars"
 BATCH = 4  # requests per hypothesis example, decoded together in one engine batch
 
 

@@ -16,7 +16,8 @@ SGRUN = Path(__file__).resolve().parent.parent / "sgrun"
 PACKAGE_DEPS: dict[str, set[str]] = {
     "sgrun.errors": set(),
     "sgrun.cache_paths": set(),   # the one cache folder every package may ask for
-    "sgrun.kernels": set(),   # the Triton kernels (top-level kernels/, installed as sgrun.kernels)
+    "sgrun.kernels": set(),   # the Triton kernels (sgrun/kernels/)
+    "sgrun.grammars": set(),  # the shipped grammar files (data only)
     "sgrun.child_process": set(),
     "sgrun.models": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.cpu_kernels"},
     "sgrun.cpu_kernels": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process"},

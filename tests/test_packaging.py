@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGE_ROOTS = ("sgrun", "kernels", "grammars")  # kernels/ and grammars/ ship as sgrun.kernels / sgrun.grammars
-FIRST_PARTY = {"sgrun", "kernels", "__future__"}
+PACKAGE_ROOTS = ("sgrun",)
+FIRST_PARTY = {"sgrun", "__future__"}
 # lark's strict mode (constrain/lark_build.py builds every LALR grammar with strict=True) imports this
 # lazily, so no `import` line names it; it must still be a core dependency.
 INDIRECT_CORE = {"interegular"}
@@ -119,6 +119,22 @@ def _module_names() -> list[str]:
     return sorted(names)
 
 
+def test_the_checkout_root_shadows_no_other_distribution():
+    """`python -m pytest` / `python -m sgrun` from the checkout put its root first on sys.path, so any
+    package folder there hides an installed distribution of that name. A top-level `kernels/` (the
+    Triton kernels, until session 12) hid Hugging Face's `kernels`, which transformers >= 5.25 requires
+    and imports: every transformers import failed from the checkout. Only `sgrun` may be a package there,
+    and from the root `kernels` must resolve to the installed distribution, if any, never into the repo."""
+    packages = sorted(p.name for p in REPO.iterdir() if (p / "__init__.py").is_file())
+    assert packages == ["sgrun"], packages
+    probe = ("import importlib.util, sys; spec = importlib.util.find_spec('kernels'); "
+             "print(spec.origin if spec and spec.origin else '')")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    origin = proc.stdout.strip()
+    assert not origin or not Path(origin).resolve().is_relative_to(REPO), origin
+
+
 def test_every_module_imports_in_a_clean_interpreter():
     """One subprocess imports every module of the package: an undeclared or broken import fails here
     even where the test process itself already imported a stand-in. Modules that need a GPU-only
@@ -154,8 +170,7 @@ def _shipped_data_files() -> list[str]:
     for path in paths:
         if path.endswith((".py", ".pyc")) or "/__pycache__/" in path or Path(path).name.startswith("."):
             continue
-        root, _, rest = path.partition("/")
-        shipped.append(path if root == "sgrun" else f"sgrun/{root}/{rest}")
+        shipped.append(path)
     return shipped
 
 

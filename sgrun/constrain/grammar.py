@@ -312,9 +312,6 @@ def shipped_grammar(name: str) -> str | None:
     candidates = []
     if files is not None:
         candidates += [files / f"{name}.lark", files / f"{name}.gbnf"]
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[2] / "grammars"
-    candidates += [root / f"{name}.lark", root / f"{name}.gbnf"]
     for c in candidates:
         try:
             if c.is_file():

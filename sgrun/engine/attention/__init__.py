@@ -4,7 +4,7 @@ Owns: `backend.py` (the batch metadata `Segment`, the `AttentionBackend` protoco
 (the start-up choice `make_attention_backend` / `default_backend`), `torch_backend.py` (pure torch, the gather
 path), `cpp_backend.py` (the Python side of the CPU C++ kernels: decode in place, prefill, cascade),
 `cascade.py` (finding prefixes several decodes share) and `triton_backend.py` (the CUDA kernels
-of the top-level `kernels/` package, `sgrun.kernels`).
+of `sgrun.kernels`).
 
 May import: `sgrun.engine.page_pool` (the pool it reads and writes), the C++ kernel loaders
 in `sgrun.cpu_kernels` (`paged_decode`, `prefill_attention`),
