@@ -173,7 +173,12 @@ def test_int8_float32_head_matches_float64_and_keeps_rows_invariant(at_level, m)
     assert torch.equal(head(x[-1:].contiguous())[0], y[-1])
     ids = torch.tensor([0, 17, 1055, 3])
     assert torch.equal(head.rows(ids), head.dequantized()[ids])
-    assert torch.equal(head.codes(), torch.round(w / head.scale[:, None]).clamp(-127, 127).to(torch.int8))
+    # one fp16 scale per row and group of 32 inputs (a tail group of 8 here): the codes round w by their group's
+    groups = torch.nn.functional.pad(w, (0, 24)).view(1056, 7, 32)
+    assert head.scale.shape == (1056, 7)
+    assert torch.equal(head.scale, (groups.abs().amax(dim=2) / 127.0).half().float())
+    want = torch.round(groups / head.scale[:, :, None]).clamp(-127, 127).to(torch.int8).view(1056, -1)[:, :200]
+    assert torch.equal(head.codes(), want)
 
 
 @each_level()

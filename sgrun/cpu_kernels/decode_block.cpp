@@ -46,7 +46,7 @@ inline Elems elems(const at::Tensor& t) {
 }
 
 // One weight in the tiles' layout. kind 0: int4 (a = codes, b = scales); 1: dense bf16 (a = packed);
-// 2: int8 with float32 activations (a = blocked codes, b = per-column scale). bias: optional.
+// 2: int8 with float32 activations (a = blocked codes, b = blocked scales per column and group of 32). bias: optional.
 struct Linear {
   int64_t kind = -1, n = 0;
   at::Tensor a, b, bias;

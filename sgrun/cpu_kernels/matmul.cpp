@@ -149,17 +149,20 @@ at::Tensor bf16_mm(const at::Tensor& x, const at::Tensor& w, int64_t n) {
 #endif
 }
 
+// q: [N/16, K, 16] int8; scale: [N/16, ceil(K/32), 16] fp16, one per column and group of 32 k.
 at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a 2-D float32 tensor");
-  const int64_t m = x.size(0), k = x.size(1), n = scale.numel(), blocks = n / LANES;
-  TORCH_CHECK(n % LANES == 0 && q.scalar_type() == at::kChar && q.is_contiguous() && q.numel() == n * k,
-              "q does not match x and scale");
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.is_contiguous(), "scale must be contiguous float32");
+  const int64_t m = x.size(0), k = x.size(1), groups = (k + GROUP - 1) / GROUP;
+  TORCH_CHECK(scale.dim() == 3 && scale.size(1) == groups && scale.size(2) == LANES,
+              "scale must be [N/16, ceil(K/32), 16]");
+  const int64_t blocks = scale.size(0), n = blocks * LANES;
+  TORCH_CHECK(q.scalar_type() == at::kChar && q.is_contiguous() && q.numel() == n * k, "q does not match x and scale");
+  TORCH_CHECK(scale.scalar_type() == at::kHalf && scale.is_contiguous(), "scale must be contiguous float16");
   at::Tensor out = at::empty({m, n}, x.options());
   at::Tensor xc = x.contiguous();
   const float* xb = xc.data_ptr<float>();
   const int8_t* qb = q.data_ptr<int8_t>();
-  const float* sb = scale.data_ptr<float>();
+  const uint16_t* sb = reinterpret_cast<const uint16_t*>(scale.data_ptr<at::Half>());
   float* yb = out.data_ptr<float>();
   const int64_t qs = k * LANES;
 #if defined(SGRUN_BF16_DOT)
@@ -169,7 +172,8 @@ at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tenso
 #endif
 #if defined(SGRUN_BF16_DOT) || defined(SGRUN_SIMD_TILES)
   for_each_tile<tiles_ns::kRowBlock, tiles_ns::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
-    tiles_ns::int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(qb + b * qs, qs, xb + r * k, k, sb + b * LANES,
+    tiles_ns::int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(qb + b * qs, qs, xb + r * k, k,
+                                                                        sb + b * groups * LANES, groups * LANES,
                                                                         yb + r * n + b * LANES, n);
   });
 #else

@@ -156,7 +156,7 @@ def _register_fakes(level: str) -> None:
 
     @torch.library.register_fake(f"sgrun::int8_mm_f32_{level}")
     def _int8_mm_f32_fake(x, q, scale):
-        return x.new_empty((x.shape[0], scale.shape[0]))
+        return x.new_empty((x.shape[0], scale.shape[0] * LANES))
 
 
 def fits(n: int, k: int) -> bool:
@@ -180,6 +180,12 @@ def pack_int8(q: torch.Tensor) -> torch.Tensor:
     """int8 [N, K] -> [N/16, K, 16]: 16 output columns of one k side by side."""
     n, k = q.shape
     return q.view(n // LANES, LANES, k).transpose(1, 2).contiguous()
+
+
+def pack_int8_scales(scale: torch.Tensor) -> torch.Tensor:
+    """[N, groups] (one scale per column and group of 32 k, fp16 values) -> [N/16, groups, 16] fp16."""
+    n, groups = scale.shape
+    return scale.to(torch.float16).view(n // LANES, LANES, groups).transpose(1, 2).contiguous()
 
 
 def int8_rows(blocked: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

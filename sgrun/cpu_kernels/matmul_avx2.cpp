@@ -6,7 +6,7 @@
 //   pairs, so one instruction is 16 columns x one activation pair, for two pairs at once; the
 //   int16 sums of a group cannot overflow (8 adds of at most 2 * 15 * 127 per lane), and the
 //   group's scale and minimum are applied once per group in float32.
-// - int8_f32_tile: the int8 lm_head, float32 activations and FMA (the logits keep float32).
+// - int8_f32_tile: the int8 lm_head (an fp16 scale per column and group of 32), float32 activations and FMA.
 // - bf16_f32_tile: dense bf16 weights widened to float32 (a shift or a mask) and FMA.
 // Layouts: matmul_common.cpp. Every row runs the same instructions whatever the row count.
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(SGRUN_SIMD_TILES)
@@ -97,11 +97,12 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
     }
 }
 
-// int8 weights (one scale per output column) x float32 activations: sums blocked by 32 k, added
-// into the total (as the AVX-512 tile: long sequential float sums lose bits on real activations).
+// int8 weights (one fp16 scale per output column and group of 32 k: a GGUF Q8_0 table's own values)
+// x float32 activations: each group's sum is scaled into the total (blocked sums, as the AVX-512
+// tile: long sequential float sums lose bits on real activations). scale: [groups, 16] per block.
 template <int R, int NB>
-void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const float* scale, float* y,
-                   int64_t n_total) {
+void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const uint16_t* scale,
+                   int64_t block_stride_scales, float* y, int64_t n_total) {
   __m256 acc[R][NB][2];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = _mm256_setzero_ps();
@@ -127,17 +128,20 @@ void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_
         }
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int b = 0; b < NB; ++b) {
-        acc[r][b][0] = _mm256_add_ps(acc[r][b][0], part[r][b][0]);
-        acc[r][b][1] = _mm256_add_ps(acc[r][b][1], part[r][b][1]);
+    const uint16_t* group_scale = scale + (k0 / GROUP) * LANES;
+    for (int b = 0; b < NB; ++b) {
+      const __m256 s0 = half8(group_scale + b * block_stride_scales);
+      const __m256 s1 = half8(group_scale + b * block_stride_scales + 8);
+      for (int r = 0; r < R; ++r) {
+        acc[r][b][0] = _mm256_fmadd_ps(part[r][b][0], s0, acc[r][b][0]);
+        acc[r][b][1] = _mm256_fmadd_ps(part[r][b][1], s1, acc[r][b][1]);
       }
+    }
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b) {
-      _mm256_storeu_ps(y + r * n_total + b * LANES, _mm256_mul_ps(acc[r][b][0], _mm256_loadu_ps(scale + b * LANES)));
-      _mm256_storeu_ps(y + r * n_total + b * LANES + 8,
-                       _mm256_mul_ps(acc[r][b][1], _mm256_loadu_ps(scale + b * LANES + 8)));
+      _mm256_storeu_ps(y + r * n_total + b * LANES, acc[r][b][0]);
+      _mm256_storeu_ps(y + r * n_total + b * LANES + 8, acc[r][b][1]);
     }
 }
 

@@ -136,12 +136,13 @@ void bf16_tile(const uint32_t* w, int64_t block_stride, const uint32_t* xpairs, 
                           reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(acc[r][b])));
 }
 
-// int8 weights (one scale per output column) times float32 activations, float32 out: the
-// lm_head, whose logits are never rounded to bf16. Two chains over even and odd k, blocked sums
-// as bf16_tile; the column scale is applied once at the end.
+// int8 weights (one fp16 scale per output column and group of 32 k: a GGUF Q8_0 table's own values)
+// times float32 activations, float32 out: the lm_head, whose logits are never rounded to bf16.
+// Two chains over even and odd k, blocked sums as bf16_tile, each group's scaled into the total.
+// scale: [groups, 16] per block.
 template <int R, int NB>
-void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const float* scale,
-                   float* y, int64_t n_total) {
+void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const uint16_t* scale,
+                   int64_t block_stride_scales, float* y, int64_t n_total) {
   __m512 acc[R][NB];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();
@@ -176,12 +177,14 @@ void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_
         for (int b = 0; b < NB; ++b) even[r][b] = _mm512_fmadd_ps(column(b, kk), x0, even[r][b]);
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_add_ps(acc[r][b], _mm512_add_ps(even[r][b], odd[r][b]));
+    for (int b = 0; b < NB; ++b) {
+      const __m512 sg = _mm512_cvtph_ps(_mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(scale + b * block_stride_scales + (k0 / GROUP) * LANES)));
+      for (int r = 0; r < R; ++r) acc[r][b] = _mm512_fmadd_ps(_mm512_add_ps(even[r][b], odd[r][b]), sg, acc[r][b]);
+    }
   }
   for (int r = 0; r < R; ++r)
-    for (int b = 0; b < NB; ++b)
-      _mm512_storeu_ps(y + r * n_total + b * LANES, _mm512_mul_ps(acc[r][b], _mm512_loadu_ps(scale + b * LANES)));
+    for (int b = 0; b < NB; ++b) _mm512_storeu_ps(y + r * n_total + b * LANES, acc[r][b]);
 }
 
 

@@ -8,7 +8,8 @@
 //   int4: codes [N/16, K/2, 16] uint8, byte = code[n, 2p] | code[n, 2p+1] << 4;
 //         scales [N/16, K/32, 2, 16] fp16: 16 scales, then 16 minimums (w = scale * code + min).
 //   bf16: weights [N/16, K/2, 16, 2].
-//   int8 (float32 activations, the lm_head): weights [N/16, K, 16], one float32 scale per column.
+//   int8 (float32 activations, the lm_head): weights [N/16, K, 16]; scales [N/16, ceil(K/32), 16] fp16,
+//         one per column and group of 32 k (a GGUF Q8_0 table's own blocks, kept exactly).
 //
 // Row invariance: every row of x goes through the same instruction sequence whatever M is, how
 // rows are blocked and how columns are split over threads (no split-K), so a row's result is

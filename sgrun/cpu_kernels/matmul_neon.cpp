@@ -92,9 +92,10 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
       for (int c = 0; c < 4; ++c) vst1q_f32(y + r * n_total + b * LANES + 4 * c, acc[r][b][c]);
 }
 
+// scale: fp16, one per column and group of 32 k ([groups, 16] per block), applied to each group's sum.
 template <int R, int NB>
-void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const float* scale, float* y,
-                   int64_t n_total) {
+void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_t k, const uint16_t* scale,
+                   int64_t block_stride_scales, float* y, int64_t n_total) {
   float32x4_t acc[R][NB][4];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b)
@@ -121,14 +122,16 @@ void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_
           for (int c = 0; c < 4; ++c) part[r][b][c] = vfmaq_f32(part[r][b][c], w[b][c], xv);
       }
     }
-    for (int r = 0; r < R; ++r)
-      for (int b = 0; b < NB; ++b)
-        for (int c = 0; c < 4; ++c) acc[r][b][c] = vaddq_f32(acc[r][b][c], part[r][b][c]);
+    const uint16_t* group_scale = scale + (k0 / GROUP) * LANES;
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c) {
+        const float32x4_t sg = half4(group_scale + b * block_stride_scales + 4 * c);
+        for (int r = 0; r < R; ++r) acc[r][b][c] = vfmaq_f32(acc[r][b][c], part[r][b][c], sg);
+      }
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b)
-      for (int c = 0; c < 4; ++c)
-        vst1q_f32(y + r * n_total + b * LANES + 4 * c, vmulq_f32(acc[r][b][c], vld1q_f32(scale + b * LANES + 4 * c)));
+      for (int c = 0; c < 4; ++c) vst1q_f32(y + r * n_total + b * LANES + 4 * c, acc[r][b][c]);
 }
 
 template <int R, int NB>

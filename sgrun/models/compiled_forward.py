@@ -80,7 +80,7 @@ class CompiledForward:
         self.blocks = LayerBlocks(*(torch.compile(f, dynamic=None, options=_INDUCTOR_OPTIONS)
                                     for f in (first_block, inner_block, layer_tail)))
         head = model.lm_head
-        if isinstance(head, Int8Linear) and head.scale.dtype == torch.float32 and not head.cpp:
+        if isinstance(head, Int8Linear) and not head.cpp and head.scale.dtype == torch.float32:
             rows = torch.compile(int8_rows_float32, dynamic=None)
             self.lm_head: Callable = lambda x: rows(x, head.q, head.scale)
         else:

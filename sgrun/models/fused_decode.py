@@ -36,7 +36,7 @@ def _linear_parts(lin, dtype: torch.dtype):
     if isinstance(lin, DenseLinear) and lin.cpp and dtype == torch.bfloat16:
         return 1, lin.packed, lin.packed, lin.out_features, lin.bias
     if isinstance(lin, Int8Linear) and lin.cpp and dtype == torch.float32:
-        return 2, lin.blocked, lin.scale, lin.out_features, lin.bias
+        return 2, lin.blocked, lin.blocked_scale, lin.out_features, lin.bias
     return None
 
 

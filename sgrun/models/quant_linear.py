@@ -35,6 +35,7 @@ KERNEL_MAX_ROWS = 48
 # auto"). So with float32 activations only single rows take it.
 TORCH_INT4_MAX_ROWS = {torch.float32: 1}
 INT4_GROUP = 32
+INT8_GROUP = 32   # the int8 tiles' scale groups along the input dim (GGUF Q8_0's block)
 # Shapes the int4 linear takes: rows in multiples of 64 (what torch's packer needs at any level).
 _INT4_ROW_TILE = 64
 
@@ -95,26 +96,45 @@ class DenseLinear:
 
 
 class Int8Linear:
-    """Symmetric int8 with one scale per output row: w = q * scale[row].
+    """Symmetric int8: w = q * scale.
 
     With float32 activations (the lm_head: logits are never rounded to bf16) on a CPU the C++
-    kernel serves, the codes are kept in its column-block layout and multiplied by it at any row
-    count; otherwise they stay [N, K] for torch's `_weight_int8pack_mm`."""
+    kernel serves, there is one fp16 scale per output row and group of INT8_GROUP inputs, and the codes
+    are kept in its column-block layout, multiplied by it at any row count. A GGUF Q8_0 table (the
+    default model's tied embedding) is exactly that format, so its values are kept as the file has
+    them: one scale per whole row rounded them again, which raised the default int4 model's drift
+    from dense float32 by a quarter (exact KL 0.00266 -> 0.00340 on bench_drift.py's 823 positions,
+    AMD EPYC Zen 3, avx2). Otherwise one scale per row, [N, K] codes for torch's
+    `_weight_int8pack_mm` (which takes no groups)."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
         w = weight.float()
-        scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-        self.scale = scale.to(dtype)
         self.bias = None if bias is None else bias.to(dtype)
         self.out_features, self.in_features = weight.shape
         ops = cpu_matmul.kernels() if weight.device.type == "cpu" and dtype == torch.float32 else None
         self.cpp = self.out_features % cpu_matmul.LANES == 0 and ops is not None
         if self.cpp:
+            n, k = w.shape
+            groups = -(-k // INT8_GROUP)
+            padded = F.pad(w, (0, groups * INT8_GROUP - k)).view(n, groups, INT8_GROUP)
+            # [N, groups], rounded to fp16 first (Q8_0's own scales are fp16: exact for them), and the
+            # codes against the rounded scale; fp16 halves the scales' bytes read per decode step.
+            scale = (padded.abs().amax(dim=2) / 127.0).clamp(min=1e-7).to(torch.float16).float()
+            q = torch.round(padded / scale[:, :, None]).clamp(-127, 127).to(torch.int8).view(n, -1)[:, :k]
             self.ops = ops
-            self.blocked = cpu_matmul.pack_int8(q)
+            self.blocked = cpu_matmul.pack_int8(q.contiguous())
+            self.blocked_scale = cpu_matmul.pack_int8_scales(scale)   # the only copy of the scales
         else:
-            self.q = q.contiguous()
+            scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+            self._row_scale = scale.to(dtype)
+            self.q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """[N, groups] float32 on the C++ tiles' path (a copy out of their layout), else [N]."""
+        if self.cpp:
+            return self.blocked_scale.transpose(1, 2).reshape(self.out_features, -1).float()
+        return self._row_scale
 
     def codes(self) -> torch.Tensor:
         """The int8 codes as [N, K] (a copy when they are kept in column blocks)."""
@@ -122,25 +142,35 @@ class Int8Linear:
             return self.blocked.transpose(1, 2).reshape(self.out_features, self.in_features)
         return self.q
 
+    def _scales_of(self, ids: torch.Tensor | None) -> torch.Tensor:
+        """Per element of rows `ids` (all when None), its scale: [len(ids), K], or [N, 1] / [len(ids), 1]."""
+        if not self.cpp:
+            s = self._row_scale if ids is None else self._row_scale[ids]
+            return s[:, None]
+        s = self.scale if ids is None else self.blocked_scale[ids // cpu_matmul.LANES, :, ids % cpu_matmul.LANES].float()
+        return s.repeat_interleave(INT8_GROUP, dim=1)[:, :self.in_features]
+
     def dequantized(self) -> torch.Tensor:
-        return self.codes().to(self.scale.dtype) * self.scale[:, None]
+        return self.codes().to(torch.float32 if self.cpp else self._row_scale.dtype) * self._scales_of(None)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Dequantized rows (an embedding lookup without dequantizing the whole table)."""
-        q = cpu_matmul.int8_rows(self.blocked, ids) if self.cpp else self.q[ids]
-        return q.to(self.scale.dtype) * self.scale[ids, None]
+        if self.cpp:
+            return cpu_matmul.int8_rows(self.blocked, ids).float() * self._scales_of(ids)
+        return self.q[ids].to(self._row_scale.dtype) * self._scales_of(ids)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.cpp:
-            y = self.ops.int8_mm_f32(x, self.blocked, self.scale)
+            y = self.ops.int8_mm_f32(x, self.blocked, self.blocked_scale)
         elif x.shape[0] > KERNEL_MAX_ROWS:
             return F.linear(x, self.dequantized(), self.bias)
         else:
-            y = torch.ops.aten._weight_int8pack_mm(x, self.q, self.scale)
+            y = torch.ops.aten._weight_int8pack_mm(x, self.q, self._row_scale)
         return y if self.bias is None else y + self.bias
 
     def nbytes(self) -> int:
-        return self.out_features * self.in_features + self.scale.numel() * self.scale.element_size()
+        scale = self.blocked_scale if self.cpp else self._row_scale
+        return self.out_features * self.in_features + scale.numel() * scale.element_size()
 
 
 class Int4Linear:

@@ -148,25 +148,30 @@ void test_int4(int64_t n, int64_t k) {
 }
 
 void test_int8(int64_t n, int64_t k) {
-  const int64_t blocks = n / LANES;
+  const int64_t blocks = n / LANES, groups = (k + GROUP - 1) / GROUP;
   std::vector<int8_t> q(n * k), blocked(n * k);
-  std::vector<float> scale(n), x(kRows * k);
+  std::vector<float> scale(n * groups), x(kRows * k);   // scale: [N, groups], fp16 values
+  std::vector<uint16_t> blocked_scale(n * groups);
   for (auto& v : q) v = static_cast<int8_t>(static_cast<int>(uniform() * 255) - 127);
-  for (auto& v : scale) v = static_cast<float>(uniform() * 0.01 + 1e-4);
+  for (auto& v : scale) v = half_to_float(float_to_half(static_cast<float>(uniform() * 0.01 + 1e-3)));
   for (auto& v : x) v = static_cast<float>(normal());
-  for (int64_t i = 0; i < n; ++i)
+  for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < k; ++j) blocked[((i / LANES) * k + j) * LANES + i % LANES] = q[i * k + j];
-  const int64_t qs = k * LANES;
+    for (int64_t g = 0; g < groups; ++g)   // [N/16, groups, 16]
+      blocked_scale[((i / LANES) * groups + g) * LANES + i % LANES] = float_to_half(scale[i * groups + g]);
+  }
+  const int64_t qs = k * LANES, ss = groups * LANES;
   auto multiply = [&](int64_t m, int64_t row0, float* y) {
     run_tiles(m, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
       simd::int8_f32_tile<decltype(rows)::value, decltype(nb)::value>(blocked.data() + b * qs, qs, x.data() + (row0 + r) * k,
-                                                                      k, scale.data() + b * LANES, y + r * n + b * LANES, n);
+                                                                      k, blocked_scale.data() + b * ss, ss,
+                                                                      y + r * n + b * LANES, n);
     });
   };
   check_product("int8_f32", n, multiply, [&](int64_t r, int64_t i) {
     double ref = 0;
-    for (int64_t j = 0; j < k; ++j) ref += static_cast<double>(q[i * k + j]) * x[r * k + j];
-    return ref * scale[i];
+    for (int64_t j = 0; j < k; ++j) ref += static_cast<double>(q[i * k + j]) * x[r * k + j] * scale[i * groups + j / GROUP];
+    return ref;
   }, 1e-5);
 }
 
