@@ -182,6 +182,27 @@ def test_int8_float32_head_matches_float64_and_keeps_rows_invariant(at_level, m)
 
 
 @each_level()
+def test_int8_head_keeps_a_q8_0_tables_values_exactly(at_level):
+    """A GGUF Q8_0 table (int8 codes, one fp16 scale per 32, each block's largest code +-127, as the
+    quantizer writes it) dequantized and built into the int8 head comes back code for code and scale
+    for scale: the lm_head multiplies the file's values, not a second rounding of them."""
+    torch.manual_seed(1)
+    n, k = 64, 96
+    codes = torch.randint(-127, 128, (n, k // 32, 32), dtype=torch.int8)
+    codes[:, :, 0] = 127 * torch.where(torch.rand(n, k // 32) < 0.5, 1, -1).to(torch.int8)
+    scales = (torch.rand(n, k // 32) * 0.01 + 1e-3).half()
+    table = (codes.float() * scales.float()[:, :, None]).view(n, k)
+    head = Int8Linear(table, None, torch.float32)
+    assert head.cpp
+    assert torch.equal(head.codes(), codes.view(n, k))
+    assert torch.equal(head.scale, scales.float())
+    assert torch.equal(head.dequantized(), table)
+    x = torch.randn(3, k)
+    ref = x.double() @ table.double().T
+    assert (head(x).double() - ref).abs().max() < 1e-5 * max(1.0, ref.abs().max().item())
+
+
+@each_level()
 def test_dense_bf16_linear_packs_once_and_matches_across_the_switch(at_level):
     torch.manual_seed(0)
     w = (torch.randn(96, 130) * 0.05).bfloat16()

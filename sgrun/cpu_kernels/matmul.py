@@ -36,7 +36,7 @@ from sgrun.cpu_kernels import isa
 from sgrun.cpu_kernels.build import CppKernel
 
 LANES = 16      # output columns per block
-GROUP = 32      # int4 group along the input dim
+GROUP = 32      # the group along the input dim: int4's scale and minimum, int8's scale
 
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_MATMUL_FAIL"
 

@@ -35,7 +35,6 @@ KERNEL_MAX_ROWS = 48
 # auto"). So with float32 activations only single rows take it.
 TORCH_INT4_MAX_ROWS = {torch.float32: 1}
 INT4_GROUP = 32
-INT8_GROUP = 32   # the int8 tiles' scale groups along the input dim (GGUF Q8_0's block)
 # Shapes the int4 linear takes: rows in multiples of 64 (what torch's packer needs at any level).
 _INT4_ROW_TILE = 64
 
@@ -99,7 +98,7 @@ class Int8Linear:
     """Symmetric int8: w = q * scale.
 
     With float32 activations (the lm_head: logits are never rounded to bf16) on a CPU the C++
-    kernel serves, there is one fp16 scale per output row and group of INT8_GROUP inputs, and the codes
+    kernel serves, there is one fp16 scale per output row and group of 32 inputs (`cpu_matmul.GROUP`, the kernels' group), and the codes
     are kept in its column-block layout, multiplied by it at any row count. A GGUF Q8_0 table (the
     default model's tied embedding) is exactly that format, so its values are kept as the file has
     them: one scale per whole row rounded them again, which raised the default int4 model's drift
@@ -115,8 +114,9 @@ class Int8Linear:
         self.cpp = self.out_features % cpu_matmul.LANES == 0 and ops is not None
         if self.cpp:
             n, k = w.shape
-            groups = -(-k // INT8_GROUP)
-            padded = F.pad(w, (0, groups * INT8_GROUP - k)).view(n, groups, INT8_GROUP)
+            g = cpu_matmul.GROUP
+            groups = -(-k // g)
+            padded = F.pad(w, (0, groups * g - k)).view(n, groups, g)
             # [N, groups], rounded to fp16 first (Q8_0's own scales are fp16: exact for them), and the
             # codes against the rounded scale; fp16 halves the scales' bytes read per decode step.
             scale = (padded.abs().amax(dim=2) / 127.0).clamp(min=1e-7).to(torch.float16).float()
@@ -142,22 +142,22 @@ class Int8Linear:
             return self.blocked.transpose(1, 2).reshape(self.out_features, self.in_features)
         return self.q
 
-    def _scales_of(self, ids: torch.Tensor | None) -> torch.Tensor:
-        """Per element of rows `ids` (all when None), its scale: [len(ids), K], or [N, 1] / [len(ids), 1]."""
-        if not self.cpp:
-            s = self._row_scale if ids is None else self._row_scale[ids]
-            return s[:, None]
-        s = self.scale if ids is None else self.blocked_scale[ids // cpu_matmul.LANES, :, ids % cpu_matmul.LANES].float()
-        return s.repeat_interleave(INT8_GROUP, dim=1)[:, :self.in_features]
+    def _per_element(self, group_scales: torch.Tensor) -> torch.Tensor:
+        """[rows, groups] group scales -> [rows, K] float32, each input's own."""
+        return group_scales.float().repeat_interleave(cpu_matmul.GROUP, dim=1)[:, :self.in_features]
 
     def dequantized(self) -> torch.Tensor:
-        return self.codes().to(torch.float32 if self.cpp else self._row_scale.dtype) * self._scales_of(None)
+        if self.cpp:
+            return self.codes().float() * self._per_element(self.scale)
+        return self.q.to(self._row_scale.dtype) * self._row_scale[:, None]
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Dequantized rows (an embedding lookup without dequantizing the whole table)."""
         if self.cpp:
-            return cpu_matmul.int8_rows(self.blocked, ids).float() * self._scales_of(ids)
-        return self.q[ids].to(self._row_scale.dtype) * self._scales_of(ids)
+            lanes = cpu_matmul.LANES
+            scales = self.blocked_scale[ids // lanes, :, ids % lanes]
+            return cpu_matmul.int8_rows(self.blocked, ids).float() * self._per_element(scales)
+        return self.q[ids].to(self._row_scale.dtype) * self._row_scale[ids, None]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.cpp:
