@@ -48,6 +48,15 @@ CASES = [
     ("json_schema", {"anyOf": [{"type": "string", "enum": ["get_weather", "search"]},
                                {"type": "array", "items": {"type": "number"}, "minItems": 2}]},
      ['"search"', "[1.5,-2e3]"]),
+    # the walk's narrower byte categories (URI-unreserved, alphanumeric, lowercase, digits,
+    # uppercase), each under a length bound the shortcut must respect
+    ("json_schema", {"type": "object", "properties": {
+        "url": {"type": "string", "format": "uri"}, "pkg": {"type": "string", "pattern": "^[a-z0-9-]{1,12}$"},
+        "cur": {"type": "string", "pattern": "^[A-Z]{3}$"}, "pin": {"type": "string", "pattern": "^[0-9]{4,8}$"},
+        "code": {"type": "string", "pattern": "^[A-Za-z0-9]{2,6}$"}, "iban": {"type": "string", "minLength": 8,
+                                                                          "maxLength": 34}}},
+     ['{"url":"https://ex-ample.org/a_b/c~d.html?q=1","pkg":"left-pad2","cur":"EUR","pin":"20481","code":"Ab3",'
+      '"iban":"DE89370400440532013000"}']),
     ("regex", r"[A-Z][a-z ]{0,20}\.( [A-Z][a-z]+)*", ["Hello world. Again"]),
     ("regex", r"(ab|a)*b{2,5}c?", ["abababbb", "aabbc"]),
 ]
@@ -104,10 +113,11 @@ def test_native_automaton_equals_the_python_one_along_valid_and_random_paths(tab
     assert checked > 20
 
 
-def test_successors_cover_the_states_allowed_tokens_end_in(table):
-    nfa, root = _nfa(*CASES[0][:2])
+@pytest.mark.parametrize("case,prefix", [(0, b'{"name":"a'), (6, b'{"url":"https://ex'), (6, b'{"pin":"20')])
+def test_successors_cover_the_states_allowed_tokens_end_in(table, case, prefix):
+    nfa, root = _nfa(*CASES[case][:2])
     nat = NativeLazyDFA(nfa, root)
-    s = nat.step_bytes(nat.initial, b'{"name":"a')
+    s = nat.step_bytes(nat.initial, prefix)
     ends: set[int] = set()
     mask = nat.native_mask(s, table, ends)
     ids = np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little"))

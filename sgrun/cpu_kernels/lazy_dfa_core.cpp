@@ -7,10 +7,13 @@
 // state costs a few microseconds instead of lazy_dfa.py's 30-75 us of tuples and frozensets.
 //
 // The mask walk: the trie is laid out in depth-first (sorted byte) order, so a subtree is one
-// contiguous run of nodes and of tokens. The walk is one linear scan that jumps over a subtree
-// the moment its node's state is dead; where every byte below a node is text (printable ASCII
-// but `"` and `\`) and the automaton takes any run of text of that length from the node's state
-// (a string body), the whole subtree's tokens are allowed at once without visiting it.
+// contiguous run of nodes and of tokens. The walk is one forward scan that jumps over a subtree
+// the moment its node's state is dead; where every byte below a node is of one category (text,
+// i.e. printable ASCII but `"` and `\`; URI-unreserved; alphanumeric; digits; ...) and the
+// automaton takes any run of that category and length from the node's state (a string body, a
+// URI path, a number), the whole subtree's tokens are allowed at once without visiting it.
+// Transitions are filled per group of byte classes that the same NFA edges read (one target()
+// for a string body's ~50 text classes).
 //
 // A C ABI for ctypes (Python's headers, no torch's: it builds in a few seconds). Not
 // thread-safe: the Python face calls it under its own lock. Only sgrun_dfa_new_py touches Python
@@ -83,8 +86,11 @@ struct Dfa {
     size_t max_moved_memo = 200000;
     std::vector<uint8_t> accepting;
     std::vector<int32_t> table;  // [states * ncls], UNKNOWN until filled
-    std::vector<int16_t> run;  // per state: text_run's answer, -3 unknown
-    std::vector<int32_t> text_cls;  // the classes of text bytes
+    // per state and byte category: what runs_live knows, (lo << 2) | (uniform << 1) | exact
+    std::vector<int32_t> run;
+    // per state and byte category: where all its bytes go (0: all die), -1 apart, -3 some die, -2 unknown
+    std::vector<int32_t> cat_next;
+    std::vector<int32_t> cat_cls[7];  // per category (N_CATS): the classes holding its bytes
     int64_t work = 0;            // configurations closed, for the compile budget's tick
     bool exhausted = false;
     int32_t error = 0;
@@ -164,7 +170,8 @@ struct Dfa {
         set_index.emplace(set, sid);
         accepting.push_back(acc);
         table.resize((size_t)(sid + 1) * ncls, UNKNOWN);
-        run.push_back(-3);
+        run.insert(run.end(), 7, 0);  // (N_CATS; lo 0: the empty run lives)
+        cat_next.insert(cat_next.end(), 7, -2);
         return sid;
     }
 
@@ -223,6 +230,88 @@ struct Dfa {
         return t;
     }
 
+    // Classes that the same NFA edges of a state read move to the same configurations, so one
+    // target() serves them all: a string body's ~50 text classes (a schema's keys split the bytes
+    // into many classes) are one group, its quote and backslash two more. edge_groups numbers the
+    // edges of sid's configurations (at most 64; false where there are more) and gives each class
+    // the bit set of the edges that read it (group_sig), and each edge its moved configuration.
+    std::vector<uint64_t> group_sig, edge_cfg, moved_scratch;
+    int32_t groups_of = -1;  // the state group_sig describes (the walk fills siblings from one state)
+    bool groups_fit = false;
+    bool edge_groups(int32_t sid) {
+        if (sid == groups_of) return groups_fit;
+        groups_of = sid;
+        groups_fit = false;
+        const auto& set = sets[sid];
+        int32_t ne = 0;
+        for (uint64_t c : set) ne += edge_off[config_state(c) + 1] - edge_off[config_state(c)];
+        if (ne > 64) return false;
+        group_sig.assign(ncls, 0);
+        edge_cfg.clear();
+        for (uint64_t c : set) {
+            int32_t s = config_state(c), stk = config_stack(c);
+            for (int32_t e = edge_off[s]; e < edge_off[s + 1]; ++e) {
+                const uint64_t bit = 1ull << edge_cfg.size();
+                edge_cfg.push_back(config(edge_tgt[e], stk));
+                const int32_t mid = edge_mid[e];
+                for (int32_t k = mask_cls_off[mid]; k < mask_cls_off[mid + 1]; ++k) group_sig[mask_cls[k]] |= bit;
+            }
+        }
+        groups_fit = true;
+        return true;
+    }
+
+    int32_t group_target(uint64_t sig) {
+        if (!sig) return 0;
+        moved_scratch.clear();
+        for (uint64_t b = sig; b; b &= b - 1) moved_scratch.push_back(edge_cfg[__builtin_ctzll(b)]);
+        return target(moved_scratch);
+    }
+
+    // fill the listed classes of sid's row that are still unknown, one target() per group
+    int32_t fill_classes(int32_t sid, const int32_t* cls, int32_t n) {
+        int32_t i = 0;
+        while (i < n && table[(size_t)sid * ncls + cls[i]] != UNKNOWN) ++i;
+        if (i == n) return 0;  // (runs_live asks again for every state it passes)
+        if (!edge_groups(sid)) {
+            for (int32_t i = 0; i < n; ++i) {
+                int32_t t = step(sid, cls[i]);
+                if (t < 0) return t;
+            }
+            return 0;
+        }
+        uint64_t seen_sig[8];
+        int32_t seen_t[8], n_seen = 0;
+        for (; i < n; ++i) {
+            const int32_t c = cls[i];
+            if (table[(size_t)sid * ncls + c] != UNKNOWN) continue;
+            const uint64_t sig = group_sig[c];
+            int32_t t = -1;
+            for (int32_t j = 0; j < n_seen; ++j)
+                if (seen_sig[j] == sig) { t = seen_t[j]; break; }
+            if (t < 0) {
+                t = group_target(sig);
+                if (t < 0) return t;
+                if (n_seen < 8) { seen_sig[n_seen] = sig; seen_t[n_seen++] = t; }
+            }
+            table[(size_t)sid * ncls + c] = t;  // (index again: interning may have grown the table)
+        }
+        return 0;
+    }
+
+    // the target of (sid, cls), filled for every unknown class of its group too (the trie walk
+    // meets them among the node's siblings)
+    int32_t fill_group(int32_t sid, int32_t cls) {
+        if (!edge_groups(sid)) return fill(sid, cls);
+        const uint64_t sig = group_sig[cls];
+        int32_t t = group_target(sig);
+        if (t < 0) return t;
+        int32_t* row = &table[(size_t)sid * ncls];
+        for (int32_t c = 0; c < ncls; ++c)
+            if (group_sig[c] == sig && row[c] == UNKNOWN) row[c] = t;
+        return t;
+    }
+
     inline int32_t step(int32_t sid, int32_t cls) {
         int32_t t = table[(size_t)sid * ncls + cls];
         return t != UNKNOWN ? t : fill(sid, cls);
@@ -251,81 +340,159 @@ struct Dfa {
     }
 };
 
-// The vocabulary trie, numbered level by level so that a node's children are contiguous (the
-// walk visits siblings one after another, in one or two cache lines); each node also knows its
-// subtree's tokens as a range of positions in sorted-bytes order, where every subtree is one run.
+// The vocabulary trie in depth-first (sorted bytes) order: a node's subtree is the run of nodes
+// up to `next`, and its tokens the run of sorted positions tok_lo .. nodes[next].tok_lo, the
+// first of them (up to the following node's tok_lo) the tokens that end at the node. The mask
+// walk is then one forward scan that skips a subtree by jumping to `next`, reading the nodes in
+// memory order, where a level-by-level layout sent every descent elsewhere in memory.
 struct Node {
-    int32_t child_lo, child_hi;
-    int32_t tok_lo, tok_hi;  // the subtree's tokens, as positions in sorted order
-    int32_t own;             // tokens ending at the node: the first `own` of tok_lo..tok_hi (ids may share bytes)
-    int32_t below;           // deepest descendant's depth - the node's
-    uint8_t byte;
-    uint8_t all_text;        // every byte strictly below the node is text
+    uint32_t next;     // the node after this subtree
+    uint32_t tok_lo;   // the subtree's first token, as a position in sorted order
+    uint32_t below;    // deepest descendant's depth - the node's
+    uint32_t depth : 24;  // the root bytes are depth 0
+    uint32_t byte : 8;
+    uint8_t cats;      // the byte categories (category_of) that hold every byte strictly below
 };
 
 struct Trie {
-    int32_t words = 0, max_text_len = 0, roots = 0;  // roots: nodes 0..roots-1 are the first bytes
-    std::vector<Node> nodes;
-    std::vector<int32_t> sorted_ids;  // token ids in sorted order; tok_lo..tok_hi index it
+    int32_t words = 0, max_depth = 0;
+    int32_t max_cat_len[7] = {0, 0, 0, 0, 0, 0, 0};  // (N_CATS) the longest run of one category ending a token
+    std::vector<Node> nodes;          // preorder, then one sentinel (tok_lo: every token)
+    std::vector<int32_t> sorted_ids;  // token ids in sorted order; tok_lo indexes it
+    std::vector<uint32_t> tok_len;    // by sorted position: the token's length in bytes
     std::vector<uint32_t> all_ids;    // the bitmask of every token id in the trie
-    uint64_t text_mask[4] = {0, 0, 0, 0};
 };
 
 inline bool is_text(uint8_t b) { return b >= 0x20 && b < 0x7F && b != 0x22 && b != 0x5C; }
 
-// How long every run of text keeps the automaton alive from q: the largest L (capped at the
-// longest text token) such that no text string of length <= L leads to the dead state, found
-// breadth-first over the states text reaches, level by level (a string body: one state per
-// level, or the same set again, which stays alive for ever). -1 where the search outgrows its
-// budget before one level is checked; < -1 on error. `levels`, when given, collects the states
-// of levels 1..upto (where allowed text tokens end, for the warm-up).
-constexpr int32_t RUN_BUDGET = 4096;  // state visits one search may make
-
-const std::vector<int32_t>& text_classes(Dfa& d) {
-    if (d.text_cls.empty()) {
-        std::vector<uint8_t> has(d.ncls, 0);
-        for (int b = 0; b < 256; ++b)
-            if (is_text((uint8_t)b)) has[d.class_of[b]] = 1;
-        for (int32_t c = 0; c < d.ncls; ++c)
-            if (has[c]) d.text_cls.push_back(c);
-    }
-    return d.text_cls;
+// Byte categories for the walk's shortcut, widest first: text (printable ASCII but `"` and `\`,
+// a JSON string body's plain bytes), URI-unreserved [A-Za-z0-9._~-], [A-Za-z0-9], [a-z0-9],
+// [0-9], [a-z], [A-Z]. A string body takes any text; a URI host or path, an e-mail, a package
+// name, a currency code or a number takes only the narrower ones, and there a text-only
+// shortcut never fired (a `format: uri` state walked 29k trie nodes, measured).
+constexpr int N_CATS = 7;
+inline uint8_t category_of(uint8_t b) {
+    if (!is_text(b)) return 0;
+    const bool digit = b >= '0' && b <= '9', lower = b >= 'a' && b <= 'z', upper = b >= 'A' && b <= 'Z';
+    uint8_t m = 1;
+    if (digit || lower || upper || b == '.' || b == '_' || b == '~' || b == '-') m |= 2;
+    if (digit || lower || upper) m |= 4;
+    if (digit || lower) m |= 8;
+    if (digit) m |= 16;
+    if (lower) m |= 32;
+    if (upper) m |= 64;
+    return m;
 }
 
-int32_t text_run(Dfa& d, const Trie& t, int32_t q, std::vector<int32_t>* levels = nullptr, int32_t upto = 0) {
-    if (!levels && d.run[q] != -3) return d.run[q];
-    const std::vector<int32_t>& cls = text_classes(d);
-    const int32_t cap = t.max_text_len;
-    std::vector<int32_t> level{q}, next;
-    int32_t visits = 0, r = cap;
+// Does every run of at most `need` bytes of category `cat` keep the automaton alive from q?
+// Decided breadth-first over the states those bytes reach, level by level (a string body: one
+// state per level, or the same set again, which stays alive for ever), no deeper than `need`:
+// the walk asks at each depth of a string for the depth below, and a search to the longest
+// token from every depth built states quadratically (133 for one mask of a maxLength string,
+// measured). What a search learns is kept as a lower bound for every state it met: a state
+// reached in j bytes lives at least L - j more where the start lives L. Returns 1 or 0, < 0 on
+// error. `levels`, when given, collects the states of levels 1..need (where allowed tokens end,
+// for the warm-up).
+constexpr int32_t RUN_BUDGET = 4096;  // state visits one search may make
+
+const std::vector<int32_t>& category_classes(Dfa& d, int cat) {
+    std::vector<int32_t>& got = d.cat_cls[cat];
+    if (got.empty()) {
+        std::vector<uint8_t> has(d.ncls, 0);
+        for (int b = 0; b < 256; ++b)
+            if ((category_of((uint8_t)b) >> cat) & 1) has[d.class_of[b]] = 1;
+        for (int32_t c = 0; c < d.ncls; ++c)
+            if (has[c]) got.push_back(c);
+    }
+    return got;
+}
+
+int64_t g_searches = 0, g_levels = 0;
+int32_t runs_live(Dfa& d, const Trie& t, int32_t q, int cat, int32_t need, std::vector<int32_t>* levels = nullptr) {
+    const int32_t known = d.run[(size_t)q * N_CATS + cat];
+    if (!levels) {
+        if ((known >> 2) >= need) return 1;
+        if (known & 1) return 0;  // exact: some run of (known >> 2) + 1 bytes dies
+    }
+    const std::vector<int32_t>& cls = category_classes(d, cat);
+    const int32_t cap = std::min(need, t.max_cat_len[cat]);
+    ++g_searches;
+    std::vector<int32_t> all{q}, level_end{1};  // the levels' states, one after another
+    std::vector<int32_t> next;
+    int32_t visits = 0, lo = cap;  // every run of <= lo bytes lives
+    bool exact = false, forever = false, uniform = true;  // uniform: every run one byte longer than lo dies
     for (int32_t k = 0; k < cap; ++k) {
         next.clear();
-        for (int32_t s : level) {
-            for (int32_t c : cls) {
-                int32_t to = d.step(s, c);
-                if (to < 0) return to;
-                if (to == 0) { r = k; goto done; }
-                next.push_back(to);
+        uniform = true;
+        const int32_t from = k ? level_end[k - 1] : 0, to_end = level_end[k];
+        for (int32_t i = from; i < to_end; ++i) {
+            const int32_t s = all[i];
+            ++g_levels;
+            int32_t& same = d.cat_next[(size_t)s * N_CATS + cat];
+            if (same == -2) {  // once per state: where the category's bytes go (a string body: all to one state)
+                int32_t filled = d.fill_classes(s, cls.data(), (int32_t)cls.size());
+                if (filled < 0) return filled;
+                const int32_t* row = &d.table[(size_t)s * d.ncls];
+                int32_t u = row[cls[0]];
+                bool any_dead = false, all_dead = true;
+                for (int32_t c : cls) {
+                    any_dead |= row[c] == 0;
+                    all_dead &= row[c] == 0;
+                    if (row[c] != u) u = -1;
+                }
+                u = all_dead ? 0 : any_dead ? -3 : u;
+                d.cat_next[(size_t)s * N_CATS + cat] = u;  // (the fills may have moved `same`)
+            }
+            const int32_t u = d.cat_next[(size_t)s * N_CATS + cat];
+            if (u == 0 || u == -3) {  // a run of k + 1 bytes dies: finish the level, to tell whether every one does
+                lo = k;
+                exact = true;
+                uniform &= u == 0;
+                continue;
+            }
+            uniform = false;  // (a state of this level lives on)
+            if (exact) continue;
+            if (u > 0) {
+                next.push_back(u);
+            } else {
+                const int32_t* row = &d.table[(size_t)s * d.ncls];
+                for (int32_t c : cls)
+                    if (next.empty() || next.back() != row[c]) next.push_back(row[c]);
             }
             visits += 1;
         }
+        if (exact) break;
         std::sort(next.begin(), next.end());
         next.erase(std::unique(next.begin(), next.end()), next.end());
-        if (levels && k < upto) levels->insert(levels->end(), next.begin(), next.end());
-        if (next == level) { r = cap; break; }  // the same states for ever: alive at any length
-        if (visits > RUN_BUDGET) { r = k + 1; break; }  // checked this far
-        level.swap(next);
+        if (levels) levels->insert(levels->end(), next.begin(), next.end());
+        if ((int32_t)next.size() == to_end - from && std::equal(next.begin(), next.end(), all.begin() + from)) {
+            forever = true;  // the same states for ever: alive at any length
+            break;
+        }
+        all.insert(all.end(), next.begin(), next.end());
+        level_end.push_back((int32_t)all.size());
+        if (visits > RUN_BUDGET) { lo = k + 1; break; }  // checked this far
     }
-done:
-    if (!levels) d.run[q] = (int16_t)r;
-    return r;
+    // what the search proved, for q and (as lower bounds) for every state it passed
+    if (forever) lo = 1 << 20;
+    for (size_t k = 0; k < level_end.size(); ++k) {
+        const int32_t from = k ? level_end[k - 1] : 0;
+        const int32_t bound = forever ? lo : lo - (int32_t)k;
+        if (bound <= 0) break;
+        for (int32_t i = from; i < level_end[k]; ++i) {
+            int32_t& m = d.run[(size_t)all[i] * N_CATS + cat];
+            if (!(m & 1) && (m >> 2) < bound) m = bound << 2;
+        }
+    }
+    if (exact) d.run[(size_t)q * N_CATS + cat] = (lo << 2) | (uniform ? 2 : 0) | 1;
+    return lo >= need ? 1 : 0;
 }
 
 }  // namespace
 
 int64_t g_visits = 0, g_shortcuts = 0;
 extern "C" {
-int64_t sgrun_debug(int32_t which) { return which ? g_shortcuts : g_visits; }
+int64_t sgrun_debug(int32_t which) { return which == 0 ? g_visits : which == 1 ? g_shortcuts : which == 2 ? g_searches : g_levels; }
 
 // The automaton of a lazy_dfa.py-shaped ByteNFA, read straight from its Python lists (edges[s]:
 // [(mask, target)], eps[s]: [target], calls[s]: [(fid, ret)] or [(fid, ret, lo, hi)], end_of:
@@ -517,21 +684,26 @@ void* sgrun_trie_new(int32_t n, const int32_t* ids, const uint8_t* data, const i
     Trie* t = new Trie();
     t->words = words;
     t->sorted_ids.assign(ids, ids + n);
+    t->tok_len.resize(n);
+    for (int32_t i = 0; i < n; ++i) t->tok_len[i] = (uint32_t)(offsets[i + 1] - offsets[i]);
     t->all_ids.assign(words, 0);
     for (int32_t i = 0; i < n; ++i)
         if (ids[i] < words * 32) t->all_ids[ids[i] >> 5] |= 1u << (ids[i] & 31);
-    for (int b = 0; b < 256; ++b)
-        if (is_text((uint8_t)b)) t->text_mask[b >> 6] |= 1ull << (b & 63);
-    // nodes in preorder first: token i adds the nodes of its bytes past the prefix it shares with i - 1
-    struct Pre { int32_t end, tok_lo, tok_hi, own, below; uint8_t byte, all_text; };
-    std::vector<Pre> pre;
+    // token i adds the nodes of its bytes past the prefix it shares with token i - 1
     std::vector<int32_t> open;  // the node at each depth of the current path
+    std::vector<int32_t> below;
+    std::vector<uint8_t> below_cats;
+    auto& nodes = t->nodes;
     for (int32_t i = 0; i < n; ++i) {
         const uint8_t* s = data + offsets[i];
         int32_t len = (int32_t)(offsets[i + 1] - offsets[i]);
-        bool text = true;
-        for (int32_t k = 0; k < len; ++k) text &= is_text(s[k]);
-        if (text) t->max_text_len = std::max(t->max_text_len, len);
+        below_cats.assign(len + 1, 0xFF);  // [j]: the categories holding every byte from j on
+        for (int32_t k = len - 1; k >= 0; --k) below_cats[k] = below_cats[k + 1] & category_of(s[k]);
+        for (int c = 0; c < N_CATS; ++c) {  // the longest run of the category that ends a token
+            int32_t j = len;
+            while (j > 0 && ((below_cats[j - 1] >> c) & 1)) --j;
+            t->max_cat_len[c] = std::max(t->max_cat_len[c], len - j);
+        }
         int32_t common = 0;
         if (i > 0) {
             const uint8_t* p = data + offsets[i - 1];
@@ -539,43 +711,27 @@ void* sgrun_trie_new(int32_t n, const int32_t* ids, const uint8_t* data, const i
             while (common < std::min(plen, len) && p[common] == s[common]) ++common;
         }
         while ((int32_t)open.size() > common) {  // close the nodes the new token does not share
-            pre[open.back()].end = (int32_t)pre.size();
+            nodes[open.back()].next = (uint32_t)nodes.size();
             open.pop_back();
         }
         for (int32_t k = common; k < len; ++k) {
-            open.push_back((int32_t)pre.size());
-            pre.push_back(Pre{0, i, i, 0, 0, s[k], 1});
+            open.push_back((int32_t)nodes.size());
+            nodes.push_back(Node{0, (uint32_t)i, 0, (uint32_t)k, s[k], (uint8_t)((1 << N_CATS) - 1)});
+            below.push_back(0);
         }
-        if (len > 0) pre[open.back()].own += 1;
+        t->max_depth = std::max(t->max_depth, len);
         for (int32_t k = 0; k < len; ++k) {  // every open node's subtree now holds token i
-            Pre& node = pre[open[k]];
-            node.tok_hi = i + 1;
-            node.below = std::max(node.below, len - (k + 1));
-            if (!text) {  // a non-text byte strictly below node k: at some position > k
-                for (int32_t j = k + 1; j < len; ++j)
-                    if (!is_text(s[j])) { node.all_text = 0; break; }
-            }
+            const int32_t at = open[k];
+            below[at] = std::max(below[at], len - (k + 1));
+            nodes[at].cats &= below_cats[k + 1];  // the categories of the bytes strictly below node k
         }
     }
     while (!open.empty()) {
-        pre[open.back()].end = (int32_t)pre.size();
+        nodes[open.back()].next = (uint32_t)nodes.size();
         open.pop_back();
     }
-    // then level by level: a breadth-first queue of preorder ids gives every node's children
-    // consecutive numbers
-    std::vector<int32_t> queue;
-    for (int32_t p = 0; p < (int32_t)pre.size(); p = pre[p].end) queue.push_back(p);
-    t->roots = (int32_t)queue.size();
-    t->nodes.resize(pre.size());
-    for (size_t k = 0; k < queue.size(); ++k) {
-        const Pre& p = pre[queue[k]];
-        Node& nd = t->nodes[k];
-        nd.tok_lo = p.tok_lo; nd.tok_hi = p.tok_hi; nd.own = p.own; nd.below = p.below;
-        nd.byte = p.byte; nd.all_text = p.all_text;
-        nd.child_lo = (int32_t)queue.size();
-        for (int32_t c = queue[k] + 1; c < p.end; c = pre[c].end) queue.push_back(c);
-        nd.child_hi = (int32_t)queue.size();
-    }
+    for (size_t k = 0; k < nodes.size(); ++k) nodes[k].below = (uint32_t)below[k];
+    nodes.push_back(Node{(uint32_t)nodes.size() + 1, (uint32_t)n, 0, 0, 0, 0});  // the sentinel
     return t;
 }
 
@@ -607,45 +763,78 @@ int32_t sgrun_dfa_mask(void* dp, void* tp, int32_t state, uint32_t* words, int32
         pos[wh] |= mh;
     };
     const Node* nodes = t.nodes.data();
-    struct Frame { int32_t lo, hi, q; };
-    std::vector<Frame> stack;
-    stack.reserve(64);
-    stack.push_back({0, t.roots, state});
-    g_visits = g_shortcuts = 0;
-    while (!stack.empty()) {
-        Frame& f = stack.back();
-        if (f.lo == f.hi) { stack.pop_back(); continue; }
-        const Node& nd = nodes[f.lo++];
-        const int32_t from = f.q;
+    const int32_t n_nodes = (int32_t)t.nodes.size() - 1;  // (the sentinel last)
+    std::vector<int32_t> at_depth((size_t)t.max_depth + 1);  // the state before each depth's byte
+    at_depth[0] = state;
+    g_visits = g_shortcuts = g_searches = g_levels = 0;
+    for (int32_t i = 0; i < n_nodes;) {
+        const Node& nd = nodes[i];
+        const int32_t from = at_depth[nd.depth];
         ++g_visits;
-        int32_t cls = class_of[nd.byte];
+        const int32_t cls = class_of[nd.byte];
         int32_t q = d.table[(size_t)from * ncls + cls];
         if (q == UNKNOWN) {
-            q = d.fill(from, cls);
+            q = d.fill_group(from, cls);
             if (q < 0) return q;
         }
-        if (q == 0) continue;
-        if (nd.own) {
-            allow(nd.tok_lo, nd.tok_lo + nd.own);
+        if (q == 0) { i = (int32_t)nd.next; continue; }  // dead: skip the subtree
+        const int32_t own = (int32_t)nodes[i + 1].tok_lo - (int32_t)nd.tok_lo;
+        if (own) {
+            allow(nd.tok_lo, nd.tok_lo + own);
             if (succ) ends.insert(q);
         }
-        if (nd.child_lo == nd.child_hi) continue;
-        if (nd.below > 0 && nd.all_text && nd.tok_hi - nd.tok_lo - nd.own > 2) {
-            int32_t r = text_run(d, t, q);
-            if (r < -1) return r;
-            if (r >= nd.below) {  // every text run of that length stays alive from q: every token below is allowed
-                allow(nd.tok_lo + nd.own, nd.tok_hi);
+        if (nd.next == (uint32_t)i + 1) { ++i; continue; }  // a leaf
+        const int32_t tok_hi = (int32_t)nodes[nd.next].tok_lo;
+        if (nd.cats && tok_hi - (int32_t)nd.tok_lo - own > 2) {
+            int cat = -1;  // the widest category of the bytes below in which every run that long lives
+            for (int c = 0; c < N_CATS && cat < 0; ++c) {
+                if (!((nd.cats >> c) & 1)) continue;
+                int32_t live = runs_live(d, t, q, c, (int32_t)nd.below);
+                if (live < 0) return live;
+                if (live) cat = c;
+            }
+            if (cat >= 0) {  // every token below is allowed
+                allow(nd.tok_lo + own, tok_hi);
                 ++g_shortcuts;
-                if (succ) {  // they end among the states text reaches from q
+                if (succ) {  // they end among the states those bytes reach from q
                     std::vector<int32_t> lv;
-                    int32_t got = text_run(d, t, q, &lv, nd.below);
-                    if (got < -1) return got;
+                    int32_t got = runs_live(d, t, q, cat, (int32_t)nd.below, &lv);
+                    if (got < 0) return got;
                     ends.insert(lv.begin(), lv.end());
                 }
+                i = (int32_t)nd.next;
+                continue;
+            }
+            // no category lives that long; where every run of one dies at the same length (a
+            // maxLength string near its end), the tokens below up to that length live, the rest die
+            int lim = -1;
+            for (int c = 0; c < N_CATS && lim < 0; ++c) {
+                const int32_t m = d.run[(size_t)q * N_CATS + c];
+                if (((nd.cats >> c) & 1) && (m & 3) == 3) lim = (int32_t)nd.depth + 1 + (m >> 2);
+            }
+            if (lim >= 0) {
+                const uint32_t* len = t.tok_len.data();
+                for (int32_t p = (int32_t)nd.tok_lo + own; p < tok_hi; ++p)
+                    if ((int32_t)len[p] <= lim) pos[p >> 6] |= 1ull << (p & 63);
+                ++g_shortcuts;
+                if (succ) {  // they end among the states of the runs' levels
+                    std::vector<int32_t> lv;
+                    for (int c = 0; c < N_CATS; ++c) {
+                        const int32_t m = d.run[(size_t)q * N_CATS + c];
+                        if (((nd.cats >> c) & 1) && (m & 3) == 3) {
+                            int32_t got = runs_live(d, t, q, c, m >> 2, &lv);
+                            if (got < 0) return got;
+                            break;
+                        }
+                    }
+                    ends.insert(lv.begin(), lv.end());
+                }
+                i = (int32_t)nd.next;
                 continue;
             }
         }
-        stack.push_back({nd.child_lo, nd.child_hi, q});  // (f is not used after this: the push may move it)
+        at_depth[nd.depth + 1] = q;
+        ++i;
     }
     int64_t count = 0;
     for (uint64_t w : pos) count += __builtin_popcountll(w);
