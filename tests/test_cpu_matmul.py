@@ -97,6 +97,20 @@ def test_rows_are_bit_identical_alone_and_in_any_batch(level, dtype):
         assert torch.equal(ops.int4_mm(x[r:r + 1].contiguous(), packed, scales, n)[0], full[r]), r
 
 
+@pytest.mark.skipif("avx2" not in SIMD_LEVELS, reason="an x86 CPU's levels (ARM has no avx2 level to compare with)")
+@pytest.mark.parametrize("m", [1, 2, 4, 9, 64])
+def test_float32_activations_give_the_same_bits_at_every_x86_level(m):
+    """Every x86 level's int8-activation path computes the AVX2 tile's numbers exactly: the AVX512-VNNI
+    tile (matmul_avx512_vnni.cpp, two rows and more) sums the same exact integer dots and applies the
+    scale and minimum in the same float32 order, so a model's outputs do not depend on the CPU level."""
+    n, k = 960, 576
+    packed, scales, _, _ = random_int4(n, k, seed=7)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m + 100)) * 3
+    want = cpu_matmul.kernels("avx2").int4_mm(x, packed, scales, n)
+    for level in SIMD_LEVELS:
+        assert torch.equal(cpu_matmul.kernels(level).int4_mm(x, packed, scales, n), want), level
+
+
 @each_level()
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
 def test_dequantize_is_the_weight_rounded_once(level, dtype):

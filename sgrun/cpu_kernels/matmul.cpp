@@ -5,7 +5,9 @@
 //   SGRUN_BF16_DOT (avx512_bf16, amx): bf16 dot products for bf16 activations (matmul_avx512_bf16.cpp);
 //   SGRUN_SIMD_TILES (avx2 / avx512 / neon / neon_dotprod, and float32 activations at avx512_bf16):
 //   int4 x int8-quantized activations, float32 FMA for bf16 and int8 weights (matmul_avx2.cpp,
-//   matmul_neon.cpp).
+//   matmul_neon.cpp);
+//   SGRUN_Q8_TILES_512 (avx512_bf16, amx: AVX512-VNNI): the int4 x int8-activation tile in 512-bit
+//   registers (matmul_avx512_vnni.cpp), in place of the AVX2 one from two rows on.
 // Ops are registered as sgrun::<op>_<level> so several levels' builds can live in one process
 // (tests run every level the CPU has).
 #include <torch/library.h>   // TORCH_LIBRARY: the ops torch.compile calls
@@ -51,6 +53,22 @@ void check_x(const at::Tensor& x, int64_t k_multiple, bool float_ok) {
   TORCH_CHECK(x.size(1) % k_multiple == 0, "x's inner dim must be a multiple of ", k_multiple);
 }
 
+#ifdef SGRUN_SIMD_TILES
+// The int4 x int8-activation tiles with their row blocking, for int4_mm to choose between.
+struct SimdInt4Q8 {
+  static constexpr int kRowBlock = simd::kRowBlock, kTwoBlockRows = simd::kTwoBlockRows;
+  template <int R, int NB, class... A>
+  static void tile(A... a) { simd::int4_q8_tile<R, NB>(a...); }
+};
+#endif
+#ifdef SGRUN_Q8_TILES_512
+struct Vnni512Int4Q8 {
+  static constexpr int kRowBlock = q8x512::kRowBlock, kTwoBlockRows = q8x512::kTwoBlockRows;
+  template <int R, int NB, class... A>
+  static void tile(A... a) { q8x512::int4_q8_tile<R, NB>(a...); }
+};
+#endif
+
 }  // namespace
 
 // What this build multiplies with, for the Python side: "bf16dot" and/or the simd tile set's name.
@@ -61,6 +79,9 @@ std::string tiles() {
 #endif
 #ifdef SGRUN_SIMD_TILES
   out += SGRUN_SIMD_TILES;
+#endif
+#ifdef SGRUN_Q8_TILES_512
+  out += " int4q8x512";
 #endif
   return out;
 }
@@ -99,18 +120,31 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   QuantRows qx;
   if (x.scalar_type() == at::kFloat) {
     const float* xf = xc.data_ptr<float>();
-    quantize_rows(m, k, [&](int64_t r, int64_t i) { return xf[r * k + i]; }, qx);
+    quantize_rows(m, k, [&](int64_t r, int64_t i) { return xf[r * k + i]; }, qx, at::get_num_threads());
   } else {
     const uint16_t* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
-    quantize_rows(m, k, [&](int64_t r, int64_t i) { return bf16_to_float(xb[r * k + i]); }, qx);
+    quantize_rows(m, k, [&](int64_t r, int64_t i) { return bf16_to_float(xb[r * k + i]); }, qx,
+                  at::get_num_threads());
   }
   at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
   float* yf = out.data_ptr<float>();
-  for_each_tile<simd::kRowBlock, simd::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
-    simd::int4_q8_tile<decltype(rows)::value, decltype(nb)::value>(
-        cb + b * cs, sb + b * ss, cs, ss, qx.q.data() + r * k, qx.d.data() + r * groups, qx.sum.data() + r * groups, k,
-        groups, yf + r * n + b * LANES, n);
-  });
+  auto run = [&](auto tiles_ns) {
+    using T = decltype(tiles_ns);
+    for_each_tile<T::kRowBlock, T::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+      T::template tile<decltype(rows)::value, decltype(nb)::value>(
+          cb + b * cs, sb + b * ss, cs, ss, qx.q.data() + r * k, qx.d.data() + r * groups, qx.sum.data() + r * groups,
+          k, groups, yf + r * n + b * LANES, n);
+    });
+  };
+#ifdef SGRUN_Q8_TILES_512
+  // Both tiles give bit-identical rows (matmul_avx512.cpp), so choosing by row count keeps rows invariant.
+  if (m >= q8x512::kMinRows) {
+    run(Vnni512Int4Q8{});
+  } else
+#endif
+  {
+    run(SimdInt4Q8{});
+  }
   return x.scalar_type() == at::kFloat ? out : out.to(at::kBFloat16);
 #else
   TORCH_CHECK(false, "int4_mm has no tiles at CPU level " SG_STR(SGRUN_ISA));
