@@ -16,9 +16,7 @@
 // across the thread team (for_row_chunks: one chunk at decode sizes, so a step stays on its thread);
 // at a 2,048-token prefill they had been ~15% of the time on one core while the other waited.
 #include <cmath>
-#include <cstring>
 #include <memory>
-#include <type_traits>
 #include <mutex>
 #include <unordered_map>
 
@@ -49,52 +47,6 @@ inline Elems elems(const at::Tensor& t) {
   return {t.data_ptr(), t.scalar_type() == at::kBFloat16};
 }
 
-// The same access with the dtype a template parameter: `typed(e, f)` calls f with a Typed<float>
-// or a Typed<uint16_t>, so a loop over elements has no per-element dtype branch and vectorizes.
-// (Elems' branch per element kept the SiLU and RoPE loops scalar: ~6% of a 2,048-token prefill.)
-template <class T>
-struct Typed {
-  T* p;
-  float get(int64_t i) const {
-    if constexpr (std::is_same_v<T, float>) return p[i];
-    else return bf16_to_float(p[i]);
-  }
-  void set(int64_t i, float v) const {
-    if constexpr (std::is_same_v<T, float>) p[i] = v;
-    else p[i] = float_to_bf16(v);
-  }
-};
-
-template <class F>
-inline void typed(const Elems& e, F&& f) {
-  if (e.bf16) f(Typed<uint16_t>{static_cast<uint16_t*>(e.p)});
-  else f(Typed<float>{static_cast<float*>(e.p)});
-}
-
-// e^x in float32 without a libm call, so SiLU's loop vectorizes (libm's expf was a call per
-// element: 2% of a prefill, ~0.2 ms of a batch-1 step). Cephes' expf: x = n ln2 + r with
-// |r| <= ln2 / 2, a degree-6 polynomial for e^r (max error ~1 ulp below 88), times 2^n built
-// from the exponent bits. x is clamped to [-87, 88], where e^x and 2^n stay normal floats; SiLU
-// only needs e^x to saturate there. std::fma keeps the bits the same at every level with FMA
-// (x86 from avx2, every aarch64).
-inline float exp_vec(float x) {
-  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;   // not fmin/fmax: their NaN rules are libm calls
-  const float n = std::rint(x * 1.44269504088896341f);
-  float r = std::fma(n, -0.693359375f, x);
-  r = std::fma(n, 2.12194440e-4f, r);
-  float p = 1.9875691500e-4f;
-  p = std::fma(p, r, 1.3981999507e-3f);
-  p = std::fma(p, r, 8.3334519073e-3f);
-  p = std::fma(p, r, 4.1665795894e-2f);
-  p = std::fma(p, r, 1.6666665459e-1f);
-  p = std::fma(p, r, 5.0000001201e-1f);
-  const float y = std::fma(p, r * r, r) + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
-}
-
 // One weight in the tiles' layout. kind 0: int4 (a = codes, b = scales); 1: dense bf16 (a = packed);
 // 2: int8 with float32 activations (a = blocked codes, b = blocked scales per column and group of 32). bias: optional.
 struct Linear {
@@ -104,13 +56,10 @@ struct Linear {
   at::Tensor operator()(const at::Tensor& x) const {
     at::Tensor y = kind == 0 ? int4_mm(x, a, b, n) : kind == 1 ? bf16_mm(x, a, n) : int8_mm_f32(x, a, b);
     if (bias.defined()) {   // in place, in y's dtype, as eager's y + bias
-      typed(elems(y), [&](auto e) {
-        typed(elems(bias), [&](auto be) {
-          for_row_chunks(at::get_num_threads(), y.size(0), n, [&](int64_t r0, int64_t r1) {
-            for (int64_t r = r0; r < r1; ++r)
-              for (int64_t i = 0; i < n; ++i) e.set(r * n + i, e.get(r * n + i) + be.get(i));
-          });
-        });
+      const Elems e = elems(y), be = elems(bias);
+      for_row_chunks(at::get_num_threads(), y.size(0), n, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t i = 0; i < n; ++i) e.set(r * n + i, e.get(r * n + i) + be.get(i));
       });
     }
     return y;
@@ -133,27 +82,24 @@ std::unordered_map<int64_t, std::shared_ptr<const Block>> registry;
 int64_t next_id = 1;
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w, x and w float32; out in `out`'s dtype.
-void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, double eps, const Elems& out_elems) {
-  typed(out_elems, [&](auto out) {
-    for_row_chunks(at::get_num_threads(), rows, dim, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* xr = x + r * dim;
-        float ss = 0.0f;
-        for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
-        for (int64_t i = 0; i < dim; ++i) out.set(r * dim + i, xr[i] * inv * w[i]);
-      }
-    });
+void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, double eps, const Elems& out) {
+  for_row_chunks(at::get_num_threads(), rows, dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float ss = 0.0f;
+      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
+      for (int64_t i = 0; i < dim; ++i) out.set(r * dim + i, xr[i] * inv * w[i]);
+    }
   });
 }
 
 // h[r] += y[r] (y in the GEMM dtype).
 void add_rows(float* h, const at::Tensor& y) {
+  const Elems e = elems(y);
   const int64_t dim = y.size(1);
-  typed(elems(y), [&](auto e) {
-    for_row_chunks(at::get_num_threads(), y.size(0), dim, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0 * dim; i < r1 * dim; ++i) h[i] += e.get(i);
-    });
+  for_row_chunks(at::get_num_threads(), y.size(0), dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * dim; i < r1 * dim; ++i) h[i] += e.get(i);
   });
 }
 
@@ -172,15 +118,13 @@ std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const 
     const at::Tensor gu = b.gate_up(x);
     const int64_t inter = gu.size(1) / 2;
     at::Tensor act = at::empty({rows, inter}, gemm_opts);
-    typed(elems(gu), [&](auto g) {   // act has gu's dtype, the GEMM dtype
-      const decltype(g) a{static_cast<decltype(g.p)>(act.data_ptr())};
-      for_row_chunks(at::get_num_threads(), rows, inter, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t i = 0; i < inter; ++i) {
-            const float gate = g.get(r * 2 * inter + i), up = g.get(r * 2 * inter + inter + i);
-            a.set(r * inter + i, gate / (1.0f + exp_vec(-gate)) * up);
-          }
-      });
+    const Elems g = elems(gu), a = elems(act);
+    for_row_chunks(at::get_num_threads(), rows, inter, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t i = 0; i < inter; ++i) {
+          const float gate = g.get(r * 2 * inter + i), up = g.get(r * 2 * inter + inter + i);
+          a.set(r * inter + i, gate / (1.0f + std::exp(-gate)) * up);
+        }
     });
     add_rows(hp, b.down(act));
   }
@@ -197,20 +141,18 @@ std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const 
                   sin.sizes() == cos.sizes() && sin.scalar_type() == b.gemm,
               "cos/sin must be [T, head_dim] in the GEMM dtype");
   const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();
-  // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); cos, sin and qkv share the GEMM dtype
-  typed(elems(qkv), [&](auto e) {
-    const decltype(e) ce{static_cast<decltype(e.p)>(cc.data_ptr())}, se{static_cast<decltype(e.p)>(sc.data_ptr())};
-    for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t j = 0; j < H + KV; ++j) {
-          const int64_t base = r * width + j * D;
-          for (int64_t i = 0; i < half; ++i) {
-            const float x1 = e.get(base + i), x2 = e.get(base + half + i);
-            e.set(base + i, x1 * ce.get(r * D + i) - x2 * se.get(r * D + i));
-            e.set(base + half + i, x2 * ce.get(r * D + half + i) + x1 * se.get(r * D + half + i));
-          }
+  const Elems e = elems(qkv), ce = elems(cc), se = elems(sc);
+  // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)
+  for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t j = 0; j < H + KV; ++j) {
+        const int64_t base = r * width + j * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = e.get(base + i), x2 = e.get(base + half + i);
+          e.set(base + i, x1 * ce.get(r * D + i) - x2 * se.get(r * D + i));
+          e.set(base + half + i, x2 * ce.get(r * D + half + i) + x1 * se.get(r * D + half + i));
         }
-    });
+      }
   });
   return {h, qkv.narrow(1, 0, H * D).view({rows, H, D}), qkv.narrow(1, H * D, KV * D).view({rows, KV, D}),
           qkv.narrow(1, (H + KV) * D, KV * D).view({rows, KV, D})};
