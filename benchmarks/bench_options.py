@@ -34,6 +34,30 @@ _TORCH_LEVEL = {"avx2": ("avx2", "AVX2"), "avx512": ("avx512", "AVX512_CORE"),
                 "avx512_bf16": ("avx512", "AVX512_CORE_BF16"), "amx": ("avx512", "AVX512_CORE_AMX")}
 
 
+def cpu_identity() -> str:
+    """The family, model, clock and L3 a VM's CPU shows: many VMs name every AMD part "AMD EPYC",
+    and Zen 1 (family 23 model 1, 2 GHz, 8 MiB L3) measures nothing like Zen 4 (family 25 model 17)."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+                if not line.strip():
+                    break
+    except OSError:
+        return ""
+    parts = [f"family {fields['cpu family']} model {fields['model']}"] if "cpu family" in fields else []
+    if "cpu MHz" in fields:
+        parts.append(f"{float(fields['cpu MHz']):.0f} MHz")
+    try:   # the last-level cache: index3 is L3 where the CPU has one
+        l3 = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        parts.append(f"L3 {l3}")
+    except OSError:
+        pass
+    return f" ({', '.join(parts)})" if parts else ""
+
+
 def machine_line(threads: int | None = None, env: dict[str, str] | None = None) -> str:
     """'cpu: <model>, 2 cores, flags [avx2 fma ...], cpu level avx2 (forced by SGRUN_CPU_ISA), torch X,
     threads, load'. `env`: describe a child process started with that environment instead."""
@@ -48,7 +72,7 @@ def machine_line(threads: int | None = None, env: dict[str, str] | None = None) 
     level = f"{forced} (forced by SGRUN_CPU_ISA)" if forced else f"{cpu_level()} (native)"
     torch_side = env.get("ATEN_CPU_CAPABILITY")
     torch_side = f", torch kernels held to {torch_side}/{env.get('ONEDNN_MAX_CPU_ISA')}" if torch_side else ""
-    return (f"cpu: {cpu_model()}, {os.cpu_count()} cores, flags [{flags}], cpu level {level}{torch_side}, "
+    return (f"cpu: {cpu_model()}{cpu_identity()}, {os.cpu_count()} cores, flags [{flags}], cpu level {level}{torch_side}, "
             f"torch {torch.__version__}, {threads if threads is not None else torch.get_num_threads()} threads, "
             f"load {load_avg()}")
 

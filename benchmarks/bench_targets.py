@@ -219,7 +219,7 @@ def main() -> None:
             return
         results = {"this process": result}
     else:
-        results = {}
+        results, failed = {}, []
         for level in args.levels.split(","):
             env = forced_level_env(None if level == "native" else level)
             env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
@@ -237,7 +237,8 @@ def main() -> None:
                     last = json.loads(line[5:])
                 else:
                     print(line, end="", flush=True)
-            proc.wait()
+            if proc.wait() != 0 or last is None:   # its traceback went to stderr above
+                failed.append(level)
             results[level] = last or {}
     print(f"\n| target | bound | {' | '.join(results)} |")
     print(f"|---|---|{'---|' * len(results)}")
@@ -245,6 +246,8 @@ def main() -> None:
         print(f"| {what} | {op} {bound:g} | " + " | ".join(verdict(name, r.get(name)) for r in results.values()) + " |")
     print(f"(load {load_avg()})")
     write_json(args.json_out, results)
+    if not (args.child or not args.levels) and failed:
+        sys.exit(f"level(s) {', '.join(failed)} failed: their figures are missing above")
 
 
 if __name__ == "__main__":
