@@ -212,6 +212,7 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_json_output(ap)
     args = ap.parse_args()
+    failed = []   # levels whose child process died or printed no figures
     if args.child or not args.levels:
         result = measure_level(args)
         if args.child:
@@ -219,7 +220,7 @@ def main() -> None:
             return
         results = {"this process": result}
     else:
-        results, failed = {}, []
+        results = {}
         for level in args.levels.split(","):
             env = forced_level_env(None if level == "native" else level)
             env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
@@ -246,7 +247,7 @@ def main() -> None:
         print(f"| {what} | {op} {bound:g} | " + " | ".join(verdict(name, r.get(name)) for r in results.values()) + " |")
     print(f"(load {load_avg()})")
     write_json(args.json_out, results)
-    if not (args.child or not args.levels) and failed:
+    if failed:
         sys.exit(f"level(s) {', '.join(failed)} failed: their figures are missing above")
 
 
