@@ -16,6 +16,13 @@ output is identical to the reference's (every position agrees), and KL(reference
 llama-server gives only its top `--top` tokens, so the KL both get is the same estimate: over the
 reference's top `--top` tokens, renormalized, a token outside the candidate's top `--top` given the
 candidate's smallest listed probability. sgrun's exact KL (full vocabulary) is printed beside it.
+
+With `--prefill-paths`, sgrun is measured instead through the engine's own prefill: each position is
+one whole-prefix prefill (cache flushed) of `sgrun.Engine()`'s model, so the C++ prefill attention
+and decode blocks that serve a prompt are what is measured (teacher_forced.py runs SDPA), once per
+prefill attention path this CPU has for the pool's dtype (the level's own, the AVX2 one, SDPA).
+The engine reports its top 20 tokens, so every KL of that table (llama.cpp's too) is the top-20
+estimate.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import torch
 from bench_bf16_accuracy import CHAT_PROMPTS
 from bench_options import add_threads, load_avg, machine_line
 from peer_llama_cpp import LlamaServer, binary
+from profile_prefill import prefill_paths
 from teacher_forced import decode_trace, drift
 
 import sgrun
@@ -66,15 +74,81 @@ def llama_position(server: LlamaServer, ids: list[int], top: int) -> dict[int, f
     return out
 
 
+def engine_position(engine, ids: list[int]) -> dict[int, float]:
+    """The engine's top-20 next-token probabilities after `ids`, from one whole-prefix prefill."""
+    engine.flush_cache()
+    out = engine.generate([ids], sgrun.SamplingParams(max_new_tokens=1, temperature=0, logprobs=20))[0]
+    return {t: math.exp(lp) for t, _, lp in out.outputs[0].logprobs[0].top}
+
+
+def main_prefill(args, n: int) -> None:
+    """The --prefill-paths table: every position through the engine's prefill, per attention path."""
+    top = 20
+    gguf = default_model_path()
+    loaded = load_model_files(gguf, torch.float32)
+    tok = loaded.tokenizer
+    ref = LlamaModel(loaded.config, loaded.weights, torch.float32)
+    engine = sgrun.Engine(compile=False, num_threads=args.threads, memory_gb=0.5)
+    print("sgrun default:", startup_line(engine))
+    paths = prefill_paths(engine)
+    server = LlamaServer(gguf, args.threads) if binary("llama-server") else None
+    rows = {f"sgrun, prefill attention {name}": {"kl": 0.0, "top1": 0, "exact": 0} for name in paths}
+    if server is not None:
+        rows["llama.cpp"] = {"kl": 0.0, "top1": 0, "exact": 0}
+    positions = 0
+    print(f"load before: {load_avg()}", flush=True)
+    attn = engine.runner.attn
+    chosen = getattr(attn, "prefill_op", None)
+    try:
+        for question in CHAT_PROMPTS[:n]:
+            ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
+            base = decode_trace(ref, ids, args.steps, stop_ids=tok.eos_token_ids)
+            positions += len(base.tokens)
+            for name, op in paths.items():
+                attn.prefill_op = op
+                r = rows[f"sgrun, prefill attention {name}"]
+                agree = []
+                for i, ref_row in enumerate(base.logits):
+                    got = engine_position(engine, ids + base.tokens[:i])
+                    agree.append(max(got, key=got.get) == int(ref_row.argmax()))
+                    r["kl"] += top_kl(ref_row, got, top)
+                r["top1"] += sum(agree)
+                r["exact"] += all(agree)
+            if server is not None:
+                r = rows["llama.cpp"]
+                agree = []
+                for i, ref_row in enumerate(base.logits):
+                    got = llama_position(server, ids + base.tokens[:i], top)
+                    agree.append(max(got, key=got.get) == int(ref_row.argmax()))
+                    r["kl"] += top_kl(ref_row, got, top)
+                r["top1"] += sum(agree)
+                r["exact"] += all(agree)
+    finally:
+        attn.prefill_op = chosen
+        if server is not None:
+            server.close()
+        engine.close()
+    print(f"{n} prompts, {positions} positions, each a whole-prefix prefill; load after: {load_avg()}")
+    print(f"| candidate vs dense float32 | KL (top-{top} estimate) | top-1 | exact greedy |")
+    print("|---|---|---|---|")
+    for name, r in rows.items():
+        print(f"| {name} | {r['kl'] / positions:.4g} | {100 * r['top1'] / positions:.1f}% | {r['exact']}/{n} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=30)
     ap.add_argument("--steps", type=int, default=32, help="max tokens of each float32 greedy answer")
     ap.add_argument("--top", type=int, default=64, help="top tokens llama-server reports per position")
+    ap.add_argument("--prefill-paths", action="store_true",
+                    help="measure sgrun through the engine's prefill, per prefill attention path (top-20 KL)")
     add_threads(ap)
     args = ap.parse_args()
     print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
+    if args.prefill_paths:
+        main_prefill(args, min(args.prompts, len(CHAT_PROMPTS)))
+        return
     gguf = default_model_path()
     loaded = load_model_files(gguf, torch.float32)
     tok = loaded.tokenizer

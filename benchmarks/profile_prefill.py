@@ -1,15 +1,16 @@
 """Where a prefill goes: torch.profiler over one whole-prompt prefill (max_new_tokens=1).
 
     python benchmarks/profile_prefill.py [--lengths 512,2048] [--quantization int4,none] [--threads 2]
-                                         [--attention-backend cpp|torch] [--top N] [--compare-sdpa]
+                                         [--attention-backend cpp|torch] [--top N] [--compare-paths]
                                          [--kernel]
 
 For each setting it prints the unprofiled TTFT (median of 3), then the profiled breakdown of
 the model forward: attention (everything inside the backend's per-layer call: KV writes and the
 prefill kernel or SDPA), the int4/int8 weight dequantization prefill pays per linear per chunk,
 the GEMMs, norm / RoPE / activation elementwise ops, other tensor ops, and Python (forward
-time not covered by any op). With --compare-sdpa it only times TTFT with the C++ prefill
-kernel against SDPA in the same engine (longer prompts than max_batch_tokens are chunked
+time not covered by any op). With --compare-paths (formerly --compare-sdpa) it only times TTFT
+with each prefill attention path in the same engine, interleaved: the level's C++ kernel, the
+AVX2 build's where the level is above it, SDPA (longer prompts than max_batch_tokens are chunked
 prefills, whose later chunks attend the earlier ones in the pages); with --kernel it times the
 kernel alone against SDPA on one layer's random inputs.
 """
@@ -27,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import sgrun
+from sgrun.cpu_kernels.prefill_attention import bf16_from as prefill_cpp_bf16_from
 from sgrun.models import quant_linear
 from bench_options import add_quantization, add_threads, load_avg, machine_line
 
@@ -110,7 +112,7 @@ def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 
                                                             enable_gqa=True)}
     if op is not None:
         calls["C++ prefill kernel"] = lambda: op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5,
-                                                                   out, False)
+                                                                   out, False, prefill_cpp_bf16_from())
     flop = H * length * (length + 1) / 2 * D * 4
     for name, call in calls.items():
         call()
@@ -123,32 +125,50 @@ def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 
               f"{cpu * 1e3:7.2f} ms ({flop / cpu / threads / 1e9:.0f} GFLOP/s per thread)  (load {load_avg()})")
 
 
-def compare_sdpa(engine: sgrun.Engine, lengths: list[int], rng: random.Random, params) -> None:
-    """TTFT with the backend's prefill kernel and with SDPA (prefill_op None), 3 interleaved
-    rounds after one warm-up each; prompts over max_batch_tokens run as chunked prefills."""
+def prefill_paths(engine: sgrun.Engine) -> dict[str, object]:
+    """The prefill attention paths this CPU has for the engine's pool, the level's own first:
+    name -> the value of the backend's `prefill_op` that runs it (None: SDPA)."""
+    from sgrun.cpu_kernels import isa
+    from sgrun.cpu_kernels import prefill_attention as prefill_cpp
     attn = engine.runner.attn
-    kernel = getattr(attn, "prefill_op", None)
-    if kernel is None:
-        print("  this backend has no C++ prefill kernel (not built, or no avx512_bf16): nothing to compare")
-        return
+    dtype = prefill_cpp.dtype_name(engine.runner.model.dtype)
+    paths: dict[str, object] = {}
+    if getattr(attn, "prefill_op", None) is not None:
+        level = isa.active_level().name
+        paths[f"C++ {level} build ({attn.prefill_op.fast_path(dtype, attn.D)} path)"] = attn.prefill_op
+        if level != "avx2" and isa.level_named("avx2") in isa.supported_levels():
+            op = prefill_cpp.load_kernel("avx2")
+            if op is not None and op.fast_path(dtype, attn.D):
+                paths[f"C++ avx2 build ({op.fast_path(dtype, attn.D)} path)"] = op
+    paths["SDPA"] = None
+    return paths
+
+
+def compare_paths(engine: sgrun.Engine, lengths: list[int], rng: random.Random, params) -> None:
+    """TTFT with each prefill attention path (prefill_paths), 3 interleaved rounds after one
+    warm-up each; prompts over max_batch_tokens run as chunked prefills."""
+    attn = engine.runner.attn
+    chosen = getattr(attn, "prefill_op", None)
+    paths = prefill_paths(engine)
     try:
         for length in lengths:
-            times: dict[str, list[float]] = {"C++ prefill kernel": [], "SDPA": []}
+            times: dict[str, list[float]] = {name: [] for name in paths}
             for i in range(4):
                 prompt = [rng.randrange(100, 40000) for _ in range(length)]
-                for name, op in (("C++ prefill kernel", kernel), ("SDPA", None)):
+                for name, op in paths.items():
                     attn.prefill_op = op
                     engine.flush_cache()
                     t = engine.generate([prompt], params)[0].ttft
                     if i:   # round 0 is the warm-up
                         times[name].append(t)
             med = {k: statistics.median(v) for k, v in times.items()}
+            first = next(iter(med.values()))
             print(f"[{length} tokens, chunks of {engine.scheduler.max_batch_tokens}] TTFT median of 3: "
-                  + ", ".join(f"{k} {v * 1e3:.0f} ms ({', '.join(f'{x * 1e3:.0f}' for x in times[k])})"
-                              for k, v in med.items())
-                  + f" -> {med['C++ prefill kernel'] / med['SDPA']:.2f}x  (load {load_avg()})")
+                  + ", ".join(f"{k} {v * 1e3:.0f} ms ({', '.join(f'{x * 1e3:.0f}' for x in times[k])}; "
+                              f"first / this {first / v:.2f}x)" for k, v in med.items())
+                  + f"  (load {load_avg()})")
     finally:
-        attn.prefill_op = kernel
+        attn.prefill_op = chosen
 
 
 def main() -> None:
@@ -160,8 +180,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=0, help="also list the N ops with the most self time")
     ap.add_argument("--kernel", action="store_true",
                     help="only time the prefill kernel alone (one layer, SmolLM2's heads) against SDPA")
-    ap.add_argument("--compare-sdpa", action="store_true",
-                    help="only time TTFT with the C++ prefill kernel and with SDPA, interleaved, in one engine")
+    ap.add_argument("--compare-paths", "--compare-sdpa", dest="compare_paths", action="store_true",
+                    help="only time TTFT with each prefill attention path (the level's, AVX2's, SDPA), interleaved")
     args = ap.parse_args()
     print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
@@ -180,8 +200,8 @@ def main() -> None:
         wrap(engine.runner.model, "forward", "sgrun::model_forward")
         wrap(engine.runner.attn, "forward", "sgrun::attention")
         params = sgrun.SamplingParams(max_new_tokens=1, temperature=0)
-        if args.compare_sdpa:
-            compare_sdpa(engine, [int(x) for x in args.lengths.split(",")], rng, params)
+        if args.compare_paths:
+            compare_paths(engine, [int(x) for x in args.lengths.split(",")], rng, params)
             engine.close()
             continue
         for length in map(int, args.lengths.split(",")):

@@ -2,7 +2,9 @@
 // the sources prefill_attention.py builds as one unit, after prefill_attention_common.cpp and the
 // ISA files; see prefill_attention.py for the design). Each call takes the best vector path its
 // level compiled for the pool's dtype and head dim (`vector_path`):
-//   SG_PREFILL_BF16 (avx512_bf16, amx): bf16 dot products on bf16 pools (prefill_attention_avx512_bf16.cpp);
+//   SG_PREFILL_BF16 (avx512_bf16, amx): bf16 dot products on bf16 pools, and on a float32 pool's
+//   rows at positions >= bf16_from (their Q, K, V rounded to bf16 as they are packed; earlier rows
+//   keep the float32 FMA path; prefill_attention_avx512_bf16.cpp);
 //   SG_PREFILL_SIMD (avx2, avx512, and what the bf16 tiles lack at avx512_bf16): float32 FMA on
 //   bf16 or float32 pools (prefill_attention_avx2.cpp); the same on aarch64 NEON (neon,
 //   neon_dotprod: prefill_attention_neon.cpp);
@@ -51,7 +53,7 @@ void attend_portable(const T* q, int64_t q_stride, const T* kc, const T* vc, int
 // The vector path a (dtype, head dim) takes in this build: "avx512_bf16", "avx2", "neon", or "" (portable).
 static std::string vector_path(at::ScalarType dt, int64_t D) {
 #ifdef SG_PREFILL_BF16
-  if (dt == at::kBFloat16 && (D == 32 || D == 64 || D == 96 || D == 128)) return "avx512_bf16";
+  if ((dt == at::kBFloat16 || dt == at::kFloat) && (D == 32 || D == 64 || D == 96 || D == 128)) return "avx512_bf16";
 #endif
 #ifdef SG_PREFILL_SIMD
   if (simd::supports(dt, D)) return SG_PREFILL_SIMD;
@@ -77,13 +79,47 @@ std::string fast_path(const std::string& dtype, int64_t head_dim) {
   return dt == at::ScalarType::Undefined ? std::string() : vector_path(dt, head_dim);
 }
 
+#ifdef SG_PREFILL_BF16
+#ifndef SG_PREFILL_SIMD
+#error "a float32 pool's rows below bf16_from take the simd path, which every AVX512-BF16 build has"
+#endif
+// A float32 pool's segments split at position `from`: rows below it keep float32 products
+// (`low`), the rest take bf16 ones (`high`). A row attends only keys up to its own position, so
+// rows [first, from) of a segment are a segment of their own whose context ends at `from`: each
+// row's result depends on its position alone, never on where a chunk starts.
+struct SplitSegments {
+  std::vector<int64_t> table, q_start, q_len, ctx_len;
+  void add(const Segments& seg, int64_t s, int64_t start, int64_t len, int64_t ctx) {
+    table.insert(table.end(), seg.table + s * seg.table_stride, seg.table + (s + 1) * seg.table_stride);
+    q_start.push_back(start);
+    q_len.push_back(len);
+    ctx_len.push_back(ctx);
+  }
+  Segments view(int64_t table_stride) const {
+    return Segments{table.data(), table_stride, q_start.data(), q_len.data(), ctx_len.data(),
+                    static_cast<int64_t>(q_start.size())};
+  }
+};
+
+void split_at_position(const Segments& seg, int64_t from, SplitSegments& low, SplitSegments& high) {
+  for (int64_t s = 0; s < seg.count; ++s) {
+    const int64_t first = seg.ctx_len[s] - seg.q_len[s];
+    const int64_t n_low = std::clamp<int64_t>(from - first, 0, seg.q_len[s]);
+    if (n_low > 0) low.add(seg, s, seg.q_start[s], n_low, first + n_low);
+    if (n_low < seg.q_len[s]) high.add(seg, s, seg.q_start[s] + n_low, seg.q_len[s] - n_low, seg.ctx_len[s]);
+  }
+}
+#endif
+
 // q [T, H, D] (rows may be strided; heads contiguous), k_cache / v_cache [KV, pages, ps, D],
 // tables [S, max_pages] int64, q_starts / q_lens / ctx_lens [S] int64: segment s's q_len rows
 // start at row q_starts[s] and are the last q_len positions of its ctx_len-token context.
-// Writes those rows of `out` (same shape and dtype as q, contiguous).
+// Writes those rows of `out` (same shape and dtype as q, contiguous). bf16_from: on the
+// AVX512-BF16 path, a float32 pool's rows from that position on take bf16 products (0: every
+// row); other paths and bf16 pools ignore it.
 void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor tables,
                        at::Tensor q_starts, at::Tensor q_lens, at::Tensor ctx_lens, double scale,
-                       at::Tensor out, bool portable) {
+                       at::Tensor out, bool portable, int64_t bf16_from) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "bad shapes");
   TORCH_CHECK(q.scalar_type() == k_cache.scalar_type() && v_cache.scalar_type() == q.scalar_type() &&
               out.scalar_type() == q.scalar_type(), "q, caches and out must share a dtype");
@@ -104,16 +140,31 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
   const std::string path = portable ? std::string() : vector_path(q.scalar_type(), D);
 #ifdef SG_PREFILL_BF16
   if (path == "avx512_bf16") {
-    auto* qp = reinterpret_cast<const uint16_t*>(q.data_ptr());
-    auto* kp = reinterpret_cast<const uint16_t*>(k_cache.data_ptr());
-    auto* vp = reinterpret_cast<const uint16_t*>(v_cache.data_ptr());
-    auto* op = reinterpret_cast<uint16_t*>(out.data_ptr());
     const int64_t qs = q.stride(0), os = out.stride(0);
-    using namespace bf16dot;
-    if (D == 32) attend_packed<Path<2, 6>>(qp, qs, kp, vp, head_stride, page_stride, ps, seg, H, KV, D, sc, op, os);
-    if (D == 64) attend_packed<Path<4, 6>>(qp, qs, kp, vp, head_stride, page_stride, ps, seg, H, KV, D, sc, op, os);
-    if (D == 96) attend_packed<Path<6, 4>>(qp, qs, kp, vp, head_stride, page_stride, ps, seg, H, KV, D, sc, op, os);
-    if (D == 128) attend_packed<Path<8, 3>>(qp, qs, kp, vp, head_stride, page_stride, ps, seg, H, KV, D, sc, op, os);
+    auto run = [&](auto elem, const Segments& part) {   // elem: a null pointer of the pool's element type
+      using E = std::remove_pointer_t<decltype(elem)>;
+      auto* qp = reinterpret_cast<const E*>(q.data_ptr());
+      auto* kp = reinterpret_cast<const E*>(k_cache.data_ptr());
+      auto* vp = reinterpret_cast<const E*>(v_cache.data_ptr());
+      auto* op = reinterpret_cast<E*>(out.data_ptr());
+      using namespace bf16dot;
+      if (D == 32) attend_packed<Path<2, 6, E>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 64) attend_packed<Path<4, 6, E>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 96) attend_packed<Path<6, 4, E>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 128) attend_packed<Path<8, 3, E>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+    };
+    if (q.scalar_type() == at::kBFloat16) {
+      run(static_cast<uint16_t*>(nullptr), seg);
+      return;
+    }
+    SplitSegments low, high;
+    split_at_position(seg, bf16_from, low, high);
+    if (!low.q_start.empty()) {   // float32 products: the path below AVX512-BF16 (simd::supports every D here)
+      attend_packed<simd::Path<float>>(q.data_ptr<float>(), qs, k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
+                                       head_stride, page_stride, ps, low.view(seg.table_stride), H, KV, D, sc,
+                                       out.data_ptr<float>(), os);
+    }
+    if (!high.q_start.empty()) run(static_cast<float*>(nullptr), high.view(seg.table_stride));
     return;
   }
 #endif

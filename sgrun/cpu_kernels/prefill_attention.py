@@ -19,9 +19,13 @@ Its semantics are attention/torch_backend.py's: the q_len new rows are the last 
 ctx_len-token context and attend every key up to their own position.
 
 Vector paths, one file each (the driver, prefill_attention.cpp, takes the best its level has):
-- AVX512-BF16 (avx512_bf16, amx; bf16 pools, head dims 32, 64, 96, 128): the layouts above, in
-  prefill_attention_avx512_bf16.cpp;
-- AVX2 + FMA (avx2, avx512, and float32 pools or other head dims at avx512_bf16; bf16 and float32
+- AVX512-BF16 (avx512_bf16, amx; bf16 and float32 pools, head dims 32, 64, 96, 128): the layouts
+  above, in prefill_attention_avx512_bf16.cpp. A float32 pool's rows at positions >= BF16_FROM
+  take it too, their Q, K and V rounded to bf16 as they are packed, scores, sums and output in
+  float32 (twice the float32 FMA path's speed there); its earlier rows keep the AVX2 path's float32
+  products, so a prompt shorter than BF16_FROM comes out bit for bit as before
+  (docs/cpu_kernels.md has the measurements and the reason);
+- AVX2 + FMA (avx2, avx512, and other head dims at avx512_bf16; bf16 and float32
   pools, head dims a multiple of 16 up to 256): K packed as float32 with 16 keys side by side per
   head dim, V as float32 rows, 6 x 16 FMA register blocks for Q K^T and P V, all in float32
   (prefill_attention_avx2.cpp);
@@ -34,6 +38,7 @@ the tests compare every path with a float64 reference at every CPU level the mac
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -46,6 +51,28 @@ log = logging.getLogger("sgrun.engine")
 
 # Tests set this to simulate a machine where the build fails.
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_PREFILL_FAIL"
+
+# On the AVX512-BF16 path, a float32 pool's query rows at this position and later take bf16
+# products; earlier rows keep float32 ones. Why a position: attention is a small part of a short
+# prefill (~10% at 512 tokens) and most of a long one (a third at 2,048 on Zen 4), so short prompts
+# keep float32 bits at little cost, and a row's path depends on its position alone (chunked = whole).
+# SGRUN_PREFILL_BF16_FROM sets it (0: every row; a huge number: none).
+BF16_FROM_ENV = "SGRUN_PREFILL_BF16_FROM"
+BF16_FROM_DEFAULT = 1024
+
+
+def bf16_from() -> int:
+    """The first position whose row takes bf16 products on a float32 pool (BF16_FROM_ENV, else the default)."""
+    raw = os.environ.get(BF16_FROM_ENV, "").strip()
+    if not raw:
+        return BF16_FROM_DEFAULT
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{BF16_FROM_ENV} must be a whole number of tokens (0 or more), got {raw!r}") from None
+    if value < 0:
+        raise ValueError(f"{BF16_FROM_ENV} must be 0 or more, got {value}")
+    return value
 
 _HERE = Path(__file__).parent
 # One translation unit: the shared walk, every ISA's path (each compiles only under its own

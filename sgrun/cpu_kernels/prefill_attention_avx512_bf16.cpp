@@ -1,11 +1,22 @@
-// The AVX512-BF16 path of the prefill attention (level avx512_bf16 / amx; bf16 pools, head dims
-// 32, 64, 96, 128): K and V packed as bf16 pairs in the layouts _mm512_dpbf16ps reads (K: 16 keys
+// The AVX512-BF16 path of the prefill attention (level avx512_bf16 / amx; bf16 and float32 pools,
+// head dims 32, 64, 96, 128): K and V packed as bf16 pairs in the layouts _mm512_dpbf16ps reads (K: 16 keys
 // side by side per pair of head dims; V: two consecutive keys interleaved per head dim), scores
 // and sums in float32, probabilities rounded to bf16 for P V as flash attention does. Built
 // after prefill_attention_common.cpp (the packed walk it plugs into).
+//
+// A float32 pool's rows at positions >= bf16_from (the driver splits them off) take it too: their Q,
+// K and V are rounded to bf16 (to nearest even) as they are packed, and their output stays float32:
+// the products are bf16 x bf16 (exact in float32), every sum float32. Why:
+// the float32 FMA path (prefill_attention_avx2.cpp) ran at ~170 GFLOP/s on two Zen 4 cores, near
+// their float32 FMA peak, and was a third of a 2,048-token prefill; a bf16 dot product does twice
+// the multiply-adds per instruction. The rounding is the precision llama.cpp's default f16 KV cache
+// keeps (a little less: 8 bits of mantissa against 11), and decodes keep float32
+// (paged_chunk_attention.cpp). docs/cpu_kernels.md has the measurements.
 #if defined(__AVX512F__) && defined(__AVX512BF16__) && !defined(SG_PREFILL_BF16)
 #define SG_PREFILL_BF16 1
 #include <immintrin.h>
+
+#include <type_traits>
 
 namespace {
 namespace bf16dot {
@@ -28,6 +39,15 @@ inline __m512 exp2_ps(__m512 x) {
 
 inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
 
+// n (a multiple of 16) elements as bf16 bits: a bf16 pool's are copied, a float32 pool's rounded
+// to nearest even (_mm512_cvtneps_pbh, as torch's float -> bf16 conversion).
+inline void to_bf16(const uint16_t* src, int64_t n, uint16_t* dst) { std::memcpy(dst, src, n * sizeof(uint16_t)); }
+inline void to_bf16(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(src + i))));
+}
+
 // Packed context of one (segment, kv head): `keys` rounded up to kKeyBlock.
 //   kp: [keys / 16][D / 2][16] words, a word = the bf16 pair (K[c][2j], K[c][2j+1]) of key c;
 //   vp: [keys / 2][D] words, a word = (V[2i][d], V[2i+1][d]).
@@ -36,7 +56,8 @@ struct Packed {
   uint32_t* vp;
 };
 
-void pack_block(const uint16_t* kc, const uint16_t* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
+template <class Elem>
+void pack_block(const Elem* kc, const Elem* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
                 const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, Packed dst) {
   const int64_t W = D / 2;
   uint32_t* kp = dst.kp + block * W * 16;
@@ -50,20 +71,29 @@ void pack_block(const uint16_t* kc, const uint16_t* vc, int64_t kv_head_stride, 
       continue;
     }
     const int64_t off = kvh * kv_head_stride + pages[key / ps] * page_stride + (key % ps) * D;
+    alignas(64) uint16_t kb[128], vb[128];
+    to_bf16(kc + off, D, kb);
+    to_bf16(vc + off, D, vb);
     uint32_t kw[64];
-    std::memcpy(kw, kc + off, D * sizeof(uint16_t));
+    std::memcpy(kw, kb, D * sizeof(uint16_t));
     for (int64_t j = 0; j < W; ++j) kp[j * 16 + c] = kw[j];
-    const uint16_t* vsrc = vc + off;
     uint16_t* vrow = reinterpret_cast<uint16_t*>(vp + (c / 2) * D) + (c % 2);
-    for (int64_t d = 0; d < D; ++d) vrow[2 * d] = vsrc[d];
+    for (int64_t d = 0; d < D; ++d) vrow[2 * d] = vb[d];
   }
 }
 
-// R query rows of one (segment, kv head) against its packed context. ND = D / 16.
-template <int ND, int R>
-void attend_rows(const uint16_t* const* qrow, const int64_t* pos, int nrows, Packed pk, float scale_log2,
-                 uint16_t* const* orow) {
+// R query rows of one (segment, kv head) against its packed context. ND = D / 16. Elem: the
+// pool's element (uint16_t: bf16 bits; float), which q and the output rows share.
+template <int ND, int R, class Elem>
+void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed pk, float scale_log2,
+                 Elem* const* orow) {
   constexpr int D = ND * 16, W = D / 2;
+  alignas(64) uint16_t q_bits[R][D];   // the rows' queries as bf16 (rounded once per tile)
+  const uint16_t* qrow[R];
+  for (int r = 0; r < R; ++r) {
+    to_bf16(q_in[r], D, q_bits[r]);
+    qrow[r] = q_bits[r];
+  }
   int64_t max_pos = pos[0], min_pos = pos[0];
   for (int r = 1; r < nrows; ++r) {
     max_pos = std::max(max_pos, pos[r]);
@@ -155,28 +185,33 @@ void attend_rows(const uint16_t* const* qrow, const int64_t* pos, int nrows, Pac
   for (int r = 0; r < nrows; ++r) {
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_load_ps(l[r])));
     for (int v = 0; v < ND; ++v) {
-      const __m256bh y = _mm512_cvtneps_pbh(_mm512_mul_ps(_mm512_load_ps(o[r] + 16 * v), inv));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(orow[r] + 16 * v), reinterpret_cast<__m256i>(y));
+      const __m512 y = _mm512_mul_ps(_mm512_load_ps(o[r] + 16 * v), inv);
+      if constexpr (std::is_same_v<Elem, float>) {
+        _mm512_storeu_ps(orow[r] + 16 * v, y);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(orow[r] + 16 * v),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(y)));
+      }
     }
   }
 }
 
-// The path as attend_packed (prefill_attention_common.cpp) runs it. ND = D / 16.
-template <int ND, int R>
+// The path as attend_packed (prefill_attention_common.cpp) runs it. ND = D / 16; E: the pool's element.
+template <int ND, int R, class E>
 struct Path {
-  using Elem = uint16_t;
+  using Elem = E;
   using Word = uint32_t;
   static constexpr int kRows = R;
   static int64_t words(int64_t keys, int64_t D) { return keys * D; }   // K: keys * D / 2, V: the same
   static Packed split(uint32_t* base, int64_t keys, int64_t D) { return Packed{base, base + keys * D / 2}; }
-  static void pack(const uint16_t* kc, const uint16_t* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
+  static void pack(const Elem* kc, const Elem* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
                    const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, uint32_t* base,
                    int64_t keys) {
     pack_block(kc, vc, kv_head_stride, page_stride, ps, pages, ctx, kvh, D, block, split(base, keys, D));
   }
-  static void attend(const uint16_t* const* qrow, const int64_t* pos, int n, uint32_t* base, int64_t keys, int64_t D,
-                     float scale_log2, uint16_t* const* orow) {
-    attend_rows<ND, R>(qrow, pos, n, split(base, keys, D), scale_log2, orow);
+  static void attend(const Elem* const* qrow, const int64_t* pos, int n, uint32_t* base, int64_t keys, int64_t D,
+                     float scale_log2, Elem* const* orow) {
+    attend_rows<ND, R, Elem>(qrow, pos, n, split(base, keys, D), scale_log2, orow);
   }
 };
 

@@ -19,6 +19,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 // SGRUN_ISA=scalar (build.py) promises no intrinsics path; on aarch64 its flags (-march=armv8-a)
 // still enable NEON, so the NEON files check SG_SCALAR_LEVEL as well as __ARM_NEON.

@@ -26,10 +26,13 @@ from sgrun.engine.page_pool import PagePool
 
 class CppPagedAttention(TorchPagedAttention):
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: ModuleType,
-                 cascade: bool = True, prefill_op: ModuleType | None = None):
+                 cascade: bool = True, prefill_op: ModuleType | None = None, prefill_bf16_from: int = 1024):
         super().__init__(pool, num_heads, num_kv_heads, head_dim)
         self.op = op
         self.prefill_op = prefill_op   # None: prefill chunks go through SDPA (TorchPagedAttention)
+        # A float32 pool's prefill rows from this position on take bf16 products where the kernel
+        # has the AVX512-BF16 path (cpu_kernels/prefill_attention.py, BF16_FROM_DEFAULT).
+        self.prefill_bf16_from = prefill_bf16_from
         self.cascade = cascade   # read each step, so it can be switched on a live engine
         self.min_saved_pages = MIN_SAVED_PAGES
         self.cascade_steps = 0   # prepared batches that attended at least one shared prefix once
@@ -140,4 +143,4 @@ class CppPagedAttention(TorchPagedAttention):
         if q.stride(2) != 1 or q.stride(1) != self.D:   # the kernel reads rows of contiguous [H, D]
             q = q.contiguous()
         self.prefill_op.prefill_attention(q, self.pool.k[layer], self.pool.v[layer], self.prefill_table,
-                                          *self.prefill_meta, self.scale, out, False)
+                                          *self.prefill_meta, self.scale, out, False, self.prefill_bf16_from)
