@@ -18,6 +18,7 @@
 #include <cmath>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <unordered_map>
 
 namespace decode_block {
@@ -47,6 +48,30 @@ inline Elems elems(const at::Tensor& t) {
   return {t.data_ptr(), t.scalar_type() == at::kBFloat16};
 }
 
+// The same access with the dtype a template parameter: `typed(e, f)` calls f with a Typed<float>
+// or a Typed<uint16_t>, so a loop over elements has no per-element dtype branch and GCC can
+// vectorize it (Elems' branch kept the bias, norm, RoPE and residual loops scalar). The loops give
+// the same bits either way: no loop below reassociates a sum, and RoPE's multiply-adds are written
+// out as the scalar loop's contraction made them (see there).
+template <class T>
+struct Typed {
+  T* p;
+  float get(int64_t i) const {
+    if constexpr (std::is_same_v<T, float>) return p[i];
+    else return bf16_to_float(p[i]);
+  }
+  void set(int64_t i, float v) const {
+    if constexpr (std::is_same_v<T, float>) p[i] = v;
+    else p[i] = float_to_bf16(v);
+  }
+};
+
+template <class F>
+inline void typed(const Elems& e, F&& f) {
+  if (e.bf16) f(Typed<uint16_t>{static_cast<uint16_t*>(e.p)});
+  else f(Typed<float>{static_cast<float*>(e.p)});
+}
+
 // One weight in the tiles' layout. kind 0: int4 (a = codes, b = scales); 1: dense bf16 (a = packed);
 // 2: int8 with float32 activations (a = blocked codes, b = blocked scales per column and group of 32). bias: optional.
 struct Linear {
@@ -56,10 +81,13 @@ struct Linear {
   at::Tensor operator()(const at::Tensor& x) const {
     at::Tensor y = kind == 0 ? int4_mm(x, a, b, n) : kind == 1 ? bf16_mm(x, a, n) : int8_mm_f32(x, a, b);
     if (bias.defined()) {   // in place, in y's dtype, as eager's y + bias
-      const Elems e = elems(y), be = elems(bias);
-      for_row_chunks(at::get_num_threads(), y.size(0), n, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t i = 0; i < n; ++i) e.set(r * n + i, e.get(r * n + i) + be.get(i));
+      typed(elems(y), [&](auto e) {
+        typed(elems(bias), [&](auto be) {
+          for_row_chunks(at::get_num_threads(), y.size(0), n, [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r)
+              for (int64_t i = 0; i < n; ++i) e.set(r * n + i, e.get(r * n + i) + be.get(i));
+          });
+        });
       });
     }
     return y;
@@ -82,24 +110,27 @@ std::unordered_map<int64_t, std::shared_ptr<const Block>> registry;
 int64_t next_id = 1;
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w, x and w float32; out in `out`'s dtype.
-void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, double eps, const Elems& out) {
-  for_row_chunks(at::get_num_threads(), rows, dim, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * dim;
-      float ss = 0.0f;
-      for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];
-      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
-      for (int64_t i = 0; i < dim; ++i) out.set(r * dim + i, xr[i] * inv * w[i]);
-    }
+void rms_norm_rows(const float* x, const float* w, int64_t rows, int64_t dim, double eps, const Elems& out_elems) {
+  typed(out_elems, [&](auto out) {
+    for_row_chunks(at::get_num_threads(), rows, dim, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* xr = x + r * dim;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < dim; ++i) ss += xr[i] * xr[i];   // in order: a vector sum would change bits
+        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
+        for (int64_t i = 0; i < dim; ++i) out.set(r * dim + i, xr[i] * inv * w[i]);
+      }
+    });
   });
 }
 
 // h[r] += y[r] (y in the GEMM dtype).
 void add_rows(float* h, const at::Tensor& y) {
-  const Elems e = elems(y);
   const int64_t dim = y.size(1);
-  for_row_chunks(at::get_num_threads(), y.size(0), dim, [&](int64_t r0, int64_t r1) {
-    for (int64_t i = r0 * dim; i < r1 * dim; ++i) h[i] += e.get(i);
+  typed(elems(y), [&](auto e) {
+    for_row_chunks(at::get_num_threads(), y.size(0), dim, [&](int64_t r0, int64_t r1) {
+      for (int64_t i = r0 * dim; i < r1 * dim; ++i) h[i] += e.get(i);
+    });
   });
 }
 
@@ -118,13 +149,15 @@ std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const 
     const at::Tensor gu = b.gate_up(x);
     const int64_t inter = gu.size(1) / 2;
     at::Tensor act = at::empty({rows, inter}, gemm_opts);
-    const Elems g = elems(gu), a = elems(act);
-    for_row_chunks(at::get_num_threads(), rows, inter, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t i = 0; i < inter; ++i) {
-          const float gate = g.get(r * 2 * inter + i), up = g.get(r * 2 * inter + inter + i);
-          a.set(r * inter + i, gate / (1.0f + std::exp(-gate)) * up);
-        }
+    typed(elems(gu), [&](auto g) {   // act has gu's dtype, the GEMM dtype
+      const decltype(g) a{static_cast<decltype(g.p)>(act.data_ptr())};
+      for_row_chunks(at::get_num_threads(), rows, inter, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t i = 0; i < inter; ++i) {
+            const float gate = g.get(r * 2 * inter + i), up = g.get(r * 2 * inter + inter + i);
+            a.set(r * inter + i, gate / (1.0f + std::exp(-gate)) * up);   // libm's expf: its bits
+          }
+      });
     });
     add_rows(hp, b.down(act));
   }
@@ -141,18 +174,23 @@ std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const 
                   sin.sizes() == cos.sizes() && sin.scalar_type() == b.gemm,
               "cos/sin must be [T, head_dim] in the GEMM dtype");
   const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();
-  const Elems e = elems(qkv), ce = elems(cc), se = elems(sc);
-  // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s)
-  for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r)
-      for (int64_t j = 0; j < H + KV; ++j) {
-        const int64_t base = r * width + j * D;
-        for (int64_t i = 0; i < half; ++i) {
-          const float x1 = e.get(base + i), x2 = e.get(base + half + i);
-          e.set(base + i, x1 * ce.get(r * D + i) - x2 * se.get(r * D + i));
-          e.set(base + half + i, x2 * ce.get(r * D + half + i) + x1 * se.get(r * D + half + i));
+  // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); cos, sin and qkv share the
+  // GEMM dtype. The multiply-adds are written out: GCC contracted the scalar loop's expressions
+  // into these two fmas, and left to itself it fuses the other product once the loop vectorizes,
+  // which moved logprobs by up to 0.15 through the int8 activation rounding downstream (session 16).
+  typed(elems(qkv), [&](auto e) {
+    const decltype(e) ce{static_cast<decltype(e.p)>(cc.data_ptr())}, se{static_cast<decltype(e.p)>(sc.data_ptr())};
+    for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        for (int64_t j = 0; j < H + KV; ++j) {
+          const int64_t base = r * width + j * D;
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = e.get(base + i), x2 = e.get(base + half + i);
+            e.set(base + i, std::fma(-x2, se.get(r * D + i), x1 * ce.get(r * D + i)));
+            e.set(base + half + i, std::fma(x1, se.get(r * D + half + i), x2 * ce.get(r * D + half + i)));
+          }
         }
-      }
+    });
   });
   return {h, qkv.narrow(1, 0, H * D).view({rows, H, D}), qkv.narrow(1, H * D, KV * D).view({rows, KV, D}),
           qkv.narrow(1, (H + KV) * D, KV * D).view({rows, KV, D})};

@@ -89,11 +89,19 @@ void quantize_rows(int64_t m, int64_t k, Load load, QuantRows& out, int threads 
   for_row_chunks(threads, m, k, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t g = 0; g < groups; ++g) {
-        float x[GROUP], amax = 0.0f;
+        // max |x| over the bit patterns: for floats that are not NaN, |x|'s bits order as |x| does,
+        // and an integer max vectorizes where a float max with C++'s NaN rules stays scalar
+        float x[GROUP];
+        int32_t amax_bits = 0;
         for (int i = 0; i < GROUP; ++i) {
           x[i] = load(r, g * GROUP + i);
-          amax = std::fabs(x[i]) > amax ? std::fabs(x[i]) : amax;
+          int32_t bits;
+          std::memcpy(&bits, &x[i], sizeof(bits));
+          bits &= 0x7fffffff;
+          amax_bits = bits > amax_bits ? bits : amax_bits;
         }
+        float amax;
+        std::memcpy(&amax, &amax_bits, sizeof(amax));
         const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         int8_t* q = out.q.data() + r * k + g * GROUP;
         int32_t qsum = 0;
