@@ -104,8 +104,20 @@ def kernels_summary(parts) -> dict:
            "decode_attention": parts.runner.backend}
     attn = parts.runner.attn
     if hasattr(attn, "prefill_op"):
-        out["prefill_attention"] = "sgrun C++" if attn.prefill_op is not None else "SDPA"
+        out["prefill_attention"] = prefill_summary(attn)
     return out
+
+
+def prefill_summary(attn) -> str:
+    """The prefill attention a CPU backend runs: SDPA, or sgrun's C++ kernel with its vector path
+    for the pool (and, for a float32 pool on the AVX512-BF16 path, where its bf16 products start)."""
+    if attn.prefill_op is None:
+        return "SDPA"
+    dtype = str(attn.pool.k[0].dtype).replace("torch.", "")
+    path = attn.prefill_op.fast_path(dtype, attn.D) or "portable"
+    if path == "avx512_bf16" and dtype == "float32":
+        return f"sgrun C++ {path} (bf16 products from position {attn.prefill_bf16_from})"
+    return f"sgrun C++ {path}"
 
 
 def startup_line(engine) -> str:
