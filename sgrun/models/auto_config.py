@@ -39,11 +39,14 @@ AUTO_TABLE: dict[str, AutoChoice] = {
     # Zen 4 (AMD EPYC, avx512_bf16 native, 4 December 2026): float32 int4 decodes 1.22-1.28x bf16
     # int4 (three interleaved bench_auto_config runs: 144.5 / 131.9 / 126.6 against 118.3 / 105.8 /
     # 99.2 tok/s), because the float32 path's int8-activation tiles beat the bf16 dot products at one
-    # row (gate_up 26 vs 36 us, bench_matmul). bf16 prefills faster (TTFT 512: 0.58-0.76 vs 0.83-0.88
-    # s; 2,048: 2.39 vs 3.56 s in bench_targets): the trade is recorded in docs/benchmarks.md. Issue
-    # 14's bf16 row predates the float32 C++ decode blocks and int8-activation tiles.
+    # row (gate_up 26 vs 36 us, bench_matmul). bf16 prefilled faster then (TTFT 2,048: 2.39 vs 3.56 s
+    # in bench_targets); since session 17 (the VNNI int4 tile, bf16 products in a float32 pool's long
+    # prefill attention, the vectorized row loops) float32 prefills as fast: TTFT 2,048 1.78-1.96 s
+    # against bf16's 1.97 s, alternated twice in one window (6 December 2026). Issue 14's bf16 row
+    # predates the float32 C++ decode blocks and int8-activation tiles.
     "avx512_bf16": AutoChoice(torch.float32, True, "AMD EPYC Zen 4, native: float32 int4 decode 1.25x bf16 "
-                                                   "int4's; bf16 prefill 1.1-1.5x faster (docs/benchmarks.md)"),
+                                                   "int4's; prefill as fast (TTFT 2,048 1.78-1.96 vs 1.97 s; "
+                                                   "docs/benchmarks.md)"),
     # Without native bf16 GEMMs (no AVX512-BF16/AMX; ARM without the bf16 extension) torch's bf16
     # prefill is emulated: at SGRUN_CPU_ISA=avx2 with torch held to AVX2, 6 prompts of 64-1024 tokens
     # + 32 tokens each took 14.1 s in float32 and more than 400 s in bf16, while bf16 decoded only
