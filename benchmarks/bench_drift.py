@@ -74,6 +74,28 @@ def llama_position(server: LlamaServer, ids: list[int], top: int) -> dict[int, f
     return out
 
 
+def add_positions(row: dict, base, ids: list[int], probs_after, top: int) -> None:
+    """Adds one prompt's positions to a candidate's row (kl, top1, exact): `probs_after(prefix)` is
+    the candidate's top next-token probabilities after `prefix` (the prompt and the reference's path so far)."""
+    agree = []
+    for i, ref_row in enumerate(base.logits):
+        got = probs_after(ids + base.tokens[:i])
+        agree.append(max(got, key=got.get) == int(ref_row.argmax()))
+        row["kl"] += top_kl(ref_row, got, top)
+    row["top1"] += sum(agree)
+    row["exact"] += all(agree)
+
+
+def reference_and_engine(args):
+    """The GGUF path, its tokenizer, the dense float32 reference model and `sgrun.Engine()`'s default."""
+    gguf = default_model_path()
+    loaded = load_model_files(gguf, torch.float32)
+    ref = LlamaModel(loaded.config, loaded.weights, torch.float32)
+    engine = sgrun.Engine(compile=False, num_threads=args.threads, memory_gb=0.5)
+    print("sgrun default:", startup_line(engine))
+    return gguf, loaded.tokenizer, ref, engine
+
+
 def engine_position(engine, ids: list[int]) -> dict[int, float]:
     """The engine's top-20 next-token probabilities after `ids`, from one whole-prefix prefill."""
     engine.flush_cache()
@@ -84,12 +106,7 @@ def engine_position(engine, ids: list[int]) -> dict[int, float]:
 def main_prefill(args, n: int) -> None:
     """The --prefill-paths table: every position through the engine's prefill, per attention path."""
     top = 20
-    gguf = default_model_path()
-    loaded = load_model_files(gguf, torch.float32)
-    tok = loaded.tokenizer
-    ref = LlamaModel(loaded.config, loaded.weights, torch.float32)
-    engine = sgrun.Engine(compile=False, num_threads=args.threads, memory_gb=0.5)
-    print("sgrun default:", startup_line(engine))
+    gguf, tok, ref, engine = reference_and_engine(args)
     paths = prefill_paths(engine)
     server = LlamaServer(gguf, args.threads) if binary("llama-server") else None
     rows = {f"sgrun, prefill attention {name}": {"kl": 0.0, "top1": 0, "exact": 0} for name in paths}
@@ -106,23 +123,10 @@ def main_prefill(args, n: int) -> None:
             positions += len(base.tokens)
             for name, op in paths.items():
                 attn.prefill_op = op
-                r = rows[f"sgrun, prefill attention {name}"]
-                agree = []
-                for i, ref_row in enumerate(base.logits):
-                    got = engine_position(engine, ids + base.tokens[:i])
-                    agree.append(max(got, key=got.get) == int(ref_row.argmax()))
-                    r["kl"] += top_kl(ref_row, got, top)
-                r["top1"] += sum(agree)
-                r["exact"] += all(agree)
+                add_positions(rows[f"sgrun, prefill attention {name}"], base, ids,
+                              lambda prefix: engine_position(engine, prefix), top)
             if server is not None:
-                r = rows["llama.cpp"]
-                agree = []
-                for i, ref_row in enumerate(base.logits):
-                    got = llama_position(server, ids + base.tokens[:i], top)
-                    agree.append(max(got, key=got.get) == int(ref_row.argmax()))
-                    r["kl"] += top_kl(ref_row, got, top)
-                r["top1"] += sum(agree)
-                r["exact"] += all(agree)
+                add_positions(rows["llama.cpp"], base, ids, lambda prefix: llama_position(server, prefix, top), top)
     finally:
         attn.prefill_op = chosen
         if server is not None:
@@ -149,12 +153,7 @@ def main() -> None:
     if args.prefill_paths:
         main_prefill(args, min(args.prompts, len(CHAT_PROMPTS)))
         return
-    gguf = default_model_path()
-    loaded = load_model_files(gguf, torch.float32)
-    tok = loaded.tokenizer
-    ref = LlamaModel(loaded.config, loaded.weights, torch.float32)
-    engine = sgrun.Engine(compile=False, num_threads=args.threads, memory_gb=0.5)
-    print("sgrun default:", startup_line(engine))
+    gguf, tok, ref, engine = reference_and_engine(args)
     ours = engine.runner.model
     server = LlamaServer(gguf, args.threads) if binary("llama-server") else None
     if server is None:
@@ -179,14 +178,8 @@ def main() -> None:
             r["exact"] += all(agree)
             r["kl"] += sum(top_kl(a, top_probs(b, args.top), args.top) for a, b in zip(base.logits, trace.logits))
             if server is not None:
-                r = rows["llama.cpp"]
-                agree = []
-                for i, ref_row in enumerate(base.logits):
-                    got = llama_position(server, ids + base.tokens[:i], args.top)
-                    agree.append(max(got, key=got.get) == int(ref_row.argmax()))
-                    r["kl"] += top_kl(ref_row, got, args.top)
-                r["top1"] += sum(agree)
-                r["exact"] += all(agree)
+                add_positions(rows["llama.cpp"], base, ids,
+                              lambda prefix: llama_position(server, prefix, args.top), args.top)
     finally:
         if server is not None:
             server.close()
