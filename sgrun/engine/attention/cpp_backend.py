@@ -18,6 +18,7 @@ from types import ModuleType
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from sgrun.cpu_kernels.prefill_attention import BF16_FROM_DEFAULT
 from sgrun.engine.attention.backend import Segment
 from sgrun.engine.attention.torch_backend import TorchPagedAttention
 from sgrun.engine.attention.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes
@@ -26,12 +27,13 @@ from sgrun.engine.page_pool import PagePool
 
 class CppPagedAttention(TorchPagedAttention):
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: ModuleType,
-                 cascade: bool = True, prefill_op: ModuleType | None = None, prefill_bf16_from: int = 1024):
+                 cascade: bool = True, prefill_op: ModuleType | None = None,
+                 prefill_bf16_from: int = BF16_FROM_DEFAULT):
         super().__init__(pool, num_heads, num_kv_heads, head_dim)
         self.op = op
         self.prefill_op = prefill_op   # None: prefill chunks go through SDPA (TorchPagedAttention)
         # A float32 pool's prefill rows from this position on take bf16 products where the kernel
-        # has the AVX512-BF16 path (cpu_kernels/prefill_attention.py, BF16_FROM_DEFAULT).
+        # has the AVX512-BF16 path (cpu_kernels/prefill_attention.py: why, and SGRUN_PREFILL_BF16_FROM).
         self.prefill_bf16_from = prefill_bf16_from
         self.cascade = cascade   # read each step, so it can be switched on a live engine
         self.min_saved_pages = MIN_SAVED_PAGES
