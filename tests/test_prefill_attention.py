@@ -134,6 +134,17 @@ def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_si
             checked["bf16"] += 1
     if dtype == torch.float32 and bf16_path and bf16_from == 100:
         assert checked["float32"] and checked["bf16"], checked   # the split crossed some segments
+        # The rows below the split are bitwise the float32 path's; the rows past it are not (so
+        # they did take bf16 products, not merely stay within their tolerance).
+        plain = torch.full_like(out, float("nan"))
+        op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, plain, portable, 10 ** 9)
+        for s in segments:
+            pos = torch.arange(s.ctx_len - s.q_len, s.ctx_len)
+            rows = torch.arange(s.q_start, s.q_start + s.q_len)
+            low, high = rows[pos < bf16_from], rows[pos >= bf16_from]
+            assert torch.equal(out[low], plain[low]), s
+            if len(high):
+                assert not torch.equal(out[high], plain[high]), s
 
 
 @pytest.mark.parametrize("dtype,head_dim,bf16_from", [(torch.bfloat16, 64, 0), (torch.float32, 64, 0),

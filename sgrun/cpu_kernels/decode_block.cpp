@@ -31,26 +31,19 @@ inline uint16_t float_to_bf16(float f) {   // round to nearest even, NaN kept qu
   return static_cast<uint16_t>(u >> 16);
 }
 
-// Element access for a 2-D tensor of the GEMM dtype (bf16 or float32), by raw pointer.
+// A tensor of the GEMM dtype (bf16 or float32) by raw pointer; `typed` below gives its elements.
 struct Elems {
   void* p;
   bool bf16;
-  float get(int64_t i) const {
-    return bf16 ? bf16_to_float(static_cast<const uint16_t*>(p)[i]) : static_cast<const float*>(p)[i];
-  }
-  void set(int64_t i, float v) const {
-    if (bf16) static_cast<uint16_t*>(p)[i] = float_to_bf16(v);
-    else static_cast<float*>(p)[i] = v;
-  }
 };
 
 inline Elems elems(const at::Tensor& t) {
   return {t.data_ptr(), t.scalar_type() == at::kBFloat16};
 }
 
-// The same access with the dtype a template parameter: `typed(e, f)` calls f with a Typed<float>
+// Element access with the dtype a template parameter: `typed(e, f)` calls f with a Typed<float>
 // or a Typed<uint16_t>, so a loop over elements has no per-element dtype branch and GCC can
-// vectorize it (Elems' branch kept the bias, norm, RoPE and residual loops scalar). The loops give
+// vectorize it (a per-element branch kept the bias, norm, RoPE and residual loops scalar). The loops give
 // the same bits either way: no loop below reassociates a sum, and RoPE's multiply-adds are written
 // out as the scalar loop's contraction made them (see there).
 template <class T>

@@ -57,8 +57,8 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
 #else
   constexpr bool kSumsInY = R > 1;
 #endif
-  __m256 acc[kSumsInY ? 1 : R][NB][2];
-  for (int r = 0; r < (kSumsInY ? 1 : R); ++r)
+  __m256 acc[R][NB][2];   // never read when the sums live in y (the compiler drops it)
+  for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b) acc[r][b][0] = acc[r][b][1] = _mm256_setzero_ps();
   if constexpr (kSumsInY) {
     for (int r = 0; r < R; ++r)
@@ -105,9 +105,8 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
                                               _mm256_cvtepi16_epi32(_mm256_extracti128_si256(c, 1)));
         const __m256 d = _mm256_set1_ps(xd[r * groups + g]), sum = _mm256_set1_ps(xsum[r * groups + g]);
         float* yr = y + r * n_total + b * LANES;
-        const int ra = kSumsInY ? 0 : r;   // the register row (unused when the sums live in y)
-        __m256 a0 = kSumsInY ? _mm256_loadu_ps(yr) : acc[ra][b][0];
-        __m256 a1 = kSumsInY ? _mm256_loadu_ps(yr + 8) : acc[ra][b][1];
+        __m256 a0 = kSumsInY ? _mm256_loadu_ps(yr) : acc[r][b][0];
+        __m256 a1 = kSumsInY ? _mm256_loadu_ps(yr + 8) : acc[r][b][1];
         a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot0), _mm256_mul_ps(s0, d), a0);
         a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot1), _mm256_mul_ps(s1, d), a1);
         a0 = _mm256_fmadd_ps(m0, sum, a0);
@@ -116,8 +115,8 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
           _mm256_storeu_ps(yr, a0);
           _mm256_storeu_ps(yr + 8, a1);
         } else {
-          acc[ra][b][0] = a0;
-          acc[ra][b][1] = a1;
+          acc[r][b][0] = a0;
+          acc[r][b][1] = a1;
         }
       }
     }

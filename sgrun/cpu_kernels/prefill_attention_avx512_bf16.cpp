@@ -71,11 +71,10 @@ void pack_block(const Elem* kc, const Elem* vc, int64_t kv_head_stride, int64_t 
       continue;
     }
     const int64_t off = kvh * kv_head_stride + pages[key / ps] * page_stride + (key % ps) * D;
-    alignas(64) uint16_t kb[128], vb[128];
-    to_bf16(kc + off, D, kb);
+    alignas(64) uint32_t kw[64];   // key c's bf16 pairs
+    alignas(64) uint16_t vb[128];
+    to_bf16(kc + off, D, reinterpret_cast<uint16_t*>(kw));
     to_bf16(vc + off, D, vb);
-    uint32_t kw[64];
-    std::memcpy(kw, kb, D * sizeof(uint16_t));
     for (int64_t j = 0; j < W; ++j) kp[j * 16 + c] = kw[j];
     uint16_t* vrow = reinterpret_cast<uint16_t*>(vp + (c / 2) * D) + (c % 2);
     for (int64_t d = 0; d < D; ++d) vrow[2 * d] = vb[d];
@@ -88,11 +87,15 @@ template <int ND, int R, class Elem>
 void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed pk, float scale_log2,
                  Elem* const* orow) {
   constexpr int D = ND * 16, W = D / 2;
-  alignas(64) uint16_t q_bits[R][D];   // the rows' queries as bf16 (rounded once per tile)
+  alignas(64) uint16_t q_bits[std::is_same_v<Elem, float> ? R : 1][D];   // a float32 pool's queries as bf16
   const uint16_t* qrow[R];
   for (int r = 0; r < R; ++r) {
-    to_bf16(q_in[r], D, q_bits[r]);
-    qrow[r] = q_bits[r];
+    if constexpr (std::is_same_v<Elem, float>) {   // rounded once per tile
+      to_bf16(q_in[r], D, q_bits[r]);
+      qrow[r] = q_bits[r];
+    } else {
+      qrow[r] = q_in[r];   // a bf16 pool's rows are read in place
+    }
   }
   int64_t max_pos = pos[0], min_pos = pos[0];
   for (int r = 1; r < nrows; ++r) {

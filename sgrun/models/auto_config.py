@@ -116,7 +116,8 @@ def prefill_summary(attn) -> str:
     for the pool (and, for a float32 pool on the AVX512-BF16 path, where its bf16 products start)."""
     if attn.prefill_op is None:
         return "SDPA"
-    dtype = str(attn.pool.k[0].dtype).replace("torch.", "")
+    from sgrun.cpu_kernels.prefill_attention import dtype_name
+    dtype = dtype_name(attn.pool.k[0].dtype)
     path = attn.prefill_op.fast_path(dtype, attn.D) or "portable"
     if path == "avx512_bf16" and dtype == "float32":
         return f"sgrun C++ {path} (bf16 products from position {attn.prefill_bf16_from})"
