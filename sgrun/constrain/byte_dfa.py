@@ -186,7 +186,14 @@ def trim(d: ByteDFA) -> ByteDFA:
     order = [d.start] + [s for s in range(n) if s in live and s != d.start]
     remap = {s: k for k, s in enumerate(order)}
     edges = [[(m, remap[t]) for m, t in d.edges[s] if t in live] for s in order]
-    return ByteDFA(edges, {remap[s] for s in d.accepting if s in live})
+    return fully_live(ByteDFA(edges, {remap[s] for s in d.accepting if s in live}))
+
+
+def fully_live(d: ByteDFA) -> ByteDFA:
+    """Mark `d` as one whose every state reaches acceptance (trim's output, by construction), so
+    the NFA's liveness check (nfa_liveness.dfa_fully_live) need not search it again."""
+    d.__dict__["_fully_live"] = True
+    return d
 
 
 def universal_bytes() -> ByteDFA:

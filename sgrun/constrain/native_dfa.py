@@ -32,7 +32,8 @@ from sgrun.constrain.lazy_dfa import _MAX_CLOSURE, DEFAULT_MAX_DEPTH, DEFAULT_MA
 
 log = logging.getLogger("sgrun.constrain")
 
-SOURCE = Path(__file__).resolve().parent.parent / "cpu_kernels" / "lazy_dfa_core.cpp"
+_KERNELS = Path(__file__).resolve().parent.parent / "cpu_kernels"
+SOURCES = (_KERNELS / "lazy_dfa_core.cpp", _KERNELS / "escape_lift.cpp")  # one library
 _ERR_CLOSURE, _ERR_STATES = -2, -3
 _NON_UNIFORM = -4
 _MAX_SUCCESSORS = 4096
@@ -63,6 +64,7 @@ _SIGNATURES = {
 
 _NEW_PY = ("sgrun_dfa_new_py", _vp, [ctypes.py_object] * 6 + [_vp, _i32, _i32, _i32, _i32, _vp, _vp, _i32, _i32,
                                                                  _i32, _i32p])
+_LIFT_PY = ("sgrun_escape_lift_py", ctypes.py_object, [ctypes.py_object, ctypes.py_object, _i32])
 
 _lib_lock = threading.Lock()
 _lib: ctypes.CDLL | None | bool = False  # False: not tried yet
@@ -77,7 +79,7 @@ def library() -> ctypes.CDLL | None:
             global _py
             import sysconfig
             from sgrun.cpu_kernels.build import SharedLibrary
-            path = SharedLibrary("lazy_dfa_core", SOURCE, what="the C++ lazy DFA",
+            path = SharedLibrary("lazy_dfa_core", SOURCES, what="the C++ lazy DFA",
                                  fallback="constraints use the Python lazy DFA", fail_env="SGRUN_FAIL_NATIVE_DFA",
                                  flags=("-O2", "-std=c++17", "-fPIC", "-shared",
                                         "-I" + sysconfig.get_paths()["include"])).load()
@@ -88,8 +90,9 @@ def library() -> ctypes.CDLL | None:
                     fn = getattr(lib, name)
                     fn.restype, fn.argtypes = res, args
                 _py = ctypes.PyDLL(path)  # holds it, and raises the Python error a call sets
-                fn = getattr(_py, _NEW_PY[0])
-                fn.restype, fn.argtypes = _NEW_PY[1], _NEW_PY[2]
+                for name, res, args in (_NEW_PY, _LIFT_PY):
+                    fn = getattr(_py, name)
+                    fn.restype, fn.argtypes = res, args
             _lib = lib
         return _lib
 
@@ -101,6 +104,13 @@ def _pylib() -> ctypes.PyDLL:
 
 def native_enabled() -> bool:
     return os.environ.get("SGRUN_NATIVE_DFA", "1") != "0" and library() is not None
+
+
+def native_escape_lift(edges: list, accepting: set[int], start: int) -> tuple[list, list[int]] | None:
+    """escape_lift.cpp: the trimmed lift of a decoded DFA's (edges, accepting, start) as (edges,
+    accepting states) with the start first, or None where it accepts nothing. Callers check
+    native_enabled() first."""
+    return getattr(_pylib(), _LIFT_PY[0])(edges, accepting, start)
 
 
 def make_lazy_dfa(nfa: ByteNFA, root: int):

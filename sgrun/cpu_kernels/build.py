@@ -126,16 +126,16 @@ class CppKernel:
 
 
 class SharedLibrary:
-    """One C++ source built into a plain shared library (a C ABI for ctypes: no torch headers, so
-    a build takes about a second), once per source text and compiler, cached on disk beside the
-    kernels under the same kind of lock. Not per CPU level: the code is portable C++ built for
-    the baseline of its architecture. `load()` returns the library's path, or None (logged once)
-    where it cannot be built."""
+    """C++ sources (one, or several linked together) built into a plain shared library (a C ABI
+    for ctypes: no torch headers, so a build takes about a second), once per source text and
+    compiler, cached on disk beside the kernels under the same kind of lock. Not per CPU level:
+    the code is portable C++ built for the baseline of its architecture. `load()` returns the
+    library's path, or None (logged once) where it cannot be built."""
 
-    def __init__(self, name: str, source: Path, what: str, fallback: str, fail_env: str,
+    def __init__(self, name: str, source: Path | tuple[Path, ...], what: str, fallback: str, fail_env: str,
                  flags: tuple[str, ...] = ("-O2", "-std=c++17", "-fPIC", "-shared")):
-        self.name, self.source, self.what, self.fallback, self.fail_env, self.flags = \
-            name, source, what, fallback, fail_env, flags
+        self.name, self.what, self.fallback, self.fail_env, self.flags = name, what, fallback, fail_env, flags
+        self.sources = source if isinstance(source, tuple) else (source,)
         self._lock = threading.Lock()
         self._path: str | None | bool = False
 
@@ -154,7 +154,7 @@ class SharedLibrary:
                 compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
                 if compiler is None:
                     raise RuntimeError("no C++ compiler (g++) on PATH")
-                text = self.source.read_text()
+                text = "\n".join(path.read_text() for path in self.sources)
                 key = "\n".join([text, " ".join(self.flags), compiler, platform.machine()])
                 folder = cache_dir() / "libraries"
                 folder.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,7 @@ class SharedLibrary:
                 with _build_lock(str(folder)):
                     if not target.exists():
                         tmp = target.with_suffix(f".{os.getpid()}.tmp")
-                        done = subprocess.run([compiler, *self.flags, "-o", str(tmp), str(self.source)],
+                        done = subprocess.run([compiler, *self.flags, "-o", str(tmp), *map(str, self.sources)],
                                               capture_output=True, text=True, timeout=300)
                         if done.returncode != 0:
                             raise RuntimeError((done.stderr or done.stdout).strip() or "compiler failed")
