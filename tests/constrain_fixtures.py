@@ -36,11 +36,32 @@ def constrain_tok():
 
 
 def shortest_completion(constraint, state: int, max_states: int = 20000) -> bytes | None:
-    """Shortest byte string leading from `state` to acceptance (BFS over the lazy automaton)."""
-    from collections import deque
+    """Shortest byte string leading from `state` to acceptance.
+
+    Over a ByteNFA's lazy DFA: the budget's witness (constrain/shortest_completion.py: NFA
+    distances, then one byte at a time to a state one byte closer), which never enumerates the
+    automaton. A breadth-first search of the lazy automaton, as this helper did before, can
+    exhaust any state cap: from inside a free key of an open object every distinct byte class
+    is a new state (a drawn schema needed ~200,000 states, the automaton's own cap). The
+    callers check what it returns by advancing their matcher over it and validating the whole
+    output, so the witness is held to the constraint here too. Grammar automata (Earley) keep
+    the BFS."""
+    from sgrun.constrain.shortest_completion import shortest_completion as production
     dfa = constraint.dfa
     if dfa.accepting[state]:
         return b""
+    sc = production(constraint)
+    if sc is not None:
+        if sc.byte_distance(state) == float("inf"):
+            return None
+        return sc.witness(state)[0]
+    return _shortest_by_search(constraint, state, max_states)
+
+
+def _shortest_by_search(constraint, state: int, max_states: int) -> bytes | None:
+    """Breadth-first over the automaton's states, nesting at most a few levels deeper."""
+    from collections import deque
+    dfa = constraint.dfa
 
     def depth(sid: int) -> int:
         sets = getattr(dfa, "_sets", None)
