@@ -106,6 +106,35 @@ def test_random_tokens_under_the_budget_mask_always_close_validly(size):
             jsonschema.validate(json.loads(tok.decode(out)), schema)
 
 
+RECURSIVE = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {
+    "type": "array", "items": {"$ref": "#/$defs/node"}, "minItems": 1, "maxItems": 40}}, "required": ["v"]}},
+    "$ref": "#/$defs/node"}
+
+
+@pytest.mark.parametrize("spec", [
+    {"json_schema": LONG}, {"json_schema": RECURSIVE},
+    {"json_schema": {"type": "object", "properties": {"tags": {"type": "array", "items": {
+        "type": "string", "minLength": 7, "maxLength": 300}, "minItems": 6, "maxItems": 900}}, "required": ["tags"]}},
+    {"json_schema": {"type": "array", "items": {"anyOf": [{"type": "number"}, {"$ref": "#"}]}, "maxItems": 3}},
+    {"regex": r"(ab|c{3,9}){2,50}d?"},
+    {"choices": ["alpha", "beta", "gamma"]},
+    {"triggers": [{"trigger": "<call>", "json_schema": SHORT}]},
+    {"json_schema": SHORT, "reasoning": ("<think>", "</think>")},
+], ids=["long", "recursive", "counted", "self-ref", "regex", "choices", "triggers", "reasoning"])
+def test_the_cpp_distances_are_the_python_ones(spec):
+    """The budget's NFA distances from the C++ automaton (NativeLazyDFA.nfa_distances) equal the
+    Python passes they replace (NfaDistances' reference), state by state and fragment by fragment:
+    recursion, counted repeats (lo > 1, lo = 0), plain calls, triggers and a reasoning prefix."""
+    from sgrun.constrain.native_dfa import NativeLazyDFA
+    from sgrun.constrain.shortest_completion import NfaDistances
+    c = compile_constraint(load_default_tokenizer(), use_cache=False, **spec)
+    assert isinstance(c.dfa, NativeLazyDFA)
+    want = NfaDistances(c.dfa.nfa)
+    dist, shortest = c.dfa.nfa_distances()
+    assert dist == want.dist and shortest == want.shortest
+    assert any(d != float("inf") for d in dist) and shortest[c.dfa.root] == want.shortest[c.dfa.root] < float("inf")
+
+
 @pytest.mark.parametrize("size", CASES)
 def test_budget_below_the_shortest_is_refused_naming_the_count(size):
     schema, _ = CASES[size]

@@ -60,6 +60,7 @@ _SIGNATURES = {
     "sgrun_trie_new": (_vp, [_i32, _vp, _vp, _vp, _i32]),
     "sgrun_trie_free": (None, [_vp]),
     "sgrun_dfa_mask": (_i32, [_vp, _vp, _i32, _vp, _vp, _i32]),
+    "sgrun_dfa_nfa_distances": (_i32, [_vp, _vp, _i32, _vp, _i32]),
 }
 
 _NEW_PY = ("sgrun_dfa_new_py", _vp, [ctypes.py_object] * 6 + [_vp, _i32, _i32, _i32, _i32, _vp, _vp, _i32, _i32,
@@ -384,6 +385,19 @@ class NativeLazyDFA:
         got = None if t == _NON_UNIFORM else t
         self._uniform[key] = got
         return got
+
+    # --- the output budget ------------------------------------------------------------------
+    def nfa_distances(self) -> tuple[list[float], list[float]]:
+        """shortest_completion.NfaDistances' (dist per NFA state, shortest per fragment), computed
+        in C++ over the NFA this automaton read (the same values; inf where none)."""
+        dist = np.empty(len(self.nfa.edges), dtype=np.float64)
+        shortest = np.empty(len(self.nfa.frag_start), dtype=np.float64)
+        with self.lock:
+            got = self._lib.sgrun_dfa_nfa_distances(self._h, dist.ctypes.data, len(dist), shortest.ctypes.data,
+                                                    len(shortest))
+        if got < 0:
+            raise RuntimeError("the automaton's NFA is not the one it was built from")
+        return dist.tolist(), shortest.tolist()
 
     # --- masks -----------------------------------------------------------------------------
     def native_mask(self, state: int, table, successors: set[int] | None = None) -> np.ndarray:
