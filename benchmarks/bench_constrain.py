@@ -292,6 +292,7 @@ def corpus_run(tok, n: int, realworld: bool = False) -> None:
     import xgrammar as xgr
 
     from sgrun.constrain import compile_constraint
+    from sgrun.constrain.budget import budgeted_matcher
     from sgrun.errors import ConstraintError
     if realworld:
         from realworld_corpus import cases as realworld_cases
@@ -303,10 +304,15 @@ def corpus_run(tok, n: int, realworld: bool = False) -> None:
     xc = xgr_compiler(tok)
     eos = sorted(tok.eos_token_ids)[0]
 
+    budget_ms: list[float] = []  # the output budget's set-up, on a new constraint's first request
+
     def sgrun_engine(schema):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             c = compile_constraint(tok, json_schema=schema, use_cache=False)
+        t = time.perf_counter()
+        budgeted_matcher(c, 256)
+        budget_ms.append((time.perf_counter() - t) * 1e3)
         return lambda text: c.matches(text)
 
     def llg_engine(schema):
@@ -354,6 +360,10 @@ def corpus_run(tok, n: int, realworld: bool = False) -> None:
               f"{pct(compile_ms, 50):14.2f} | {pct(compile_ms, 99):8.1f} | {max(compile_ms):8.1f} |")
         for k, v in sorted(refusals.items(), key=lambda kv: -kv[1])[:3]:
             print(f"|   {label} refused {v}x: {k}")
+        if label == "sgrun" and budget_ms:
+            print(f"|   sgrun's output budget set-up on a new constraint's first request (budgeted_matcher, "
+                  f"max_tokens 256; not in the compile column): p50 {pct(budget_ms, 50):.2f} / p99 "
+                  f"{pct(budget_ms, 99):.1f} / max {max(budget_ms):.1f} ms")
 
 
 # --- first-request masks on the corpus, and the 128-tool schema ------------------------------

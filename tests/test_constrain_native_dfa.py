@@ -206,14 +206,16 @@ def test_a_failed_build_falls_back_to_the_python_automaton(monkeypatch, tmp_path
     {"type": "array", "items": {"enum": ["a", "b", "c", "d"]}, "uniqueItems": True, "maxItems": 3},
 ])
 def test_a_dropped_constraint_leaves_no_cyclic_garbage(schema):
-    """A compiled constraint, its automaton and its NFA are freed by reference counting alone: a
-    cycle among them (the automaton's helpers holding it, a ctypes cast per call, a recursive
-    closure in the compiler) left 10^4-10^5 objects per compile for the cyclic GC, whose pauses
-    then landed inside later requests' compiles and masks."""
+    """A compiled constraint, its automaton and its NFA are freed by reference counting alone, also
+    after a request's budget matcher used it: a cycle among them (the automaton's helpers holding
+    it, a ctypes cast per call, a recursive closure in the compiler, the budget's helpers stored on
+    the constraint and holding it) left 10^4-10^5 objects per compile for the cyclic GC, whose
+    pauses then landed inside later requests' compiles and masks."""
     import gc
     import warnings
 
     from sgrun.constrain import compile_constraint
+    from sgrun.constrain.budget import budgeted_matcher
     tok = load_default_tokenizer()
     with warnings.catch_warnings():   # once first: one-time caches (tokenizer tables, the library) fill here
         warnings.simplefilter("ignore")
@@ -228,7 +230,7 @@ def test_a_dropped_constraint_leaves_no_cyclic_garbage(schema):
             c = compile_constraint(tok, json_schema=schema, use_cache=False)
         text = ('["a","c"]' if schema.get("type") == "array" else
                 '{"name":"x"}' if "properties" in schema else '{"v":1}')
-        m = c.matcher()
+        m = budgeted_matcher(c, 64)()   # what engine.submit makes: the output budget's matcher
         for t in tok.encode(text, add_bos=False):  # the hot path: a mask, then an advance, per token
             assert t in set(m.allowed_token_ids().tolist())
             assert m.advance(t)

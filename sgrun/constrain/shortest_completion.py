@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import weakref
 
 from sgrun.constrain.token_spelling import vocab_spelling
 
@@ -200,7 +201,9 @@ class ShortestCompletion:
     (shared by all its requests; every method is safe to call from several threads)."""
 
     def __init__(self, constraint):
-        self.constraint = constraint
+        # (weakly: it is stored on the constraint, and a strong reference back made a cycle; see
+        # budget.BudgetSteering)
+        self._constraint = weakref.ref(constraint)
         self.dfa = constraint.dfa
         self.spelling = vocab_spelling(constraint.table)
         native = getattr(self.dfa, "nfa_distances", None)  # (the C++ automaton: 10-100x faster)
@@ -210,6 +213,10 @@ class ShortestCompletion:
         self._next: dict[int, int] = {}          # state -> the token that continues that ending
         self._stack_memo: dict = {}
         self._lock = threading.RLock()
+
+    @property
+    def constraint(self):
+        return self._constraint()
 
     # --- bytes ------------------------------------------------------------------------------
     def byte_distance(self, state: int) -> float:
