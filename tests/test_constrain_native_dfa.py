@@ -248,7 +248,8 @@ def test_a_dropped_constraint_leaves_no_cyclic_garbage(schema):
 
 
 def _is_constraint_object(o) -> bool:
-    """An instance, function or cell of the constraint compiler, or a ctypes object (the casts)."""
+    """An instance, function or cell of the constraint compiler, or a ctypes object or array type
+    (the casts, the views)."""
     import ctypes
     import types
     if isinstance(o, types.FunctionType):
@@ -259,5 +260,7 @@ def _is_constraint_object(o) -> bool:
         except ValueError:
             return False
     if isinstance(o, (ctypes._Pointer, ctypes._SimpleCData, ctypes.Array)):
+        return True
+    if isinstance(o, type) and issubclass(o, ctypes.Array):  # an array type made per call (the table view)
         return True
     return type(o).__module__.startswith("sgrun.constrain")

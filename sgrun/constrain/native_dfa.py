@@ -126,6 +126,19 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+_Frame = ctypes.c_int32 * 8  # (one array type, kept: ctypes caches these types weakly, and each
+# one made anew and dropped is a reference cycle for the cyclic collector)
+
+
+class _Memory:
+    """Raw memory for numpy (its array interface): a view without a ctypes array type, which would
+    be one new type per size, ~30 us to make and a reference cycle when dropped (the table view
+    made one each time the automaton had grown: 25 per output-budget set-up, measured)."""
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], typestr: str):
+        self.__array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr, "version": 3}
+
+
 def _words4(mask: int) -> np.ndarray:
     return np.array([(mask >> (64 * w)) & 0xFFFFFFFFFFFFFFFF for w in range(4)], dtype=np.uint64)
 
@@ -207,7 +220,7 @@ class _ConfigSets(_DfaView):
             return None
         got = self._frames.get(fid)
         if got is None:
-            f = (ctypes.c_int32 * 8)()
+            f = _Frame()
             self._dfa._lib.sgrun_dfa_frame(self._dfa._h, fid, f)
             kind, frag, ret, lo, hi, k, depth, parent = list(f)
             top = ret if kind == 0 else (frag, ret, lo, None if hi < 0 else hi, k)
@@ -323,8 +336,7 @@ class NativeLazyDFA:
         n = self._lib.sgrun_dfa_num_states(self._h)
         ptr = self._lib.sgrun_dfa_table(self._h)
         if self._view_key != (ptr, n):
-            buf = (ctypes.c_int32 * (n * self.num_classes)).from_address(ptr)
-            self._view = np.ctypeslib.as_array(buf).reshape(n, self.num_classes)
+            self._view = np.asarray(_Memory(ptr, (n, self.num_classes), "<i4"))
             self._view_key = (ptr, n)
         return self._view
 
