@@ -110,10 +110,37 @@ struct Dfa {
 
     // epsilon / call / return closure, then only the configurations that can read a byte (or
     // accept): lazy_dfa.LazyDFA._closure
+    // (scratch kept across calls: a closure is a few configurations, and a hash set and three
+    // vectors allocated per call were most of the cost of a new state; past CLOSURE_SMALL
+    // configurations membership moves from a linear scan to the hash set)
+    static constexpr size_t CLOSURE_SMALL = 48;
+    std::vector<uint64_t> cl_seen, todo, nxt;
+    std::unordered_set<uint64_t> cl_big;
+    bool cl_large = false;
+    bool cl_add(uint64_t x) {  // true when x is new to this closure
+        if (cl_large) {
+            if (!cl_big.insert(x).second) return false;
+        } else {
+            for (uint64_t y : cl_seen)
+                if (y == x) return false;
+            if (cl_seen.size() + 1 > CLOSURE_SMALL) {
+                cl_large = true;
+                cl_big.clear();
+                cl_big.insert(cl_seen.begin(), cl_seen.end());
+                cl_big.insert(x);
+            }
+        }
+        cl_seen.push_back(x);
+        return true;
+    }
+
     bool closure(std::vector<uint64_t>& configs, std::vector<uint64_t>& out) {
-        std::unordered_set<uint64_t> seen(configs.begin(), configs.end());
-        std::vector<uint64_t> todo(seen.begin(), seen.end());
-        std::vector<uint64_t> nxt;
+        cl_seen.clear();
+        todo.clear();
+        cl_large = false;
+        for (uint64_t x : configs)
+            if (cl_add(x)) todo.push_back(x);
+        std::vector<uint64_t>& seen = cl_seen;
         while (!todo.empty()) {
             uint64_t c = todo.back();
             todo.pop_back();
@@ -147,7 +174,7 @@ struct Dfa {
                 }
             }
             for (uint64_t x : nxt)
-                if (seen.insert(x).second) todo.push_back(x);
+                if (cl_add(x)) todo.push_back(x);
             if ((int64_t)seen.size() > max_closure) { error = ERR_CLOSURE; return false; }
         }
         work += (int64_t)seen.size();
