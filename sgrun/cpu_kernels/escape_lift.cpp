@@ -227,10 +227,19 @@ struct Lift {
         for (int k = 0; k < 3; ++k) edges[to[k]].insert(edges[to[k]].end(), it->second[k].begin(), it->second[k].end());
     }
 
+    using Memo = std::unordered_map<std::vector<uint64_t>, int32_t, VecHash>;
+
+    // the state `memo` keeps for `key`, made (and `made` set) the first time it is asked for
+    int32_t state_for(Memo& memo, const std::vector<uint64_t>& key, bool& made) {
+        auto it = memo.find(key);
+        made = it == memo.end();
+        return made ? (memo[key] = fresh()) : it->second;
+    }
+
     void run() {  // escape_lift_uncached's loop over the decoded states
         static const int SHORT[8][2] = {{0x22, 0x22}, {0x5C, 0x5C}, {0x2F, 0x2F}, {0x62, 0x08},
                                         {0x66, 0x0C}, {0x6E, 0x0A}, {0x72, 0x0D}, {0x74, 0x09}};
-        std::unordered_map<std::vector<uint64_t>, int32_t, VecHash> esc_of, row_of;
+        Memo esc_of, row_of;
         const int32_t n = (int32_t)dec.size();
         Mask backslash;
         backslash.set(0x5C);
@@ -252,12 +261,9 @@ struct Lift {
             std::vector<uint64_t> wide_key;
             for (const auto& p : wide) wide_key.insert(wide_key.end(), {p.first.w[2], p.first.w[3], (uint64_t)p.second});
             k.insert(k.end(), wide_key.begin(), wide_key.end());
-            int32_t esc;
-            auto found = esc_of.find(k);
-            if (found != esc_of.end()) {
-                esc = found->second;
-            } else {
-                esc = esc_of[k] = fresh();
+            bool made;
+            const int32_t esc = state_for(esc_of, k, made);
+            if (made) {
                 for (const auto& p : ascii_targets) {
                     Mask letters;
                     for (const auto& sh : SHORT)
@@ -279,12 +285,8 @@ struct Lift {
                         if (nib) hex_row.push_back(nib << 32 | (uint32_t)p.second);
                     }
                     if (hex_row.empty()) continue;
-                    int32_t h;
-                    auto r = row_of.find(hex_row);
-                    if (r != row_of.end()) {
-                        h = r->second;
-                    } else {
-                        h = row_of[hex_row] = fresh();
+                    const int32_t h = state_for(row_of, hex_row, made);
+                    if (made) {
                         for (uint64_t x : hex_row) {
                             Mask m;
                             for (int v = 0; v < 16; ++v)
