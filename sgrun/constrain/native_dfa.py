@@ -405,8 +405,7 @@ class NativeLazyDFA:
         dist = np.empty(len(self.nfa.edges), dtype=np.float64)
         shortest = np.empty(len(self.nfa.frag_start), dtype=np.float64)
         with self.lock:
-            got = self._lib.sgrun_dfa_nfa_distances(self._h, dist.ctypes.data, len(dist), shortest.ctypes.data,
-                                                    len(shortest))
+            got = self._lib.sgrun_dfa_nfa_distances(self._h, _ptr(dist), len(dist), _ptr(shortest), len(shortest))
         if got < 0:
             raise RuntimeError("the automaton's NFA is not the one it was built from")
         return dist.tolist(), shortest.tolist()

@@ -111,8 +111,9 @@ struct Dfa {
     // epsilon / call / return closure, then only the configurations that can read a byte (or
     // accept): lazy_dfa.LazyDFA._closure
     // (scratch kept across calls: a closure is a few configurations, and a hash set and three
-    // vectors allocated per call were most of the cost of a new state; past CLOSURE_SMALL
-    // configurations membership moves from a linear scan to the hash set)
+    // vectors were allocated per call, hashing and malloc the largest parts of a new state's cost
+    // under perf; past CLOSURE_SMALL configurations membership moves from a linear scan to the
+    // hash set)
     static constexpr size_t CLOSURE_SMALL = 48;
     std::vector<uint64_t> cl_seen, todo, nxt;
     std::unordered_set<uint64_t> cl_big;
@@ -140,7 +141,6 @@ struct Dfa {
         cl_large = false;
         for (uint64_t x : configs)
             if (cl_add(x)) todo.push_back(x);
-        std::vector<uint64_t>& seen = cl_seen;
         while (!todo.empty()) {
             uint64_t c = todo.back();
             todo.pop_back();
@@ -175,11 +175,11 @@ struct Dfa {
             }
             for (uint64_t x : nxt)
                 if (cl_add(x)) todo.push_back(x);
-            if ((int64_t)seen.size() > max_closure) { error = ERR_CLOSURE; return false; }
+            if ((int64_t)cl_seen.size() > max_closure) { error = ERR_CLOSURE; return false; }
         }
-        work += (int64_t)seen.size();
+        work += (int64_t)cl_seen.size();
         out.clear();
-        for (uint64_t x : seen) {
+        for (uint64_t x : cl_seen) {
             int32_t s = config_state(x);
             if (has_edges(s) || (s == root_end && config_stack(x) < 0)) out.push_back(x);
         }
@@ -530,6 +530,28 @@ inline int64_t popcount64(uint64_t x) {
     return (int64_t)((x * 0x0101010101010101ull) >> 56);
 }
 
+// The four 64-bit words of a byte mask (a Python int of 256 bits), through the public C API;
+// false with a Python exception set where it is not an int. escape_lift.cpp reads its masks
+// with it too (declared there: both files are one library).
+bool sgrun_mask_words(PyObject* m, uint64_t* w) {
+    if (!PyLong_Check(m)) {
+        PyErr_SetString(PyExc_TypeError, "an edge mask is not an int");
+        return false;
+    }
+    PyObject* x = m;
+    Py_INCREF(x);
+    PyObject* sixty_four = PyLong_FromLong(64);
+    for (int k = 0; k < 4 && x; ++k) {
+        w[k] = PyLong_AsUnsignedLongLongMask(x);
+        PyObject* y = PyNumber_Rshift(x, sixty_four);
+        Py_DECREF(x);
+        x = y;
+    }
+    Py_XDECREF(x);
+    Py_DECREF(sixty_four);
+    return !PyErr_Occurred();
+}
+
 extern "C" {
 int64_t sgrun_debug(int32_t which) { return which == 0 ? g_visits : which == 1 ? g_shortcuts : which == 2 ? g_searches : g_levels; }
 
@@ -573,21 +595,8 @@ void* sgrun_dfa_new_py(PyObject* edges, PyObject* eps, PyObject* calls, PyObject
             if (mid) {
                 d->edge_mid.push_back(as_int(mid));
             } else {  // a mask the NFA did not record (all_masks): its words, and a new id
-                if (!PyLong_Check(m)) return fail("an edge mask is not an int");
                 uint64_t w[4];
-                PyObject* x = m;
-                Py_INCREF(x);
-                PyObject* sixty_four = PyLong_FromLong(64);
-                for (int k = 0; k < 4; ++k) {
-                    w[k] = PyLong_AsUnsignedLongLongMask(x);
-                    PyObject* y = PyNumber_Rshift(x, sixty_four);
-                    Py_DECREF(x);
-                    x = y;
-                    if (!x) break;
-                }
-                Py_XDECREF(x);
-                Py_DECREF(sixty_four);
-                if (PyErr_Occurred()) return fail("bad edge mask");
+                if (!sgrun_mask_words(m, w)) return fail("bad edge mask");
                 int32_t id = n_masks + (int32_t)(extra.size() / 4);
                 extra.insert(extra.end(), w, w + 4);
                 PyObject* idobj = PyLong_FromLong(id);
@@ -667,9 +676,9 @@ void sgrun_dfa_free(void* p) { delete static_cast<Dfa*>(p); }
 // passes as the Python, step for step: each fragment's states found from its start (its end
 // not expanded), the reverse edges, groups of the call graph callee first (Tarjan, callees in
 // sorted order), a backward Dijkstra per fragment, a recursive group iterated until it
-// settles. Why here: the budget computes this once per constraint on its first request, and in
-// Python it took 3 ms at the median real-world-like schema and 250 ms at the slowest (the lists
-// of a 36,668-state NFA). Returns 0, or -1 where the sizes asked for are not this NFA's.
+// settles. Why here: the budget computes this once per constraint on its first request, whose
+// set-up took 3 ms at the median real-world-like schema and 257-286 ms at p99 with this pass in
+// Python, most of it this pass (10.3 ms a constraint on average in Python, 0.65 ms here). Returns 0, or -1 where the sizes asked for are not this NFA's.
 int32_t sgrun_dfa_nfa_distances(void* dp, double* dist, int32_t n_states, double* shortest, int32_t n_frags) {
     Dfa& d = *static_cast<Dfa*>(dp);
     const int32_t n = (int32_t)d.edge_off.size() - 1, nf = (int32_t)d.frag_start.size();
