@@ -138,6 +138,38 @@ def test_kernel_rows_are_invariant_to_batch_and_threads(op, dtype):
         assert torch.equal(o[0], out[r]) and torch.equal(l[0], lse[r]), f"row {r} differs alone"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_items_on_the_thread_team_give_openmps_bits(op, op_level, dtype):
+    """load_kernel puts the kernel's work items on the matmul module's thread team (its spinning
+    worker splits even a batch-1 layer's attention); the same calls with the team unset run them
+    on one thread or OpenMP's pool. Batch-1 rows of one chunk (3 kv-head items), of several
+    (chunk items folded afterwards), and a batch: bitwise the same either way."""
+    from sgrun.cpu_kernels import matmul
+    team = matmul.KERNEL.load(op_level)
+    assert team is not None and getattr(op, "_sgrun_on_team", False), "load_kernel wires the team"
+    gen = torch.Generator().manual_seed(11)
+    kv, g, d, ps, num_pages = 3, 3, 64, 16, 400
+    k_cache = torch.randn(kv, num_pages, ps, d, generator=gen).to(dtype)
+    v_cache = torch.randn(kv, num_pages, ps, d, generator=gen).to(dtype)
+    lens = torch.tensor([60, 200, 256, 700, 1500, 2300])
+    table = torch.stack([torch.randperm(num_pages, generator=gen)[:150] for _ in lens])
+    q = torch.randn(len(lens), kv * g, d, generator=gen).to(dtype)
+    cases = [slice(r, r + 1) for r in range(len(lens))] + [slice(0, len(lens))]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        on_team = [decode(op, q[c], k_cache, v_cache, table[c], lens[c], d ** -0.5) for c in cases]
+        op.set_parallel(0)
+        off_team = [decode(op, q[c], k_cache, v_cache, table[c], lens[c], d ** -0.5) for c in cases]
+    finally:
+        op.set_parallel(team.team_parallel_address())
+        torch.set_num_threads(threads)
+    for c, (o, l), (o0, l0) in zip(cases, on_team, off_team):
+        assert torch.equal(o, o0) and torch.equal(l, l0), f"rows {c} differ on the team"
+    want = reference(q.float().view(len(lens), kv, g, d), k_cache, v_cache, table, lens, d ** -0.5)
+    torch.testing.assert_close(on_team[-1][0], want[0], atol=2e-5, rtol=1e-5)
+
+
 def _pools_and_batch(dtype, page_size=16, shared_pages=17):
     """Three identical pools and a mixed batch: 3 decodes sharing `shared_pages` leading pages
     (a radix-cache hit; a cascade takes the whole chunks of them), 1 unrelated decode, 1 prefill

@@ -302,3 +302,16 @@ at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos
   }
   return s[1];
 }
+
+namespace {
+
+// sgrun_abi::ParallelFn over this module's team.
+void team_items(int64_t n, sgrun_abi::ItemsFn fn, void* ctx) {
+  team::parallel_for(at::get_num_threads(), n, 1, [&](int64_t begin, int64_t end) { fn(ctx, begin, end); });
+}
+
+}  // namespace
+
+// The address of a sgrun_abi::ParallelFn running items on this module's thread team, for the
+// paged-decode module's set_parallel.
+int64_t team_parallel_address() { return reinterpret_cast<int64_t>(&team_items); }

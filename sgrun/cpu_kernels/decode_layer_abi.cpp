@@ -25,4 +25,12 @@ struct DecodeAttention {
 using DecodeLayerFn = void (*)(const DecodeAttention& a, int64_t layer, const at::Tensor& q, const at::Tensor& k,
                                const at::Tensor& v);
 
+// Runs fn(ctx, begin, end) over [0, n), one item a chunk, on the matmul module's thread team
+// (thread_team.cpp), the caller among its threads. The paged-decode module takes its items through
+// it once set (paged_decode.cpp's set_parallel): that module's own at::parallel_for wakes sleeping
+// OpenMP workers (~30 us) on the engine thread, so it kept batch-1 attention on one thread while
+// the team's worker spun idle beside it.
+using ItemsFn = void (*)(void* ctx, int64_t begin, int64_t end);
+using ParallelFn = void (*)(int64_t n, ItemsFn fn, void* ctx);
+
 }  // namespace sgrun_abi

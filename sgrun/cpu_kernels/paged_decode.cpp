@@ -75,24 +75,40 @@ void attend_chunks(const QRows& q, int64_t gn, QRowOf qrow, const T* k, const T*
 
 inline int64_t chunks_of(int64_t tokens) { return (tokens + kChunk - 1) / kChunk; }
 
+// The matmul module's thread team (sgrun_abi::ParallelFn), once set_parallel has been given it; null:
+// at::parallel_for.
+std::atomic<sgrun_abi::ParallelFn> team_parallel{nullptr};
+
 // Runs body(item, work) for items [0, n) with one Work per thread. Threads take the next item
 // from a shared counter rather than a fixed share, so a thread the OS deschedules on a loaded
 // machine does not hold the others up at the end (which thread runs an item changes nothing in
-// its result). Small problems (`work` below ~32k token-heads) run on the calling thread: waking
-// the pool costs more than they do, and far more on a loaded machine.
+// its result). On the team, whose workers spin between jobs, problems from kTeamMinWork
+// token-heads are split; on OpenMP only from ~32k, as waking its pool costs more than smaller
+// ones take, and far more on a loaded machine.
+constexpr int64_t kTeamMinWork = 1 << 9;
+
 template <typename MakeWork, typename Body>
 void for_items(int64_t n, int64_t work, MakeWork make_work, Body body) {
   if (n <= 0) return;
-  if (work < (1 << 15) || n == 1 || at::get_num_threads() == 1) {
+  const sgrun_abi::ParallelFn team = team_parallel.load(std::memory_order_acquire);
+  const int64_t threads = at::get_num_threads();
+  if (work < (team != nullptr ? kTeamMinWork : (1 << 15)) || n == 1 || threads == 1) {
     auto w = make_work();
     for (int64_t i = 0; i < n; ++i) body(i, w);
     return;
   }
   std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min<int64_t>(n, at::get_num_threads()), 1, [&](int64_t, int64_t) {
+  auto loop = [&](int64_t, int64_t) {
     auto w = make_work();
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) body(i, w);
-  });
+  };
+  const int64_t loops = std::min<int64_t>(n, threads);
+  if (team != nullptr) {
+    using Loop = decltype(loop);
+    team(loops, [](void* ctx, int64_t b, int64_t e) { (*static_cast<Loop*>(ctx))(b, e); }, &loop);
+  } else {
+    at::parallel_for(0, loops, 1, loop);
+  }
 }
 
 template <typename T>
@@ -263,6 +279,12 @@ void paged_decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tens
                   at::Tensor starts, double scale, at::Tensor out, at::Tensor lse) {
   pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
   paged_decode_unlocked(q, k_cache, v_cache, table, lens, starts, scale, out, lse);
+}
+
+// From now on, split attention items over the thread team at `address` (the matmul module's
+// team_parallel_address(), of the same torch build); 0: back to at::parallel_for.
+void set_parallel(int64_t address) {
+  team_parallel.store(reinterpret_cast<sgrun_abi::ParallelFn>(address), std::memory_order_release);
 }
 
 // The address of decode_layer, a sgrun_abi::DecodeLayerFn, for the matmul module's decode forward.

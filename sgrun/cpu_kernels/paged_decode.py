@@ -44,15 +44,26 @@ SOURCES = ("paged_rows.cpp", "decode_layer_abi.cpp", "paged_chunk_avx2.cpp", "pa
            "paged_decode.cpp")
 KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in SOURCES),
                    ["paged_decode", "cascade_prefix", "chunk_tokens", "decode_path", "write_kv",
-                    "decode_layer_address"], what="C++ paged decode attention",
+                    "decode_layer_address", "set_parallel"], what="C++ paged decode attention",
                    fallback="decode attention gathers pages with the torch path instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV, flags=("-ffp-contract=off",))
 
 
 def load_kernel(level: isa.Level | str | None = None) -> ModuleType | None:
     """The compiled module (`paged_decode`, `cascade_prefix`, `chunk_tokens`, `decode_path`) for `level` (default:
-    the active one), built on first use; None (logged once) where it cannot be built."""
-    return KERNEL.load(level)
+    the active one), built on first use; None (logged once) where it cannot be built. Its attention
+    items run on the matmul module's thread team of the same level where that module builds (the
+    engine loads it anyway): one team per process, whose spinning worker joins a batch-1 layer's
+    attention in well under a microsecond (paged_decode.cpp's for_items)."""
+    module = KERNEL.load(level)
+    if module is not None and not getattr(module, "_sgrun_on_team", False):
+        from sgrun.cpu_kernels import matmul
+        if matmul.has_tiles(level):
+            tiles = matmul.KERNEL.load(level)
+            if tiles is not None:
+                module.set_parallel(tiles.team_parallel_address())
+        module._sgrun_on_team = True
+    return module
 
 
 def reset_for_tests() -> None:
