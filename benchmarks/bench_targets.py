@@ -1,6 +1,6 @@
 """Issue 26's targets in one command: sgrun's default configuration beside its peers, per CPU level.
 
-    python benchmarks/bench_targets.py [--levels native,avx2] [--parts decode,mixed,ttft,prefix,roofline,startup]
+    python benchmarks/bench_targets.py [--levels native,avx2] [--parts decode,depth,mixed,ttft,prefix,roofline,startup]
                                        [--threads 2] [--rounds 3] [--dtype auto] [--json FILE]
 
 Each level runs in its own process (a lower level forced with bench_options.forced_level_env:
@@ -37,6 +37,8 @@ from bench_options import add_json_output, add_rounds, add_threads, forced_level
 
 TARGETS = {   # name: (what, bound, "<=" or ">=")
     "decode_vs_llama": ("single-stream decode / llama.cpp tg128", 1.0, ">="),
+    # The same bound after a long context (an agent's decode): the KV read then outweighs the weights'.
+    "depth3000_vs_llama": ("single-stream decode after 3,000 tokens / llama.cpp tg128 @ d3000", 1.0, ">="),
     "mixed24_vs_hf": ("24 mixed at once / transformers one at a time", 8.0, ">="),
     "mixed64_vs_hf": ("64 mixed at once / transformers one at a time", 10.0, ">="),
     "ttft2048_vs_hf": ("TTFT 2,048 tokens / transformers", 0.8, "<="),
@@ -96,6 +98,18 @@ def measure_level(args) -> dict:
         r["decode"] = got
         if got["llama.cpp tg128"]:
             r["decode_vs_llama"] = got["sgrun"] / got["llama.cpp tg128"]
+    if "depth" in parts:   # 128 tokens decoded after 1,000 and 3,000 tokens of context
+        from peer_llama_cpp import bench as llama_bench
+        for depth in (1000, 3000):
+            context = ids(random.Random(depth), depth)   # its own draw: the later parts see the same rng as before
+            sg_decode(engine, context, 8)
+            ours = statistics.median(sg_decode(engine, context, 128) for _ in range(args.rounds))
+            theirs = llama_bench(gguf, args.threads, gen=128, depth=depth, reps=args.rounds)
+            r[f"depth{depth}"] = {"sgrun": ours, "llama.cpp": theirs}
+            if theirs:
+                r[f"depth{depth}_vs_llama"] = ours / theirs
+            log(f"decode after {depth} tokens: sgrun {ours:.1f} tok/s, llama.cpp tg128 @ d{depth} "
+                + (f"{theirs:.1f} tok/s" if theirs else "not installed"))
     best_hf = max(hf, key=lambda k: r.get("decode", {}).get(f"transformers {k}", 0)) if hf else None
     if best_hf:
         r["transformers_dtype"] = best_hf
@@ -202,7 +216,7 @@ def main() -> None:
     add_rounds(ap)
     ap.add_argument("--levels", default=None, help="comma-separated CPU levels, each in its own process "
                                                    "(native = the CPU's best); default: this process's level")
-    ap.add_argument("--parts", default="decode,mixed,ttft,prefix,roofline,startup")
+    ap.add_argument("--parts", default="decode,depth,mixed,ttft,prefix,roofline,startup")
     ap.add_argument("--sequential-sample", type=int, default=4, help="transformers requests run one at a time")
     ap.add_argument("--llama-bench", action="append", default=[], metavar="LEVEL=PATH",
                     help="the llama-bench to run at LEVEL (e.g. avx2=/path/built/with/GGML_NATIVE=OFF,GGML_AVX2=ON); "

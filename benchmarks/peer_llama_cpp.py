@@ -53,14 +53,16 @@ WAIT_POLICIES = ("ACTIVE", "PASSIVE")
 
 
 def bench(gguf: Path, threads: int, prompt: int = 0, gen: int = 0, reps: int = 3,
-          policies: tuple[str, ...] = WAIT_POLICIES) -> float | None:
-    """llama-bench's tok/s for one test (`-p prompt -n gen`), the mean of `reps` repetitions, the
-    best over OpenMP wait `policies` (each one's figure in `last_by_policy`); None where
-    llama-bench is not installed."""
+          policies: tuple[str, ...] = WAIT_POLICIES, depth: int = 0) -> float | None:
+    """llama-bench's tok/s for one test (`-p prompt -n gen`, after `depth` tokens of context: `-d`),
+    the mean of `reps` repetitions, the best over OpenMP wait `policies` (each one's figure in
+    `last_by_policy`); None where llama-bench is not installed."""
     exe = binary("llama-bench")
     if exe is None:
         return None
     cmd = [exe, "-m", str(gguf), "-t", str(threads), "-p", str(prompt), "-n", str(gen), "-r", str(reps), "-o", "json"]
+    if depth:
+        cmd[-2:-2] = ["-d", str(depth)]
     last_by_policy.clear()
     for policy in policies:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
