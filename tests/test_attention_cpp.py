@@ -140,13 +140,16 @@ def test_kernel_rows_are_invariant_to_batch_and_threads(op, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_items_on_the_thread_team_give_openmps_bits(op, op_level, dtype):
-    """load_kernel puts the kernel's work items on the matmul module's thread team (its spinning
-    worker splits even a batch-1 layer's attention); the same calls with the team unset run them
-    on one thread or OpenMP's pool. Batch-1 rows of one chunk (3 kv-head items), of several
-    (chunk items folded afterwards), and a batch: bitwise the same either way."""
+    """load_kernel puts the kernel's work items on the matmul module's thread team at every level
+    with matmul tiles (its spinning worker splits even a batch-1 layer's attention; the scalar
+    reference level keeps OpenMP); the same calls with the team unset run them on one thread or
+    OpenMP's pool. Batch-1 rows of one chunk (3 kv-head items), of several (chunk items folded
+    afterwards), and a batch: bitwise the same either way."""
     from sgrun.cpu_kernels import matmul
     team = matmul.KERNEL.load(op_level)
-    assert team is not None and getattr(op, "_sgrun_on_team", False), "load_kernel wires the team"
+    assert team is not None, f"the matmul module must build at {op_level}"
+    wired = op.parallel_address()
+    assert wired == (team.team_parallel_address() if matmul.has_tiles(op_level) else 0), "load_kernel wires the team"
     gen = torch.Generator().manual_seed(11)
     kv, g, d, ps, num_pages = 3, 3, 64, 16, 400
     k_cache = torch.randn(kv, num_pages, ps, d, generator=gen).to(dtype)
@@ -158,11 +161,12 @@ def test_items_on_the_thread_team_give_openmps_bits(op, op_level, dtype):
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        on_team = [decode(op, q[c], k_cache, v_cache, table[c], lens[c], d ** -0.5) for c in cases]
         op.set_parallel(0)
         off_team = [decode(op, q[c], k_cache, v_cache, table[c], lens[c], d ** -0.5) for c in cases]
+        op.set_parallel(team.team_parallel_address())   # the scalar level too, for this comparison
+        on_team = [decode(op, q[c], k_cache, v_cache, table[c], lens[c], d ** -0.5) for c in cases]
     finally:
-        op.set_parallel(team.team_parallel_address())
+        op.set_parallel(wired)
         torch.set_num_threads(threads)
     for c, (o, l), (o0, l0) in zip(cases, on_team, off_team):
         assert torch.equal(o, o0) and torch.equal(l, l0), f"rows {c} differ on the team"

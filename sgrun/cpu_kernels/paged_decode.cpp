@@ -287,6 +287,9 @@ void set_parallel(int64_t address) {
   team_parallel.store(reinterpret_cast<sgrun_abi::ParallelFn>(address), std::memory_order_release);
 }
 
+// The team set_parallel last gave (0: none, at::parallel_for), for tests and reports.
+int64_t parallel_address() { return reinterpret_cast<int64_t>(team_parallel.load(std::memory_order_acquire)); }
+
 // The address of decode_layer, a sgrun_abi::DecodeLayerFn, for the matmul module's decode forward.
 int64_t decode_layer_address() { return reinterpret_cast<int64_t>(&decode_layer); }
 

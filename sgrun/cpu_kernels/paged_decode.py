@@ -44,7 +44,7 @@ SOURCES = ("paged_rows.cpp", "decode_layer_abi.cpp", "paged_chunk_avx2.cpp", "pa
            "paged_decode.cpp")
 KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in SOURCES),
                    ["paged_decode", "cascade_prefix", "chunk_tokens", "decode_path", "write_kv",
-                    "decode_layer_address", "set_parallel"], what="C++ paged decode attention",
+                    "decode_layer_address", "set_parallel", "parallel_address"], what="C++ paged decode attention",
                    fallback="decode attention gathers pages with the torch path instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV, flags=("-ffp-contract=off",))
 
