@@ -99,7 +99,6 @@ def measure_level(args) -> dict:
         if got["llama.cpp tg128"]:
             r["decode_vs_llama"] = got["sgrun"] / got["llama.cpp tg128"]
     if "depth" in parts:   # 128 tokens decoded after 1,000 and 3,000 tokens of context
-        from peer_llama_cpp import bench as llama_bench
         for depth in (1000, 3000):
             context = ids(random.Random(depth), depth)   # its own draw: the later parts see the same rng as before
             sg_decode(engine, context, 8)

@@ -56,13 +56,11 @@ def load_kernel(level: isa.Level | str | None = None) -> ModuleType | None:
     engine loads it anyway): one team per process, whose spinning worker joins a batch-1 layer's
     attention in well under a microsecond (paged_decode.cpp's for_items)."""
     module = KERNEL.load(level)
-    if module is not None and not getattr(module, "_sgrun_on_team", False):
+    if module is not None and not module.parallel_address():
         from sgrun.cpu_kernels import matmul
-        if matmul.has_tiles(level):
-            tiles = matmul.KERNEL.load(level)
-            if tiles is not None:
-                module.set_parallel(tiles.team_parallel_address())
-        module._sgrun_on_team = True
+        tiles = matmul.KERNEL.load(level) if matmul.has_tiles(level) else None
+        if tiles is not None:
+            module.set_parallel(tiles.team_parallel_address())
     return module
 
 
