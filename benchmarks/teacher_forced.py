@@ -29,10 +29,12 @@ class DecodeTrace:
 @torch.inference_mode()
 def decode_trace(model: LlamaModel, prompt_ids: list[int], steps: int, forced: list[int] | None = None,
                  stop_ids: set[int] | frozenset[int] = frozenset(), score_dtype: torch.dtype = torch.float32,
-                 page_size: int = 16) -> DecodeTrace:
+                 page_size: int = 16, kv_dtype: torch.dtype | None = None) -> DecodeTrace:
+    """kv_dtype: the pool's (default the model's; bf16 under a float32 model, as kv_cache_dtype)."""
     cfg = model.cfg
     total = len(prompt_ids) + steps
-    pool = PagePool(cfg.num_layers, -(-total // page_size), page_size, cfg.num_kv_heads, cfg.head_dim, model.dtype)
+    pool = PagePool(cfg.num_layers, -(-total // page_size), page_size, cfg.num_kv_heads, cfg.head_dim,
+                    kv_dtype or model.dtype)
     attn = TorchPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)  # CPU: the numerics under test
     attn.score_dtype = score_dtype
     pages = torch.tensor(pool.alloc(pool.num_pages), dtype=torch.long)

@@ -32,13 +32,16 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
                         "overrides the default)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=None,
                    help="overlap scheduling (default: on for CUDA, off on the CPU)")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "float32", "fp32", "bfloat16", "bf16"],
+                   help="the KV cache's dtype (default auto: on the CPU bf16 pages under a float32 model, "
+                        "elsewhere the model's dtype)")
 
 
 def device_kwargs(args: argparse.Namespace) -> dict:
     """Engine keyword arguments from add_device_arguments' flags."""
     return dict(device=args.device, attention_backend=args.attention_backend, mem_fraction=args.mem_fraction,
                 cuda_graph=False if args.disable_cuda_graph else None, overlap=args.overlap,
-                cascade_attention=args.cascade_attention, compile=args.compile)
+                cascade_attention=args.cascade_attention, compile=args.compile, kv_cache_dtype=args.kv_cache_dtype)
 
 
 def add_speculative_arguments(p: argparse.ArgumentParser) -> None:

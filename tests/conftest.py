@@ -54,10 +54,11 @@ def float32_engine(model_path):
     test_bf16_accuracy.py and test_quantization.py measure bf16 and int4/int8 drift against).
     Behaviour -- batching, caching, streaming, constraints, the server -- is tested on
     `shared_engine`, the default configuration. Compiled, as dtype auto's float32 path on a CPU
-    without native bf16 runs."""
+    without native bf16 runs. Its KV cache is float32 too (kv_cache_dtype "auto" would keep bf16
+    pages under float32), so nothing in it is rounded."""
     import sgrun
     engine = sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=0.5,
-                          quantization="none", compile=True)
+                          quantization="none", compile=True, kv_cache_dtype="float32")
     yield engine
     engine.close()
 

@@ -85,7 +85,7 @@ def decode(op, q, k_cache, v_cache, table, lens, scale, starts=None, out=None, l
 
 
 @pytest.mark.parametrize("dtype,q_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
-                                           (torch.bfloat16, torch.float32)])
+                                           (torch.bfloat16, torch.float32), (torch.float16, torch.float32)])
 @pytest.mark.parametrize("head_dim,page_size", [(64, 16), (16, 5), (24, 3), (128, 7)])
 def test_kernel_matches_reference(op, dtype, q_dtype, head_dim, page_size):
     """Random (shuffled) pages, GQA (3 query heads per kv head), ragged lengths including an
@@ -224,12 +224,15 @@ def test_backend_and_cascade_match_the_gather_path(op, op_level, dtype):
         assert torch.equal(pools[0].k[layer], pools[2].k[layer])
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_all_decode_fast_path_takes_strided_qkv_and_writes_the_pool_as_the_gather_path(op, op_level, dtype):
+@pytest.mark.parametrize("dtype,act", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                       (torch.bfloat16, torch.float32), (torch.float16, torch.float32)])
+def test_all_decode_fast_path_takes_strided_qkv_and_writes_the_pool_as_the_gather_path(op, op_level, dtype, act):
     """An all-decode batch takes CppPagedAttention.forward's fast path (the C++ KV write, the
     output converted from the kernel's rows): with q, k, v as column views of one fused
     projection, as FusedDecode passes them, the pools end bitwise equal to the gather path's
-    indexed write, and the outputs equal the same backend's on contiguous copies bitwise."""
+    indexed write, and the outputs equal the same backend's on contiguous copies bitwise. `act`:
+    the model's dtype (float32 activations on a bf16 or float16 pool: kv_cache_dtype under a
+    float32 model, the C++ write rounding as torch's conversion does)."""
     pools, shape, segments, wp, wo, _ = _pools_and_batch(dtype)
     heads, kv_heads, head_dim = shape
     decodes = [s for s in segments if s.q_len == 1]
@@ -244,7 +247,7 @@ def test_all_decode_fast_path_takes_strided_qkv_and_writes_the_pool_as_the_gathe
         b._attend_decodes = lambda *a: pytest.fail("an all-decode batch took the general path")
     gen = torch.Generator().manual_seed(3)
     for layer in range(len(pools[0].k)):
-        fused = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=gen).to(dtype)
+        fused = torch.randn(4, (heads + 2 * kv_heads) * head_dim, generator=gen).to(act)
         q = fused[:, : heads * head_dim].view(4, heads, head_dim)
         k = fused[:, heads * head_dim: (heads + kv_heads) * head_dim].view(4, kv_heads, head_dim)
         v = fused[:, (heads + kv_heads) * head_dim:].view(4, kv_heads, head_dim)
@@ -252,9 +255,9 @@ def test_all_decode_fast_path_takes_strided_qkv_and_writes_the_pool_as_the_gathe
         want = gather.forward(layer, q.contiguous(), k.contiguous(), v.contiguous())
         got = strided.forward(layer, q, k, v)
         got_dense = dense.forward(layer, q.contiguous(), k.contiguous(), v.contiguous())
-        assert got.dtype == dtype and got.shape == (4, heads, head_dim)
+        assert got.dtype == act and got.shape == (4, heads, head_dim)
         assert torch.equal(got, got_dense)
-        tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+        tol = dict(atol=1e-5, rtol=1e-5) if act == torch.float32 else dict(atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(got.float(), want.float(), **tol)
         for cache in ("k", "v"):
             assert torch.equal(getattr(pools[0], cache)[layer], getattr(pools[1], cache)[layer])
@@ -262,6 +265,32 @@ def test_all_decode_fast_path_takes_strided_qkv_and_writes_the_pool_as_the_gathe
         before = got.clone()
         strided.forward(layer, q, k, v)
         assert torch.equal(got, before)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_write_kv_rounds_float32_into_a_narrower_pool_as_torch_does(op, dtype):
+    """A float32 model's bf16 or float16 KV cache: the C++ write rounds each value as torch's
+    conversion does (to nearest even; ties both ways, infinities, NaN, subnormals, bf16's overflow to
+    inf), but a float16 pool saturates values past its range at +-65504 (an infinite key would make
+    its row's scores NaN), as the torch backend's write does."""
+    pool = PagePool(1, 4, 8, 2, 32, dtype)
+    gen = torch.Generator().manual_seed(11)
+    k = torch.randn(3, 2, 32, generator=gen) * 50
+    v = torch.randn(3, 2, 32, generator=gen)
+    special = torch.tensor([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8), float("inf"), float("-inf"), float("nan"),
+                            1e-40, -1e-40, 3.4e38, 0.0, -0.0, 2 ** -133, 1 + 2 ** -9, 65504.0, 1e-3, -7.77,
+                            70000.0, -1e6, 65519.0, 2 ** -24, 2 ** -25 * 1.5, 1 + 2 ** -11, 1 + 3 * 2 ** -11,
+                            -65520.0, 6e-8, 1e30, -2.5, 0.1, 1 / 3, 1e-5, -1e-6, 12345.678])
+    k[0, 0] = special
+    v[2, 1] = special.flip(0)
+    pages, offsets = torch.tensor([3, 0, 3]), torch.tensor([7, 0, 1])
+    op.write_kv(k, v, pool.k[0], pool.v[0], pages, offsets)
+    for cache, src in ((pool.k[0], k), (pool.v[0], v)):
+        got = cache[:, pages, offsets].transpose(0, 1)
+        want = src.clamp(-65504, 65504).to(dtype) if dtype == torch.float16 else src.to(dtype)
+        nan = want.isnan()   # a NaN's bits differ between torch's own conversion paths (ATen's levels)
+        assert nan.sum() == 1 and torch.equal(got.isnan(), nan)
+        assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))   # bitwise
 
 
 def test_write_kv_rejects_a_slot_outside_the_pool(native_op):

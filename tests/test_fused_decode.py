@@ -110,9 +110,10 @@ def test_a_row_is_bit_identical_alone_and_in_a_batch(weights, at_level):
     assert eager.argmax(-1).item() == batch[0].argmax(-1).item()
 
 
-def _pool_and_decodes(model, contexts, seed):
-    """A pool holding random K/V for decoding rows with `contexts` tokens (the new token's slot
-    included), their segments and write slots, as the scheduler would hand them over."""
+def _pool_and_decodes(model, contexts, seed, pool_dtype=None):
+    """A pool (of the model's dtype, or `pool_dtype`) holding random K/V for decoding rows with
+    `contexts` tokens (the new token's slot included), their segments and write slots, as the
+    scheduler would hand them over."""
     cfg = model.cfg
     ps = 16
     tables, first = [], 0
@@ -120,7 +121,7 @@ def _pool_and_decodes(model, contexts, seed):
         n = -(-ctx // ps)
         tables.append(list(range(first, first + n)))
         first += n
-    pool = PagePool(cfg.num_layers, first, ps, cfg.num_kv_heads, cfg.head_dim, model.dtype)
+    pool = PagePool(cfg.num_layers, first, ps, cfg.num_kv_heads, cfg.head_dim, pool_dtype or model.dtype)
     g = torch.Generator().manual_seed(seed)
     for cache in (*pool.k, *pool.v):
         cache.copy_(torch.randn(cache.shape, generator=g) * 0.5)
@@ -129,13 +130,15 @@ def _pool_and_decodes(model, contexts, seed):
 
 
 @each_level()
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_an_all_decode_batch_runs_in_one_call_bitwise_as_the_per_layer_loop(weights, at_level, dtype):
+@pytest.mark.parametrize("dtype,pool_dtype", [(torch.float32, torch.float32), (torch.bfloat16, torch.bfloat16),
+                                              (torch.float32, torch.float16)], ids=["f32", "bf16", "f32-f16-pool"])
+def test_an_all_decode_batch_runs_in_one_call_bitwise_as_the_per_layer_loop(weights, at_level, dtype, pool_dtype):
     """FusedDecode runs an all-decode batch's every layer, attention included, in one C++ call
     (decode_block.cpp's decode_forward, the attention reached by its address in the paged-decode
     module): its logits and the pool it leaves are bitwise those of the loop over decode_block_run
-    and CppPagedAttention.forward, whose per-layer calls it must not make. A batch with a prefill
-    or a cascade prefix keeps the loop."""
+    and CppPagedAttention.forward, whose per-layer calls it must not make; a float32 model over a
+    float16 pool (kv_cache_dtype's default under float32) too, the C++ write rounding K and V. A
+    batch with a prefill or a cascade prefix keeps the loop."""
     model = _model(weights, dtype)
     fused = FusedDecode(model)
     op = paged_decode_cpp.load_kernel(at_level)
@@ -146,7 +149,7 @@ def test_an_all_decode_batch_runs_in_one_call_bitwise_as_the_per_layer_loop(weig
     rows = torch.arange(3)
     results = []
     for one_call in (True, False):
-        pool, segments, wp, wo = _pool_and_decodes(model, contexts, seed=5)
+        pool, segments, wp, wo = _pool_and_decodes(model, contexts, seed=5, pool_dtype=pool_dtype)
         attn = CppPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, op)
         attn.prepare(wp, wo, segments)
         assert attn.decode_forward_args(dtype) is not None
@@ -167,17 +170,23 @@ def test_an_all_decode_batch_runs_in_one_call_bitwise_as_the_per_layer_loop(weig
     for layer in range(cfg.num_layers):
         assert torch.equal(pa.k[layer], pb.k[layer]) and torch.equal(pa.v[layer], pb.v[layer])
     # and the pool took each row's new K/V: its slot changed from the random fill
-    assert not torch.equal(pa.k[0][:, wp, wo], _pool_and_decodes(model, contexts, seed=5)[0].k[0][:, wp, wo])
+    fresh = _pool_and_decodes(model, contexts, seed=5, pool_dtype=pool_dtype)[0]
+    assert not torch.equal(pa.k[0][:, wp, wo], fresh.k[0][:, wp, wo])
 
-    pool, segments, wp, wo = _pool_and_decodes(model, [40, 3], seed=6)
+    pool, segments, wp, wo = _pool_and_decodes(model, [40, 3], seed=6, pool_dtype=pool_dtype)
     mixed, mwp, mwo, _ = segments_over_tables([(1, 40), (3, 3)], [seg.pages.tolist() for seg in segments], 16)
     attn = CppPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, op)
     attn.prepare(mwp, mwo, mixed)
     assert attn.decode_forward_args(dtype) is None          # a prefill chunk in the batch
     attn.prepare(wp, wo, segments)
     assert attn.decode_forward_args(dtype) is not None
-    other = torch.float32 if dtype == torch.bfloat16 else torch.bfloat16
-    assert attn.decode_forward_args(other) is None          # a pool not of the GEMM dtype
+    # The one call takes a pool of the GEMM's dtype, or a narrower one under float32 only.
+    if pool_dtype == torch.float32:
+        assert attn.decode_forward_args(torch.bfloat16) is None       # float32 pages under a bf16 GEMM
+    if pool_dtype == torch.bfloat16:
+        assert attn.decode_forward_args(torch.float32) is not None    # bf16 pages under float32
+    if pool_dtype == torch.float16:
+        assert attn.decode_forward_args(torch.bfloat16) is None       # float16 pages under bf16
     attn.prefixes = [object()]
     assert attn.decode_forward_args(dtype) is None          # a cascade prefix to attend first
 

@@ -68,3 +68,5 @@ def test_attention_paths_at_every_isa(level, tmp_path):
     assert run.returncode == 0 and run.stdout.strip().endswith("ALL OK"), run.stdout + run.stderr
     name = ATTENTION_PATH[level]   # the level's own paths ran, not another's
     assert run.stdout.startswith(f"attention: decode {name}, prefill {name}\n"), run.stdout
+    # float16 pools (a float32 model's fp16 KV cache) were checked too, decode and prefill
+    assert "ok   decode float16 D=128" in run.stdout and "ok   prefill float16 pool D=128" in run.stdout, run.stdout

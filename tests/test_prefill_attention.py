@@ -44,7 +44,8 @@ def op(request):
     got = {d: (kernel.fast_path("bfloat16", d), kernel.fast_path("float32", d)) for d in want}
     assert got == want, (request.param, got)
     assert kernel.fast_path_available() == (request.param in FAST_PATHS)
-    assert kernel.fast_path("float16", 64) == ""
+    # float16 pools (a float32 model's fp16 KV cache) take the level's float32 path
+    assert kernel.fast_path("float16", 64) == want[64][1]
     return kernel
 
 
@@ -180,6 +181,49 @@ def test_rows_same_whole_or_chunked(op, dtype, head_dim, bf16_from):
     meta = [torch.tensor(x) for x in ([0, 5], [5, ctx], [40, ctx])]
     op.prefill_attention(both, k_cache, v_cache, tables, *meta, D ** -0.5, out, False, bf16_from)
     assert torch.equal(out[5:], whole)
+
+
+@pytest.mark.parametrize("pool", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("portable,head_dim,page_size,bf16_from", [
+    (False, 64, 16, 0), (False, 64, 7, 100), (False, 128, 5, 10 ** 9), (False, 16, 7, 0), (True, 64, 16, 0),
+])
+def test_float32_queries_on_a_narrower_pool_match_a_float32_pool_of_its_values(op, pool, portable, head_dim,
+                                                                               page_size, bf16_from):
+    """A float32 model's bf16 or float16 KV cache (kv_cache_dtype): every path widens a key or
+    value to float32 exactly, so float32 queries over such a pool give what they give over a float32
+    pool holding the same (representable) values, bitwise on the vector paths, on the float32
+    products and, past `bf16_from` on the AVX512-BF16 path, the bf16 ones (where a float16 pool's
+    values are rounded to bf16 as a float32 pool's are). The output stays float32."""
+    gen = torch.Generator().manual_seed(head_dim * 7 + page_size)
+    H, KV, D = 6, 2, head_dim
+    need = [-(-ctx // page_size) for _, ctx in SPECS]
+    num_pages = sum(need) + 2
+    k16 = (2 * torch.randn(KV, num_pages, page_size, D, generator=gen)).to(pool)
+    v16 = torch.randn(KV, num_pages, page_size, D, generator=gen).to(pool)
+    order = torch.randperm(num_pages, generator=gen).tolist()
+    tables = [[order.pop() for _ in range(n)] for n in need]
+    segments, _, _, T = segments_over_tables(SPECS, tables, page_size)
+    q = torch.randn(T, H + 2 * KV, D, generator=gen)[:, :H]   # strided rows, as the fused QKV leaves them
+    meta = [torch.tensor([getattr(s, f) for s in segments]) for f in ("q_start", "q_len", "ctx_len")]
+    table = torch.nn.utils.rnn.pad_sequence([s.pages for s in segments], batch_first=True)
+    outs = []
+    for k_cache, v_cache in ((k16, v16), (k16.float(), v16.float())):
+        out = torch.full((T, H, D), float("nan"))
+        op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, out, portable, bf16_from)
+        outs.append(out)
+    assert not outs[0].isnan().any()
+    if portable:   # plain C++ loops: GCC may contract a product into an FMA in one instantiation only
+        torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=1e-4)
+    else:
+        assert torch.equal(outs[0], outs[1])
+    for s in segments[:3]:   # and it is attention: the float64 reference over the rounded pool
+        rows = slice(s.q_start, s.q_start + s.q_len)
+        want = reference(q[rows], k16, v16, s.pages, s.ctx_len, D ** -0.5)
+        tol = 2e-2 if (not portable and op.fast_path(dtype_name(pool), D) == "avx512_bf16") else 1e-5
+        assert (outs[0][rows].double() - want).abs().max() < tol, s
+    with pytest.raises(RuntimeError, match="under float32 q"):   # bf16 queries on a float32 pool: refused
+        op.prefill_attention(q.to(torch.bfloat16), k16.float(), v16.float(), table, *meta, D ** -0.5,
+                             torch.empty(T, H, D, dtype=torch.bfloat16), portable, bf16_from)
 
 
 def test_backend_with_kernel_matches_sdpa_backend(op, op_level):

@@ -12,7 +12,8 @@
 // AVX512-BF16 and a bf16 cache of head dim 32, 64 or 128, q.k runs on the bf16 keys directly
 // (_mm512_dpbf16ps; a float32 query is split into three bf16 parts, so nothing is lost), and V
 // is widened inside the P.V loop; at AVX2 and above, float32 and bf16 caches of head dim 16-128
-// take the hand-written AVX2 path (paged_chunk_avx2.cpp, built before this file), on aarch64 the
+// take the hand-written AVX2 path (paged_chunk_avx2.cpp, built before this file; float16 caches
+// too, a float32 model's fp16 KV cache, at every level), on aarch64 the
 // NEON one (paged_chunk_neon.cpp); elsewhere, portable GCC vector code converts each block of 16
 // keys and values to float32 once.
 #if defined(__AVX512F__) && defined(__AVX512BF16__)
@@ -332,7 +333,7 @@ void attend_chunk(const float* q, int64_t gn, bool q_is_bf16, const ChunkSource<
   }
 #endif
 #ifdef SG_SIMD_CHUNK
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, at::BFloat16>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, at::BFloat16> || std::is_same_v<T, at::Half>) {
     switch (D) {
       case 16: return chunk_simd::chunk<T, 1>(q, gn, src, scale, m, l, acc);
       case 32: return chunk_simd::chunk<T, 2>(q, gn, src, scale, m, l, acc);
@@ -359,7 +360,8 @@ inline std::string chunk_path(at::ScalarType dt, int64_t D) {
   if (dt == at::kBFloat16 && (D == 32 || D == 64 || D == 128)) return "avx512_bf16";
 #endif
 #ifdef SG_SIMD_CHUNK
-  if ((dt == at::kFloat || dt == at::kBFloat16) && (D == 16 || D == 32 || D == 64 || D == 128)) return SG_SIMD_CHUNK;
+  if ((dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf) && (D == 16 || D == 32 || D == 64 || D == 128))
+    return SG_SIMD_CHUNK;
 #endif
   return D == 16 || D == 32 || D == 64 || D == 128 ? "portable" : "any";
 }

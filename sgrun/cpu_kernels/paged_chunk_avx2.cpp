@@ -16,6 +16,8 @@
 //   horizontal-add tree turns each head's 16 partial vectors into its 16 scores (2 vectors);
 // - P.V: per groups_per_pass() x 16 head dims the heads' accumulators stay in registers across
 //   the block's tokens, one broadcast of p per head and token.
+// float16 pools (a float32 model's fp16 KV cache) widen with F16C's vcvtph2ps, 8 values per
+// instruction in natural order, so they keep float32's order.
 // Row invariance: a head's instructions do not depend on which heads share its pass.
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !defined(SG_SIMD_CHUNK) && \
     !defined(SG_PORTABLE_CHUNK)
@@ -62,6 +64,16 @@ struct Lanes<at::BFloat16> {
       _mm256_storeu_ps(acc + 16 * i + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
     }
   }
+};
+
+template <>
+struct Lanes<at::Half> {
+  static void get(const at::Half* row, int i, __m256& a, __m256& b) {
+    a = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * i)));
+    b = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 16 * i + 8)));
+  }
+  static void query(const float* q, float* out, int D, float scale) { Lanes<float>::query(q, out, D, scale); }
+  static void finish(float*, int) {}   // natural order
 };
 
 // out lane t = the sum of vector t's lanes, for 8 vectors stored contiguously.

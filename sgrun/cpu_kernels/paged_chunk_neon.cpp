@@ -2,7 +2,7 @@
 // `chunk_simd` pass as paged_chunk_avx2.cpp (each key and value row loaded once from its page for
 // every head of the pass, q.k partial sums per token reduced by a pairwise-add tree, the P.V
 // accumulators in registers across a block), on 128-bit vectors, for float32 and bf16 pools of
-// head dim 16, 32, 64, 128. bf16 widens with SHLL (4 values per instruction, natural order), so
+// head dim 16, 32, 64, 128, and float16 ones (FCVTL). bf16 widens with SHLL (4 values per instruction, natural order), so
 // nothing is reordered. Built after paged_rows.cpp, before paged_chunk_attention.cpp.
 // Row invariance: a head's instructions do not depend on which heads share its pass.
 #if defined(__aarch64__) && defined(__ARM_NEON) && !defined(SG_SCALAR_LEVEL) && !defined(SG_SIMD_CHUNK) && \
@@ -32,6 +32,18 @@ struct Lanes<at::BFloat16> {
     x[1] = vreinterpretq_f32_u32(vshll_high_n_u16(a, 16));
     x[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(b), 16));
     x[3] = vreinterpretq_f32_u32(vshll_high_n_u16(b, 16));
+  }
+};
+
+template <>
+struct Lanes<at::Half> {   // a float32 model's fp16 KV cache: FCVTL widens 4 values, natural order
+  static void get(const at::Half* row, int i, float32x4_t* x) {
+    const float16_t* p = reinterpret_cast<const float16_t*>(row) + 16 * i;
+    const float16x8_t a = vld1q_f16(p), b = vld1q_f16(p + 8);
+    x[0] = vcvt_f32_f16(vget_low_f16(a));
+    x[1] = vcvt_high_f32_f16(a);
+    x[2] = vcvt_f32_f16(vget_low_f16(b));
+    x[3] = vcvt_high_f32_f16(b);
   }
 };
 

@@ -316,9 +316,10 @@ void cascade_prefix(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Te
 
 // Writes the new tokens' keys and values into the pool: row t of k / v ([T, KV, D], each head's D
 // contiguous, any row and head strides: the narrowed q/k/v views of a fused projection) goes to
-// page pages[t], offset offsets[t] of k_cache / v_cache ([KV, N, ps, D], the same dtype). The
-// pool write the torch path does with two advanced-index assignments (~8 us each at one row,
-// twice per layer), as plain row copies.
+// page pages[t], offset offsets[t] of k_cache / v_cache ([KV, N, ps, D], the same dtype, or bf16 or
+// float16 under float32 k / v: a float32 model's narrower KV cache, each value rounded to nearest
+// even as torch's conversion does). The pool write the torch path does with two advanced-index
+// assignments (~8 us each at one row, twice per layer), as plain row copies.
 void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache, at::Tensor pages,
               at::Tensor offsets) {
   write_kv_unlocked(k, v, k_cache, v_cache, pages, offsets);
@@ -326,18 +327,44 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
 
 namespace {
 
+// n float32 values as bf16 bits, rounded to nearest even (c10::BFloat16's conversion: NaN stays a
+// quiet NaN), in a loop without branches that GCC vectorizes.
+void round_row_to_bf16(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof(u));
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+    const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+    dst[i] = static_cast<uint16_t>(nan ? 0x7FC0u : rounded);
+  }
+}
+
+// n float32 values as float16, rounded to nearest even (c10::Half's conversion), saturated at
+// +-65504: a key past float16's range keeps the largest finite value instead of becoming an
+// infinity that would turn its row's scores into NaN (a NaN stays NaN).
+void round_row_to_half(const float* src, at::Half* dst, int64_t n) {
+  constexpr float kMax = 65504.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = src[i];
+    dst[i] = at::Half(x > kMax ? kMax : x < -kMax ? -kMax : x);
+  }
+}
+
 void write_kv_unlocked(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_cache, const at::Tensor& v_cache,
                        const at::Tensor& pages, const at::Tensor& offsets) {
   TORCH_CHECK(k.dim() == 3 && v.sizes() == k.sizes() && k.stride(2) == 1 && v.stride(2) == 1,
               "k, v: [T, KV, D] with contiguous head rows");
   const int64_t T = k.size(0), KV = k.size(1), D = k.size(2);
   check_cache(k_cache, v_cache, D);
-  TORCH_CHECK(k_cache.size(0) == KV && k.scalar_type() == k_cache.scalar_type() &&
-                  v.scalar_type() == k_cache.scalar_type(), "k, v: the pool's kv heads and dtype");
+  const bool narrows = k.scalar_type() == at::kFloat && k_cache.scalar_type() != at::kFloat;
+  const bool to_half = narrows && k_cache.scalar_type() == at::kHalf;
+  TORCH_CHECK(k_cache.size(0) == KV && v.scalar_type() == k.scalar_type() &&
+                  (k.scalar_type() == k_cache.scalar_type() || (narrows && (to_half || k_cache.scalar_type() == at::kBFloat16))),
+              "k, v: the pool's kv heads, and its dtype (or float32 into a bf16 or float16 pool)");
   TORCH_CHECK(pages.scalar_type() == at::kLong && offsets.scalar_type() == at::kLong && pages.is_contiguous() &&
                   offsets.is_contiguous() && pages.numel() == T && offsets.numel() == T,
               "pages, offsets: int64 [T]");
-  const int64_t N = k_cache.size(1), ps = k_cache.size(2), es = k.element_size();
+  const int64_t N = k_cache.size(1), ps = k_cache.size(2), es = k.element_size(), cs = k_cache.element_size();
   const int64_t* pp = pages.data_ptr<int64_t>();
   const int64_t* op = offsets.data_ptr<int64_t>();
   for (int64_t t = 0; t < T; ++t)
@@ -348,9 +375,19 @@ void write_kv_unlocked(const at::Tensor& k, const at::Tensor& v, const at::Tenso
   auto* vc = static_cast<char*>(v_cache.data_ptr());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < KV; ++h) {
-      const int64_t dst = ((h * N + pp[t]) * ps + op[t]) * D * es;
-      std::memcpy(kc + dst, ks + (t * k.stride(0) + h * k.stride(1)) * es, D * es);
-      std::memcpy(vc + dst, vs + (t * v.stride(0) + h * v.stride(1)) * es, D * es);
+      const int64_t dst = ((h * N + pp[t]) * ps + op[t]) * D * cs;
+      const char* k_row = ks + (t * k.stride(0) + h * k.stride(1)) * es;
+      const char* v_row = vs + (t * v.stride(0) + h * v.stride(1)) * es;
+      if (to_half) {
+        round_row_to_half(reinterpret_cast<const float*>(k_row), reinterpret_cast<at::Half*>(kc + dst), D);
+        round_row_to_half(reinterpret_cast<const float*>(v_row), reinterpret_cast<at::Half*>(vc + dst), D);
+      } else if (narrows) {
+        round_row_to_bf16(reinterpret_cast<const float*>(k_row), reinterpret_cast<uint16_t*>(kc + dst), D);
+        round_row_to_bf16(reinterpret_cast<const float*>(v_row), reinterpret_cast<uint16_t*>(vc + dst), D);
+      } else {
+        std::memcpy(kc + dst, k_row, D * es);
+        std::memcpy(vc + dst, v_row, D * es);
+      }
     }
 }
 

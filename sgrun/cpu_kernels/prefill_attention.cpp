@@ -9,13 +9,16 @@
 //   bf16 or float32 pools (prefill_attention_avx2.cpp); the same on aarch64 NEON (neon,
 //   neon_dotprod: prefill_attention_neon.cpp);
 // else the portable path below (any dtype, any head dim, no intrinsics), row by row.
+// Under float32 queries the pool may be narrower (a float32 model's float16 or bf16 KV cache,
+// kv_cache_dtype): every path widens it exactly as it packs, so only the pack step sees its type.
 namespace {
 
 // ---------------------------------------------------------------- portable path
 // One work item per (segment, query row, head): scores over the causal context in float,
-// a max-subtracted softmax, and the weighted sum of V, all in float.
-template <class T>
-void attend_portable(const T* q, int64_t q_stride, const T* kc, const T* vc, int64_t kv_head_stride,
+// a max-subtracted softmax, and the weighted sum of V, all in float. T: q's and out's element,
+// C: the pool's (T, or bf16 under float32 queries).
+template <class T, class C = T>
+void attend_portable(const T* q, int64_t q_stride, const C* kc, const C* vc, int64_t kv_head_stride,
                      int64_t page_stride, int64_t ps, const Segments& seg, int64_t H, int64_t KV, int64_t D,
                      float scale, T* out, int64_t out_stride) {
   const int64_t G = H / KV;
@@ -30,7 +33,7 @@ void attend_portable(const T* q, int64_t q_stride, const T* kc, const T* vc, int
     std::vector<float> score(pos + 1), acc(D, 0.0f);
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t c = 0; c <= pos; ++c) {
-      const T* kr = kc + kvh * kv_head_stride + pages[c / ps] * page_stride + (c % ps) * D;
+      const C* kr = kc + kvh * kv_head_stride + pages[c / ps] * page_stride + (c % ps) * D;
       float dot = 0.0f;
       for (int64_t d = 0; d < D; ++d) dot += static_cast<float>(qr[d]) * static_cast<float>(kr[d]);
       score[c] = dot * scale;
@@ -40,7 +43,7 @@ void attend_portable(const T* q, int64_t q_stride, const T* kc, const T* vc, int
     for (int64_t c = 0; c <= pos; ++c) {
       const float p = std::exp(score[c] - mx);
       sum += p;
-      const T* vr = vc + kvh * kv_head_stride + pages[c / ps] * page_stride + (c % ps) * D;
+      const C* vr = vc + kvh * kv_head_stride + pages[c / ps] * page_stride + (c % ps) * D;
       for (int64_t d = 0; d < D; ++d) acc[d] += p * static_cast<float>(vr[d]);
     }
     T* o = out + (seg.q_start[s] + t) * out_stride + h * D;
@@ -53,7 +56,8 @@ void attend_portable(const T* q, int64_t q_stride, const T* kc, const T* vc, int
 // The vector path a (dtype, head dim) takes in this build: "avx512_bf16", "avx2", "neon", or "" (portable).
 static std::string vector_path(at::ScalarType dt, int64_t D) {
 #ifdef SG_PREFILL_BF16
-  if ((dt == at::kBFloat16 || dt == at::kFloat) && (D == 32 || D == 64 || D == 96 || D == 128)) return "avx512_bf16";
+  if ((dt == at::kBFloat16 || dt == at::kFloat || dt == at::kHalf) && (D == 32 || D == 64 || D == 96 || D == 128))
+    return "avx512_bf16";
 #endif
 #ifdef SG_PREFILL_SIMD
   if (simd::supports(dt, D)) return SG_PREFILL_SIMD;
@@ -81,7 +85,7 @@ std::string fast_path(const std::string& dtype, int64_t head_dim) {
 
 #ifdef SG_PREFILL_BF16
 #ifndef SG_PREFILL_SIMD
-#error "a float32 pool's rows below bf16_from take the simd path, which every AVX512-BF16 build has"
+#error "float32 queries' rows below bf16_from take the simd path, which every AVX512-BF16 build has"
 #endif
 // A float32 pool's segments split at position `from`: rows below it keep float32 products
 // (`low`), the rest take bf16 ones (`high`). A row attends only keys up to its own position, so
@@ -114,15 +118,20 @@ void split_at_position(const Segments& seg, int64_t from, SplitSegments& low, Sp
 // q [T, H, D] (rows may be strided; heads contiguous), k_cache / v_cache [KV, pages, ps, D],
 // tables [S, max_pages] int64, q_starts / q_lens / ctx_lens [S] int64: segment s's q_len rows
 // start at row q_starts[s] and are the last q_len positions of its ctx_len-token context.
-// Writes those rows of `out` (same shape and dtype as q, contiguous). bf16_from: on the
-// AVX512-BF16 path, a float32 pool's rows from that position on take bf16 products (0: every
-// row); other paths and bf16 pools ignore it.
+// Writes those rows of `out` (same shape and dtype as q, contiguous). The pool holds q's dtype, or
+// bf16 or float16 under float32 queries (a float32 model's narrower KV cache: its keys and values
+// are widened exactly, so every product and sum stays float32). bf16_from: on the AVX512-BF16
+// path, float32 queries' rows from that position on take bf16 products (their Q, and the pool's K
+// and V unless bf16 already, rounded to bf16; 0: every row); other paths and bf16 queries ignore
+// it. float16 queries (a float16 model) take the portable path.
 void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor tables,
                        at::Tensor q_starts, at::Tensor q_lens, at::Tensor ctx_lens, double scale,
                        at::Tensor out, bool portable, int64_t bf16_from) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "bad shapes");
-  TORCH_CHECK(q.scalar_type() == k_cache.scalar_type() && v_cache.scalar_type() == q.scalar_type() &&
-              out.scalar_type() == q.scalar_type(), "q, caches and out must share a dtype");
+  const at::ScalarType qt = q.scalar_type(), ct = k_cache.scalar_type();
+  const bool narrow_pool = qt == at::kFloat && (ct == at::kBFloat16 || ct == at::kHalf);
+  TORCH_CHECK((qt == ct || narrow_pool) && v_cache.scalar_type() == ct && out.scalar_type() == qt,
+              "q and out share a dtype; the caches hold it too, or bf16 / float16 under float32 q");
   TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && out.is_contiguous(), "contiguous caches/out");
   TORCH_CHECK(q.stride(2) == 1 && q.stride(1) == q.size(2), "q's heads must be contiguous [H, D] rows");
   TORCH_CHECK(out.sizes() == q.sizes(), "out must have q's shape");
@@ -137,53 +146,78 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
   // A 2,048-token chunk takes ~10 ms per layer: let the server's Python threads run meanwhile
   // (torch's own ops release the GIL too; nothing below touches a Python object).
   pybind11::gil_scoped_release no_gil;
-  const std::string path = portable ? std::string() : vector_path(q.scalar_type(), D);
+  const std::string path = portable || qt == at::kHalf ? std::string() : vector_path(ct, D);
+  const int64_t qs = q.stride(0), os = out.stride(0);
+  // Calls f with a null pointer of the pool's element type under float32 queries: float, bf16
+  // bits (uint16_t) or at::Half.
+  auto with_float_q_pool = [&](auto f) {
+    if (ct == at::kBFloat16) f(static_cast<uint16_t*>(nullptr));
+    else if (ct == at::kHalf) f(static_cast<at::Half*>(nullptr));
+    else f(static_cast<float*>(nullptr));
+  };
+#ifdef SG_PREFILL_SIMD
+  // float32 products over the packed, widened context: simd::Path<query element, pool element>.
+  auto simd_float_q = [&](const Segments& part) {
+    with_float_q_pool([&](auto kv_elem) {
+      using C = std::remove_pointer_t<decltype(kv_elem)>;
+      attend_packed<simd::Path<float, C>>(q.data_ptr<float>(), qs, reinterpret_cast<const C*>(k_cache.data_ptr()),
+                                          reinterpret_cast<const C*>(v_cache.data_ptr()), head_stride, page_stride,
+                                          ps, part, H, KV, D, sc, out.data_ptr<float>(), os);
+    });
+  };
+#endif
 #ifdef SG_PREFILL_BF16
   if (path == "avx512_bf16") {
-    const int64_t qs = q.stride(0), os = out.stride(0);
-    auto run = [&](auto elem, const Segments& part) {   // elem: a null pointer of the pool's element type
+    // elem, kv_elem: null pointers of q's and the pool's element types
+    auto run = [&](auto elem, auto kv_elem, const Segments& part) {
       using E = std::remove_pointer_t<decltype(elem)>;
+      using C = std::remove_pointer_t<decltype(kv_elem)>;
       auto* qp = reinterpret_cast<const E*>(q.data_ptr());
-      auto* kp = reinterpret_cast<const E*>(k_cache.data_ptr());
-      auto* vp = reinterpret_cast<const E*>(v_cache.data_ptr());
+      auto* kp = reinterpret_cast<const C*>(k_cache.data_ptr());
+      auto* vp = reinterpret_cast<const C*>(v_cache.data_ptr());
       auto* op = reinterpret_cast<E*>(out.data_ptr());
       using namespace bf16dot;
-      if (D == 32) attend_packed<Path<2, 6, E>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 64) attend_packed<Path<4, 6, E>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 96) attend_packed<Path<6, 4, E>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 128) attend_packed<Path<8, 3, E>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 32) attend_packed<Path<2, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 64) attend_packed<Path<4, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 96) attend_packed<Path<6, 4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 128) attend_packed<Path<8, 3, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
     };
-    if (q.scalar_type() == at::kBFloat16) {
-      run(static_cast<uint16_t*>(nullptr), seg);
+    if (qt == at::kBFloat16) {
+      run(static_cast<uint16_t*>(nullptr), static_cast<uint16_t*>(nullptr), seg);
       return;
     }
     SplitSegments low, high;
     split_at_position(seg, bf16_from, low, high);
-    if (!low.q_start.empty()) {   // float32 products: the path below AVX512-BF16 (simd::supports every D here)
-      attend_packed<simd::Path<float>>(q.data_ptr<float>(), qs, k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
-                                       head_stride, page_stride, ps, low.view(seg.table_stride), H, KV, D, sc,
-                                       out.data_ptr<float>(), os);
-    }
-    if (!high.q_start.empty()) run(static_cast<float*>(nullptr), high.view(seg.table_stride));
+    if (!low.q_start.empty()) simd_float_q(low.view(seg.table_stride));   // simd::supports every D here
+    if (!high.q_start.empty())
+      with_float_q_pool([&](auto kv_elem) { run(static_cast<float*>(nullptr), kv_elem, high.view(seg.table_stride)); });
     return;
   }
 #endif
 #ifdef SG_PREFILL_SIMD
   if (!path.empty()) {
-    const int64_t qs = q.stride(0), os = out.stride(0);
-    if (q.scalar_type() == at::kBFloat16) {
+    if (qt == at::kBFloat16) {
       attend_packed<simd::Path<uint16_t>>(reinterpret_cast<const uint16_t*>(q.data_ptr()), qs,
                                           reinterpret_cast<const uint16_t*>(k_cache.data_ptr()),
                                           reinterpret_cast<const uint16_t*>(v_cache.data_ptr()), head_stride,
                                           page_stride, ps, seg, H, KV, D, sc,
                                           reinterpret_cast<uint16_t*>(out.data_ptr()), os);
     } else {
-      attend_packed<simd::Path<float>>(q.data_ptr<float>(), qs, k_cache.data_ptr<float>(), v_cache.data_ptr<float>(),
-                                       head_stride, page_stride, ps, seg, H, KV, D, sc, out.data_ptr<float>(), os);
+      simd_float_q(seg);
     }
     return;
   }
 #endif
+  if (narrow_pool) {
+    auto portable_narrow = [&](auto kv_elem) {
+      using C = std::remove_pointer_t<decltype(kv_elem)>;
+      attend_portable<float, C>(q.data_ptr<float>(), q.stride(0), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
+                                head_stride, page_stride, ps, seg, H, KV, D, sc, out.data_ptr<float>(), out.stride(0));
+    };
+    if (ct == at::kHalf) portable_narrow(static_cast<at::Half*>(nullptr));
+    else portable_narrow(static_cast<at::BFloat16*>(nullptr));
+    return;
+  }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "prefill_attention", [&] {
     attend_portable<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), k_cache.data_ptr<scalar_t>(),
                               v_cache.data_ptr<scalar_t>(), head_stride, page_stride, ps, seg, H, KV, D, sc,

@@ -18,6 +18,10 @@ the context gathered out of the pages and a materialized [q, ctx] mask. The kern
 Its semantics are attention/torch_backend.py's: the q_len new rows are the last positions of a
 ctx_len-token context and attend every key up to their own position.
 
+Under a float32 model the pool may hold float16 or bf16 (kv_cache_dtype, engine/device.py): every
+path widens the keys and values exactly as it packs them (F16C / FCVTL / a shift), so products and
+sums stay float32 and a row gets what a float32 pool of the same values gives it.
+
 Vector paths, one file each (the driver, prefill_attention.cpp, takes the best its level has):
 - AVX512-BF16 (avx512_bf16, amx; bf16 and float32 pools, head dims 32, 64, 96, 128): the layouts
   above, in prefill_attention_avx512_bf16.cpp. A float32 pool's rows at positions >= BF16_FROM
@@ -100,11 +104,14 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def prefill_kernel_for(dtype: torch.dtype, head_dim: int) -> ModuleType | None:
-    """The kernel module where a vector path applies (a bf16 or float32 pool, a head dim the path
-    takes, a CPU level with AVX2, AVX512-BF16 or NEON), else None: the backend then keeps SDPA, which
-    beats the portable path. Only those pools trigger the build."""
-    if dtype not in FAST_DTYPES:
+def prefill_kernel_for(dtype: torch.dtype, head_dim: int, query_dtype: torch.dtype | None = None) -> ModuleType | None:
+    """The kernel module where a vector path applies (a bf16 or float32 pool, or a float16 one under
+    float32 queries: `query_dtype`, the model's, default the pool's; a head dim the path takes; a CPU
+    level with AVX2, AVX512-BF16 or NEON), else None: the backend then keeps SDPA, which beats the
+    portable path. Only those pools trigger the build."""
+    query_dtype = query_dtype or dtype
+    if query_dtype not in FAST_DTYPES or (dtype not in FAST_DTYPES and not (
+            dtype == torch.float16 and query_dtype == torch.float32)):
         return None
     op = load_kernel()
     if op is not None and not op.fast_path(dtype_name(dtype), head_dim):

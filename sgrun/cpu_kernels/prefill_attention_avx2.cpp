@@ -23,14 +23,18 @@ namespace simd {
 constexpr int kRows = 6;
 constexpr int64_t kMaxHeadDim = 256;
 
+// Pool dtypes (float16 only under float32 queries: a float32 model's fp16 KV cache) and head dims.
 inline bool supports(at::ScalarType dt, int64_t D) {
-  return (dt == at::kFloat || dt == at::kBFloat16) && D > 0 && D % 16 == 0 && D <= kMaxHeadDim;
+  return (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf) && D > 0 && D % 16 == 0 && D <= kMaxHeadDim;
 }
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) {   // 8 bf16 widened to float32: the bits move up 16
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+}
+inline __m256 load8(const at::Half* p) {   // 8 float16 widened to float32 (F16C), exactly
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 inline void store8(float* p, __m256 x) { _mm256_storeu_ps(p, x); }
 inline void store8(uint16_t* p, __m256 x) {   // float32 to bf16, rounded to nearest even
@@ -72,15 +76,17 @@ inline void widen_row(const E* src, float* dst, int64_t D) {
   for (int64_t d = 0; d < D; d += 8) store8(dst + d, load8(src + d));
 }
 
-// Elem: float, or uint16_t holding bf16 bits.
-template <class E>
+// E: the query's and the output's element, KV the pool's: float, or uint16_t holding bf16 bits
+// (a bf16 pool under float32 queries: Path<float, uint16_t>).
+template <class E, class KV = E>
 struct Path {
   using Elem = E;
+  using KVElem = KV;
   using Word = float;
   static constexpr int kRows = simd::kRows;
   static int64_t words(int64_t keys, int64_t D) { return 2 * keys * D; }
 
-  static void pack(const E* kc, const E* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
+  static void pack(const KV* kc, const KV* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
                    const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, float* base,
                    int64_t keys) {
     float* kp = base + block * D * 16;

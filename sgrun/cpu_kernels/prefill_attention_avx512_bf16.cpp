@@ -42,6 +42,12 @@ inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
 // n (a multiple of 16) elements as bf16 bits: a bf16 pool's are copied, a float32 pool's rounded
 // to nearest even (_mm512_cvtneps_pbh, as torch's float -> bf16 conversion).
 inline void to_bf16(const uint16_t* src, int64_t n, uint16_t* dst) { std::memcpy(dst, src, n * sizeof(uint16_t)); }
+inline void to_bf16(const at::Half* src, int64_t n, uint16_t* dst) {   // a float32 model's fp16 KV cache
+  for (int64_t i = 0; i < n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
+                            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))))));
+}
 inline void to_bf16(const float* src, int64_t n, uint16_t* dst) {
   for (int64_t i = 0; i < n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
@@ -199,15 +205,17 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
   }
 }
 
-// The path as attend_packed (prefill_attention_common.cpp) runs it. ND = D / 16; E: the pool's element.
-template <int ND, int R, class E>
+// The path as attend_packed (prefill_attention_common.cpp) runs it. ND = D / 16; E: the query's
+// and the output's element, KV the pool's (a bf16 pool under float32 queries: E float, KV uint16_t).
+template <int ND, int R, class E, class KV = E>
 struct Path {
   using Elem = E;
+  using KVElem = KV;
   using Word = uint32_t;
   static constexpr int kRows = R;
   static int64_t words(int64_t keys, int64_t D) { return keys * D; }   // K: keys * D / 2, V: the same
   static Packed split(uint32_t* base, int64_t keys, int64_t D) { return Packed{base, base + keys * D / 2}; }
-  static void pack(const Elem* kc, const Elem* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
+  static void pack(const KV* kc, const KV* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
                    const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, uint32_t* base,
                    int64_t keys) {
     pack_block(kc, vc, kv_head_stride, page_stride, ps, pages, ctx, kvh, D, block, split(base, keys, D));

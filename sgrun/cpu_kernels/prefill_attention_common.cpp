@@ -60,7 +60,8 @@ void run_dynamic(int64_t n, int64_t min_parallel, const F& work) {
 }
 
 // The packed walk of one vector path P, which provides:
-//   Elem: the pool's element (float, or uint16_t for the raw bf16 bits); Word: a scratch element;
+//   Elem: the query's and the output's element (float, or uint16_t for the raw bf16 bits);
+//   KVElem: the pool's (the same, or bf16 bits under float32 queries); Word: a scratch element;
 //   kRows: query rows per tile;
 //   words(keys, D): scratch Words for one (segment, kv head) context of `keys` keys (a multiple of kKeyBlock);
 //   pack(kc, vc, kv_head_stride, page_stride, ps, pages, ctx, kvh, D, block, base, keys): keys
@@ -68,8 +69,8 @@ void run_dynamic(int64_t n, int64_t min_parallel, const F& work) {
 //   attend(qrow, pos, n, base, keys, D, scale_log2, orow): kRows rows (the first n real, the rest
 //     repeats of the last) against the packed context; scale_log2 = scale * log2(e).
 template <class P>
-void attend_packed(const typename P::Elem* q, int64_t q_stride, const typename P::Elem* kc,
-                   const typename P::Elem* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
+void attend_packed(const typename P::Elem* q, int64_t q_stride, const typename P::KVElem* kc,
+                   const typename P::KVElem* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
                    const Segments& seg, int64_t H, int64_t KV, int64_t D, float scale, typename P::Elem* out,
                    int64_t out_stride) {
   using Elem = typename P::Elem;

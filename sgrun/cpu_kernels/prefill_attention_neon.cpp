@@ -14,12 +14,14 @@ namespace simd {
 constexpr int kRows = 6;
 constexpr int64_t kMaxHeadDim = 256;
 
+// Pool dtypes (float16 only under float32 queries: a float32 model's fp16 KV cache) and head dims.
 inline bool supports(at::ScalarType dt, int64_t D) {
-  return (dt == at::kFloat || dt == at::kBFloat16) && D > 0 && D % 16 == 0 && D <= kMaxHeadDim;
+  return (dt == at::kFloat || dt == at::kBFloat16 || dt == at::kHalf) && D > 0 && D % 16 == 0 && D <= kMaxHeadDim;
 }
 
 inline float32x4_t load4(const float* p) { return vld1q_f32(p); }
 inline float32x4_t load4(const uint16_t* p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+inline float32x4_t load4(const at::Half* p) { return vcvt_f32_f16(vld1_f16(reinterpret_cast<const float16_t*>(p))); }
 inline void store4(float* p, float32x4_t x) { vst1q_f32(p, x); }
 inline void store4(uint16_t* p, float32x4_t x) {   // float32 to bf16, rounded to nearest even
   const uint32x4_t b = vreinterpretq_u32_f32(x);
@@ -45,15 +47,17 @@ inline void widen_row(const E* src, float* dst, int64_t D) {
   for (int64_t d = 0; d < D; d += 4) store4(dst + d, load4(src + d));
 }
 
-// Elem: float, or uint16_t holding bf16 bits.
-template <class E>
+// E: the query's and the output's element, KV the pool's: float, or uint16_t holding bf16 bits
+// (a bf16 pool under float32 queries: Path<float, uint16_t>).
+template <class E, class KV = E>
 struct Path {
   using Elem = E;
+  using KVElem = KV;
   using Word = float;
   static constexpr int kRows = simd::kRows;
   static int64_t words(int64_t keys, int64_t D) { return 2 * keys * D; }
 
-  static void pack(const E* kc, const E* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
+  static void pack(const KV* kc, const KV* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
                    const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, float* base,
                    int64_t keys) {
     float* kp = base + block * D * 16;

@@ -49,6 +49,39 @@ def resolve_device(spec: str | torch.device | None) -> torch.device:
     raise InvalidRequestError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {spec!r}", field="device")
 
 
+_KV_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+              "float16": torch.float16, "fp16": torch.float16}
+
+
+def resolve_kv_dtype(kv_cache_dtype: str | torch.dtype, dtype: torch.dtype, device: torch.device, tp: int,
+                     backend: str) -> torch.dtype:
+    """The KV pool's dtype. "auto": on the CPU the auto table's choice for a `dtype` model at the
+    level in force (models/auto_config.py: float16 pages under a float32 model), elsewhere the
+    model's dtype. A bf16 or float16 pool under a float32 model is a feature of the CPU attention backends
+    (cpp, torch) in one process: the Triton kernels and the tensor-parallel workers keep the
+    model's dtype."""
+    mixed_ok = device.type == "cpu" and tp == 1 and backend in ("cpp", "torch")
+    if kv_cache_dtype == "auto":
+        if not mixed_ok:
+            return dtype
+        from sgrun.models.auto_config import auto_kv_dtype
+        return auto_kv_dtype(dtype)
+    kv = kv_cache_dtype if isinstance(kv_cache_dtype, torch.dtype) else (
+        _KV_DTYPES.get(kv_cache_dtype) if isinstance(kv_cache_dtype, str) else None)
+    if kv is None:
+        raise InvalidRequestError(f"kv_cache_dtype must be one of auto, {', '.join(_KV_DTYPES)}; got {kv_cache_dtype!r}",
+                                  field="kv_cache_dtype")
+    if kv == dtype:
+        return kv
+    if kv in (torch.bfloat16, torch.float16) and dtype == torch.float32 and mixed_ok:
+        return kv
+    raise InvalidRequestError(
+        f"kv_cache_dtype {kv_cache_dtype!r} with a {str(dtype).removeprefix('torch.')} model on {device.type}"
+        f"{' with tp > 1' if tp > 1 else ''} (attention backend {backend}): the KV cache holds the model's dtype "
+        f"there; bfloat16 or float16 under a float32 model needs the CPU's cpp or torch backend and tp=1. "
+        f"Use kv_cache_dtype='auto'", field="kv_cache_dtype")
+
+
 def wants_cuda_graphs(cuda_graph: bool | None, device: torch.device, backend: str) -> bool:
     """CUDA graphs by default on CUDA with the Triton backend; asked for elsewhere: refused."""
     possible = device.type == "cuda" and backend == "triton"

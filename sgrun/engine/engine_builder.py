@@ -19,7 +19,7 @@ import torch
 
 from sgrun.engine.attention.choice import default_backend
 from sgrun.engine.compile_policy import start_compile
-from sgrun.engine.device import PoolBudget, plan_pool, resolve_device, wants_cuda_graphs
+from sgrun.engine.device import PoolBudget, plan_pool, resolve_device, resolve_kv_dtype, wants_cuda_graphs
 from sgrun.engine.model_like import ModelLike
 from sgrun.engine.model_runner import ModelRunner
 from sgrun.engine.ngram_draft import SpeculativeConfig
@@ -50,6 +50,7 @@ class EngineOptions:
     they are written (Engine's signature is made from these fields)."""
     model: str | os.PathLike | None = None
     dtype: str | torch.dtype = "auto"
+    kv_cache_dtype: str | torch.dtype = "auto"
     num_threads: int | None = None
     page_size: int = 16
     max_pages: int | None = None
@@ -122,6 +123,7 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
     device = resolve_device(o.device)
     dtype = resolve_dtype(o.dtype, device)
     backend = o.attention_backend or default_backend(device)
+    kv_dtype = resolve_kv_dtype(o.kv_cache_dtype, dtype, device, tp, backend)
     use_graphs = wants_cuda_graphs(o.cuda_graph, device, backend) and tp == 1
     quantization = o.quantization
     if device.type != "cpu" and quantization == "auto":
@@ -135,10 +137,10 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         from sgrun.engine.tp_group import load_rank0_shard
         model, cfg, tokenizer, model_path, _ = load_rank0_shard(o.model, dtype, quantization, tp, device)
     kv_heads = model.cfg.num_kv_heads          # this rank's (all of them without tp)
-    per_page = PagePool.bytes_per_page(cfg.num_layers, o.page_size, kv_heads, cfg.head_dim, dtype)
+    per_page = PagePool.bytes_per_page(cfg.num_layers, o.page_size, kv_heads, cfg.head_dim, kv_dtype)
     max_pages, pool_budget = plan_pool(model, device, o.page_size, per_page, o.max_pages, o.memory_gb,
                                        o.mem_fraction, o.max_batch_tokens, backend, DEFAULT_KV_MEMORY_GB)
-    pool = PagePool(cfg.num_layers, max_pages, o.page_size, kv_heads, cfg.head_dim, dtype, device)
+    pool = PagePool(cfg.num_layers, max_pages, o.page_size, kv_heads, cfg.head_dim, kv_dtype, device)
     quantization = model.quantization
     tp_group = None
     if tp > 1:

@@ -116,7 +116,8 @@ class ModelRunner:
         self.eos_token_ids = sorted(eos_token_ids)
         cfg = model.cfg
         self.attn: AttentionBackend = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                                                             backend=attention_backend, cascade=cascade_attention)
+                                                             backend=attention_backend, cascade=cascade_attention,
+                                                             query_dtype=getattr(model, "dtype", None))
         wrap = getattr(model, "wrap_attention", None)   # tensor parallelism records the batch to broadcast it
         if wrap is not None:
             self.attn = wrap(self.attn)

@@ -12,6 +12,7 @@ from sgrun.models.auto_config import kernels_summary
 def startup_report(parts: EngineParts) -> dict:
     """The device, the backend, the pool sizing (CUDA) and the CUDA-graph capture time/memory."""
     out: dict = {"device": str(parts.device), "dtype": str(parts.dtype).replace("torch.", ""),
+                 "kv_cache_dtype": str(parts.pool.k[0].dtype).replace("torch.", ""),
                  "attention_backend": parts.runner.backend, "overlap": parts.pipeline_depth > 0,
                  "kv_pages": parts.pool.num_pages, "page_size": parts.pool.page_size}
     if parts.pool_budget is not None:

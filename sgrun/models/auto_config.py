@@ -28,7 +28,7 @@ log = logging.getLogger("sgrun.engine")
 
 @dataclass(frozen=True)
 class AutoChoice:
-    dtype: torch.dtype          # activations, dense GEMMs and the KV cache
+    dtype: torch.dtype          # activations and dense GEMMs
     keep_file_quantization: bool  # False: a Q4/Q8 file runs dequantized to `dtype`
     measured: str               # where the row's numbers come from (docs/benchmarks.md)
 
@@ -84,6 +84,23 @@ def auto_dtype(device: torch.device | None) -> torch.dtype:
     return auto_choice().dtype
 
 
+def auto_kv_dtype(dtype: torch.dtype) -> torch.dtype:
+    """kv_cache_dtype "auto" on the CPU for a `dtype` model: float16 pages under float32 (half the
+    bytes every decode step reads per context token, and twice the context in the same memory),
+    else the model's dtype. Every CPU attention path reads a float16 or bf16 pool under float32
+    queries with float32 products and sums (cpu_kernels/paged_chunk_attention.cpp,
+    prefill_attention.cpp), so what changes is K and V rounded once, when written.
+
+    Why float16 and not bf16 (measured, docs/benchmarks.md "Session 20"): the two read equally fast
+    (one layer's decode attention at batch 36 over 23K tokens: 1.3-1.5 ms for either, 2.0-2.2 ms on
+    float32, Zen 4 native and forced avx2), but float16 keeps 3 more bits: bench_drift's exact KL
+    from the dense float32 reference at forced avx2 was 0.00266 on float32 pages, 0.00271 on
+    float16, 0.00293 on bf16 (llama.cpp, whose default cache is f16: 0.00303 top-64 estimate).
+    Range: SmolLM2's K and V stay below 20 in magnitude (a chat prompt and 1,500 random tokens),
+    far inside float16's 65504; a value past it is saturated when written, never an infinity."""
+    return torch.float16 if dtype == torch.float32 else dtype
+
+
 def auto_quantization(stored: str, device: torch.device) -> str:
     """quantization "auto" for a file stored as `stored` (none, int8, int4)."""
     if device.type != "cpu":
@@ -107,19 +124,19 @@ def kernels_summary(parts) -> dict:
            "decode_attention": parts.runner.backend}
     attn = parts.runner.attn
     if hasattr(attn, "prefill_op"):
-        out["prefill_attention"] = prefill_summary(attn)
+        out["prefill_attention"] = prefill_summary(attn, parts.dtype)
     return out
 
 
-def prefill_summary(attn) -> str:
+def prefill_summary(attn, dtype: torch.dtype) -> str:
     """The prefill attention a CPU backend runs: SDPA, or sgrun's C++ kernel with its vector path
-    for the pool (and, for a float32 pool on the AVX512-BF16 path, where its bf16 products start)."""
+    for the pool (and, for float32 queries (`dtype`, the model's) on the AVX512-BF16 path, where
+    their bf16 products start)."""
     if attn.prefill_op is None:
         return "SDPA"
     from sgrun.cpu_kernels.prefill_attention import dtype_name
-    dtype = dtype_name(attn.pool.k[0].dtype)
-    path = attn.prefill_op.fast_path(dtype, attn.D) or "portable"
-    if path == "avx512_bf16" and dtype == "float32":
+    path = attn.prefill_op.fast_path(dtype_name(attn.pool.k[0].dtype), attn.D) or "portable"
+    if path == "avx512_bf16" and dtype == torch.float32:
         return f"sgrun C++ {path} (bf16 products from position {attn.prefill_bf16_from})"
     return f"sgrun C++ {path}"
 
@@ -129,5 +146,6 @@ def startup_line(engine) -> str:
     r = engine.startup_report()
     compile_state = {True: "on", False: "off", "background": "on (compiling in the background)"}[r["compile"]]
     attn = r["decode_attention"] + (f", prefill {r['prefill_attention']}" if "prefill_attention" in r else "")
-    return (f"cpu level {r['cpu_level']}, dtype {r['dtype']}, weights {r['weights']}, attention {attn}, "
+    return (f"cpu level {r['cpu_level']}, dtype {r['dtype']}, kv cache {r['kv_cache_dtype']}, weights {r['weights']}, "
+            f"attention {attn}, "
             f"decode blocks {r.get('decode_blocks', 'torch')}, compile {compile_state}")

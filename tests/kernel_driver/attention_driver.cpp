@@ -46,14 +46,17 @@ void check(bool ok, const std::string& what, double err) {
   if (!ok) ++failures;
 }
 
-// Pool elements: float, at::BFloat16 (decode), or uint16_t bf16 bits (prefill).
+// Pool elements: float, at::BFloat16 (decode), uint16_t bf16 bits (prefill), at::Half (a float32
+// model's fp16 KV cache, both).
 float as_float(float x) { return x; }
 float as_float(at::BFloat16 x) { return static_cast<float>(x); }
+float as_float(at::Half x) { return static_cast<float>(x); }
 float as_float(uint16_t x) { at::BFloat16 b; b.x = x; return static_cast<float>(b); }
 template <class T> T from_float(float f);
 template <> float from_float<float>(float f) { return f; }
 template <> at::BFloat16 from_float<at::BFloat16>(float f) { return at::BFloat16(f); }
 template <> uint16_t from_float<uint16_t>(float f) { return at::BFloat16(f).x; }
+template <> at::Half from_float<at::Half>(float f) { return at::Half(f); }
 
 // Decode: chunk_simd::chunk over tokens [t0, t1) of a paged context, for 1..5 heads in one pass.
 template <class T, int C>
@@ -111,7 +114,8 @@ void check_chunk(const char* dtype) {
 
 // Prefill: attend_packed with the simd path over 3 segments (a whole prompt, a chunk after
 // earlier context, one row), GQA 6 query heads over 2 kv heads, shuffled pages of 5 tokens.
-template <class E>
+// E: q's and out's element; C: the pool's (E, or at::Half under float queries).
+template <class E, class C = E>
 void check_prefill(int64_t D, const char* dtype) {
   constexpr int64_t H = 6, KV = 2, ps = 5, S = 3;
   const int64_t q_len[S] = {37, 77, 1}, ctx_len[S] = {37, 203, 64};
@@ -129,15 +133,16 @@ void check_prefill(int64_t D, const char* dtype) {
     q_start[s] = row;
     row += q_len[s];
   }
-  std::vector<E> kc(KV * pages * ps * D), vc(KV * pages * ps * D), q(T * H * D), out(T * H * D);
-  for (auto& x : kc) x = from_float<E>(static_cast<float>(2 * normal()));
-  for (auto& x : vc) x = from_float<E>(static_cast<float>(normal()));
+  std::vector<C> kc(KV * pages * ps * D), vc(KV * pages * ps * D);
+  std::vector<E> q(T * H * D), out(T * H * D);
+  for (auto& x : kc) x = from_float<C>(static_cast<float>(2 * normal()));
+  for (auto& x : vc) x = from_float<C>(static_cast<float>(normal()));
   for (auto& x : q) x = from_float<E>(static_cast<float>(normal()));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int64_t head_stride = pages * ps * D, page_stride = ps * D;
   const Segments seg{table.data(), width, q_start.data(), q_len, ctx_len, S};
-  attend_packed<simd::Path<E>>(q.data(), H * D, kc.data(), vc.data(), head_stride, page_stride, ps, seg, H, KV, D,
-                               scale, out.data(), H * D);
+  attend_packed<simd::Path<E, C>>(q.data(), H * D, kc.data(), vc.data(), head_stride, page_stride, ps, seg, H, KV,
+                                  D, scale, out.data(), H * D);
   const bool bf16 = sizeof(E) == 2;
   double err = 0.0;
   for (int64_t s = 0; s < S; ++s)
@@ -145,7 +150,7 @@ void check_prefill(int64_t D, const char* dtype) {
       for (int64_t h = 0; h < H; ++h) {
         const int64_t pos = ctx_len[s] - q_len[s] + t, kvh = h / (H / KV);
         const E* qr = q.data() + ((q_start[s] + t) * H + h) * D;
-        auto at = [&](const std::vector<E>& c, int64_t key) {
+        auto at = [&](const std::vector<C>& c, int64_t key) {
           return c.data() + kvh * head_stride + table[s * width + key / ps] * page_stride + (key % ps) * D;
         };
         std::vector<double> sc(pos + 1), o(D, 0.0);
@@ -174,8 +179,8 @@ void check_prefill(int64_t D, const char* dtype) {
   for (int part = 0; part < 2; ++part) {
     const int64_t qs = part == 0 ? 0 : 40, ql[1] = {part == 0 ? 40 : 37}, cl[1] = {203 - 77 + qs + ql[0]};
     const Segments one{table.data() + width, width, &qs, ql, cl, 1};
-    attend_packed<simd::Path<E>>(q.data() + q_start[1] * H * D, H * D, kc.data(), vc.data(), head_stride, page_stride,
-                                 ps, one, H, KV, D, scale, out2.data(), H * D);
+    attend_packed<simd::Path<E, C>>(q.data() + q_start[1] * H * D, H * D, kc.data(), vc.data(), head_stride,
+                                    page_stride, ps, one, H, KV, D, scale, out2.data(), H * D);
   }
   check(std::memcmp(out2.data(), out.data() + q_start[1] * H * D, out2.size() * sizeof(E)) == 0,
         what + " chunked = whole bitwise", 0.0);
@@ -192,9 +197,13 @@ int main() {
   check_chunk<at::BFloat16, 2>("bf16");
   check_chunk<at::BFloat16, 4>("bf16");
   check_chunk<at::BFloat16, 8>("bf16");
+  check_chunk<at::Half, 1>("float16");
+  check_chunk<at::Half, 4>("float16");
+  check_chunk<at::Half, 8>("float16");
   for (int64_t D : {16, 64, 128}) {
     check_prefill<float>(D, "float32");
     check_prefill<uint16_t>(D, "bf16");
+    check_prefill<float, at::Half>(D, "float16 pool");
   }
   if (failures) {
     std::printf("%d FAILED\n", failures);

@@ -19,14 +19,16 @@ def default_backend(device: torch.device) -> str:
 
 
 def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int,
-                           backend: str | None = None, cascade: bool = True) -> AttentionBackend:
+                           backend: str | None = None, cascade: bool = True,
+                           query_dtype: torch.dtype | None = None) -> AttentionBackend:
     """`backend`: "cpp", "torch" or "triton" (default: Triton on CUDA, cpp elsewhere).
     "cpp" decodes with the C++ kernel that reads the pages in place (built on first use) and,
     with `cascade`, attends prefixes shared by several decoding requests once; with a bf16 or float32
     pool at a CPU level with AVX2 (or AVX512-BF16) its prefill chunks take the C++ prefill kernel,
     else SDPA. Where the kernel
     cannot be built it falls back to "torch" (logged once), whose decodes gather the pages.
-    Triton on a CPU pool runs the kernels through Triton's interpreter (TRITON_INTERPRET=1):
+    `query_dtype`: the model's (default the pool's; float32 over a bf16 or float16 pool where
+    kv_cache_dtype narrows it). Triton on a CPU pool runs the kernels through Triton's interpreter (TRITON_INTERPRET=1):
     slow, and how the tests prove the Triton path without a GPU. Backends are imported only
     here, so torch-only runs never import triton."""
     device = pool.k[0].device
@@ -44,7 +46,7 @@ def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, he
             from sgrun.engine.attention.cpp_backend import CppPagedAttention
             from sgrun.cpu_kernels.prefill_attention import bf16_from, prefill_kernel_for
             return CppPagedAttention(pool, num_heads, num_kv_heads, head_dim, op, cascade=cascade,
-                                     prefill_op=prefill_kernel_for(pool.k[0].dtype, head_dim),
+                                     prefill_op=prefill_kernel_for(pool.k[0].dtype, head_dim, query_dtype),
                                      prefill_bf16_from=bf16_from())
         backend = "torch"
     if backend == "torch":

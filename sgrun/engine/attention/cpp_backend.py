@@ -25,6 +25,12 @@ from sgrun.engine.attention.cascade import MIN_SAVED_PAGES, SharedPrefix, find_s
 from sgrun.engine.page_pool import PagePool
 
 
+def pool_dtypes_under(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
+    """The pool dtypes the kernels take under a `dtype` model: its own, and under float32 the
+    narrower bf16 and float16 (kv_cache_dtype: rounded when written, widened exactly when read)."""
+    return (dtype, torch.bfloat16, torch.float16) if dtype == torch.float32 else (dtype,)
+
+
 class CppPagedAttention(TorchPagedAttention):
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: ModuleType,
                  cascade: bool = True, prefill_op: ModuleType | None = None,
@@ -78,7 +84,8 @@ class CppPagedAttention(TorchPagedAttention):
     def _write_kv(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """Row copies in C++: the two index assignments cost more than the decode kernel at batch 1."""
         k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
-        if k.dtype == k_cache.dtype and v.dtype == k_cache.dtype and k.stride(2) == 1 and v.stride(2) == 1:
+        if (k_cache.dtype in pool_dtypes_under(k.dtype) and v.dtype == k.dtype and k.stride(2) == 1
+                and v.stride(2) == 1):
             self.op.write_kv(k, v, k_cache, v_cache, self.write_pages, self.write_offsets)
         else:
             super()._write_kv(layer, k, v)
@@ -96,11 +103,12 @@ class CppPagedAttention(TorchPagedAttention):
         """The arguments after cos / sin of the matmul module's decode_forward (decode_block.cpp),
         which runs this batch's every layer, attention included, in one C++ call: where the batch
         is decodes alone in row order with no shared prefix to cascade and the pool holds `dtype`
-        (the GEMM's: the KV write copies rows as they are). None otherwise: FusedDecode then calls
+        (the GEMM's: the KV write copies rows as they are), or bf16 or float16 under float32 (the
+        write rounds them). None otherwise: FusedDecode then calls
         forward() per layer. The attention is this module's own kernel, reached by its address,
         so a row gets bitwise what forward() gives it."""
         if (self.prefills or self.decode_rows is None or not self.rows_are_prefix or self.prefixes
-                or self.pool.k[0].dtype != dtype or not self.decode_layer_fn):
+                or self.pool.k[0].dtype not in pool_dtypes_under(dtype) or not self.decode_layer_fn):
             return None
         return (self.decode_layer_fn, self.pool.k, self.pool.v, self.write_pages, self.write_offsets,
                 self.table, self.lens, self.starts, self.scale, self.o, self.lse)

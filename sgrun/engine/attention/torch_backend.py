@@ -6,6 +6,8 @@ Single-token segments (decodes) are attended together, in groups of similar cont
 a group's pages are gathered once per layer into one [KV * B, L, D] block and two batched
 matmuls cover every head of every request in it.
 Longer segments (prefill chunks) go one by one through SDPA.
+The pool may hold bf16 under a float32 model (kv_cache_dtype): K and V are rounded when written
+and widened to the query's dtype when read, so every product is float32.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class TorchPagedAttention:
         sd = self.score_dtype
         scores = torch.bmm(qg.to(sd), k.to(sd).transpose(1, 2)).view(KV, B, G, L).float() * self.scale
         probs = torch.softmax(scores + mask, dim=-1).to(q.dtype).view(KV * B, G, L)
-        return torch.bmm(probs, v).view(KV, B, G, D).transpose(0, 1).reshape(B, H, D)
+        return torch.bmm(probs, v.to(probs.dtype)).view(KV, B, G, D).transpose(0, 1).reshape(B, H, D)
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: [T, H, D], k/v: [T, KV, D] for the new tokens. Returns [T, H, D]."""
@@ -96,8 +98,8 @@ class TorchPagedAttention:
     def _write_kv(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
         """The new tokens' K/V into the pool at (write_pages, write_offsets)."""
         k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
-        k_cache[:, self.write_pages, self.write_offsets] = k.transpose(0, 1)
-        v_cache[:, self.write_pages, self.write_offsets] = v.transpose(0, 1)
+        k_cache[:, self.write_pages, self.write_offsets] = _narrowed(k.transpose(0, 1), k_cache.dtype)
+        v_cache[:, self.write_pages, self.write_offsets] = _narrowed(v.transpose(0, 1), v_cache.dtype)
 
     def _attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -112,15 +114,26 @@ class TorchPagedAttention:
         for s, pages, mask in zip(self.prefills, self.prefill_pages, self.prefill_masks):
             rows = slice(s.q_start, s.q_start + s.q_len)
             qs = q[rows].transpose(0, 1).unsqueeze(0)                   # [1, H, q, D]
-            if mask is None:
+            if mask is None and k_cache.dtype == q.dtype:
                 ks = k[rows].transpose(0, 1).unsqueeze(0)
                 vs = v[rows].transpose(0, 1).unsqueeze(0)
                 o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
-            else:
-                ks = self._gather(k_cache, pages)[:, : s.ctx_len].unsqueeze(0)   # [1, KV, ctx, D]
-                vs = self._gather(v_cache, pages)[:, : s.ctx_len].unsqueeze(0)
-                o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
+            else:   # the context from the pages (a bf16 pool's rounded K/V, as decodes will read them)
+                ks = self._gather(k_cache, pages)[:, : s.ctx_len].unsqueeze(0).to(q.dtype)   # [1, KV, ctx, D]
+                vs = self._gather(v_cache, pages)[:, : s.ctx_len].unsqueeze(0).to(q.dtype)
+                if mask is None:
+                    o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
+                else:
+                    o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
             out[rows] = o[0].transpose(0, 1)
+
+
+def _narrowed(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x in the pool's dtype: a float16 pool under float32 saturates at +-65504 (as the C++ write,
+    cpu_kernels/paged_decode.cpp), so a key out of range stays finite."""
+    if dtype == torch.float16 and x.dtype == torch.float32:
+        x = x.clamp(-65504.0, 65504.0)
+    return x.to(dtype)
 
 
 # A context shorter than this fraction of its group's longest starts a new group.

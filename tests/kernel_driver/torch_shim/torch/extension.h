@@ -29,8 +29,15 @@ struct BFloat16 {   // the bits of a bfloat16, rounded to nearest even from floa
   }
 };
 
-struct Half {   // declared for the sources' float16 overloads; the driver does not use float16
+struct Half {   // float16 bits (a float32 model's fp16 KV cache); the driver builds normal values only
   uint16_t x;
+  Half() = default;
+  explicit Half(float f) {   // truncated to 10 mantissa bits; below float16's normal range: a signed zero
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    const uint32_t sign = (b >> 16) & 0x8000u, exp = (b >> 23) & 0xFF;
+    x = static_cast<uint16_t>(exp < 113 ? sign : sign | ((exp - 112) << 10) | ((b >> 13) & 0x3FF));
+  }
   operator float() const {
     const uint32_t sign = (x & 0x8000u) << 16, exp = (x >> 10) & 0x1F, mant = x & 0x3FF;
     const uint32_t b = exp == 0 ? sign : sign | ((exp + 112) << 23) | (mant << 13);
