@@ -69,7 +69,7 @@ def measure_level(args) -> dict:
     torch.set_num_threads(args.threads)
     parts, rng, gguf, r = args.parts.split(","), random.Random(0), default_model_path(), {}
     print(machine_line(args.threads), flush=True)
-    engine = sgrun.Engine(num_threads=args.threads, memory_gb=1.0, dtype=args.dtype)
+    engine = sgrun.Engine(num_threads=args.threads, memory_gb=1.0, dtype=args.dtype, kv_cache_dtype=args.kv_cache_dtype)
     if engine.parts.compiled is not None:   # the steady state a server reaches
         engine.parts.compiled.warm_up()
     r["config"] = {k: v for k, v in engine.startup_report().items() if isinstance(v, (str, bool))}
@@ -222,6 +222,8 @@ def main() -> None:
                          "default: the one on PATH at every level")
     ap.add_argument("--dtype", default="auto", help="sgrun's dtype (auto: what a user gets; another, to measure "
                                                     "the table behind auto, sgrun/models/auto_config.py)")
+    ap.add_argument("--kv-cache-dtype", default="auto", help="sgrun's kv_cache_dtype (auto: what a user gets; "
+                                                             "float32 for the A/B behind auto's float16 pages)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     add_json_output(ap)
     args = ap.parse_args()
@@ -242,7 +244,8 @@ def main() -> None:
                 env["SGRUN_LLAMA_BENCH"] = peers[level]
             parts = args.parts if level == "native" else args.parts.replace("startup", "").strip(",").replace(",,", ",")
             cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--rounds", str(args.rounds),
-                   "--parts", parts, "--sequential-sample", str(args.sequential_sample), "--dtype", args.dtype]
+                   "--parts", parts, "--sequential-sample", str(args.sequential_sample), "--dtype", args.dtype,
+                   "--kv-cache-dtype", args.kv_cache_dtype]
             print(f"== level {level} ==", flush=True)
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
             last = None
