@@ -27,11 +27,14 @@ def test_int8_lm_head_reduction_matches_float64(rows):
 
 @pytest.fixture(scope="module")
 def int8_engines(model_path):
-    """int8 float32: its lm_head is the compiled int8 reduction. Both engines share one model."""
+    """int8 float32: its lm_head is the compiled int8 reduction. Both engines share one model. Their
+    KV pages are float32 (kv_cache_dtype "auto" would round K and V to float16): the claim is equality
+    up to float32 reassociation, which a float16 rounding boundary between the two would amplify
+    (a top logprob 2e-4 apart on float16 pages, Zen 4)."""
     with sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=0.1, quantization="int8",
-                      compile=True) as on, \
+                      compile=True, kv_cache_dtype="float32") as on, \
          sgrun.Engine(str(model_path), dtype="float32", num_threads=2, memory_gb=0.1, quantization="int8",
-                      compile=False) as off:
+                      compile=False, kv_cache_dtype="float32") as off:
         # The claim here is compiled against eager: neither runs the C++ blocks, which int8 float32
         # models otherwise decode on (tests/test_fused_decode.py tests those).
         on.runner.fused = off.runner.fused = None

@@ -149,3 +149,14 @@ def test_float16_pages_stay_close_to_float32_pages(narrow_kv_engine, float32_kv_
             clear_leads += 1
             assert a.token_ids[0] == b.token_ids[0], (top_a, top_b)
     assert clear_leads >= 2   # the check above ran (France and the translation lead by 1.6 and 0.8, Zen 4)
+
+
+def test_the_cli_flag_reaches_the_engine_keyword():
+    """`sgrun generate` / `sgrun serve --kv-cache-dtype` (cli_flags.py) become Engine(kv_cache_dtype=...)."""
+    from sgrun.cli import build_parser
+    from sgrun.cli_flags import device_kwargs
+    assert device_kwargs(build_parser().parse_args(["generate", "hi"]))["kv_cache_dtype"] == "auto"
+    args = build_parser().parse_args(["generate", "hi", "--kv-cache-dtype", "float32"])
+    assert device_kwargs(args)["kv_cache_dtype"] == "float32"
+    with pytest.raises(SystemExit):   # argparse names the choices
+        build_parser().parse_args(["generate", "hi", "--kv-cache-dtype", "int8"])

@@ -85,6 +85,20 @@ def sdpa_bf16(q, k_cache, v_cache, pages, ctx, scale):
 SPECS = [(37, 37), (64, 64), (200, 200), (77, 203), (5, 130), (2, 65), (1, 1), (150, 1000)]
 
 
+def _shuffled_pages(seed, KV, D, page_size, dtype):
+    """(gen, k_cache, v_cache, segments, T): random K (scale 2) and V of `dtype` in shuffled pages
+    holding SPECS' contexts, and their segments; `gen` goes on drawing the queries."""
+    gen = torch.Generator().manual_seed(seed)
+    need = [-(-ctx // page_size) for _, ctx in SPECS]
+    num_pages = sum(need) + 2
+    k_cache = (2 * torch.randn(KV, num_pages, page_size, D, generator=gen)).to(dtype)
+    v_cache = torch.randn(KV, num_pages, page_size, D, generator=gen).to(dtype)
+    order = torch.randperm(num_pages, generator=gen).tolist()
+    tables = [[order.pop() for _ in range(n)] for n in need]
+    segments, _, _, T = segments_over_tables(SPECS, tables, page_size)
+    return gen, k_cache, v_cache, segments, T
+
+
 @pytest.mark.parametrize("dtype,portable,head_dim,page_size,bf16_from", [
     (torch.bfloat16, False, 64, 16, 0),       # the AVX512-BF16 path at avx512_bf16, the AVX2 one at avx2 / avx512
     (torch.bfloat16, False, 128, 5, 0),       # the other register tiling; pages that split key blocks
@@ -99,15 +113,8 @@ def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_si
     """Shuffled pages, GQA (3 query heads per kv head), several segments in one call; q rows
     strided as the model's fused QKV leaves them. bf16 error stays within 2x SDPA's own; a float32
     pool's rows keep float32 accuracy except those at or past `bf16_from` on the AVX512-BF16 path."""
-    gen = torch.Generator().manual_seed(head_dim + page_size)
     H, KV, D = 6, 2, head_dim
-    need = [-(-ctx // page_size) for _, ctx in SPECS]
-    num_pages = sum(need) + 2
-    k_cache = (2 * torch.randn(KV, num_pages, page_size, D, generator=gen)).to(dtype)
-    v_cache = torch.randn(KV, num_pages, page_size, D, generator=gen).to(dtype)
-    order = torch.randperm(num_pages, generator=gen).tolist()
-    tables = [[order.pop() for _ in range(n)] for n in need]
-    segments, _, _, T = segments_over_tables(SPECS, tables, page_size)
+    gen, k_cache, v_cache, segments, T = _shuffled_pages(head_dim + page_size, KV, D, page_size, dtype)
     qkv = torch.randn(T, H + 2 * KV, D, generator=gen).to(dtype)
     q = qkv[:, :H]
     out = torch.full((T, H, D), float("nan"), dtype=dtype)
@@ -194,15 +201,8 @@ def test_float32_queries_on_a_narrower_pool_match_a_float32_pool_of_its_values(o
     pool holding the same (representable) values, bitwise on the vector paths, on the float32
     products and, past `bf16_from` on the AVX512-BF16 path, the bf16 ones (where a float16 pool's
     values are rounded to bf16 as a float32 pool's are). The output stays float32."""
-    gen = torch.Generator().manual_seed(head_dim * 7 + page_size)
     H, KV, D = 6, 2, head_dim
-    need = [-(-ctx // page_size) for _, ctx in SPECS]
-    num_pages = sum(need) + 2
-    k16 = (2 * torch.randn(KV, num_pages, page_size, D, generator=gen)).to(pool)
-    v16 = torch.randn(KV, num_pages, page_size, D, generator=gen).to(pool)
-    order = torch.randperm(num_pages, generator=gen).tolist()
-    tables = [[order.pop() for _ in range(n)] for n in need]
-    segments, _, _, T = segments_over_tables(SPECS, tables, page_size)
+    gen, k16, v16, segments, T = _shuffled_pages(head_dim * 7 + page_size, KV, D, page_size, pool)
     q = torch.randn(T, H + 2 * KV, D, generator=gen)[:, :H]   # strided rows, as the fused QKV leaves them
     meta = [torch.tensor([getattr(s, f) for s in segments]) for f in ("q_start", "q_len", "ctx_len")]
     table = torch.nn.utils.rnn.pad_sequence([s.pages for s in segments], batch_first=True)

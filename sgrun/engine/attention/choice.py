@@ -24,11 +24,12 @@ def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, he
     """`backend`: "cpp", "torch" or "triton" (default: Triton on CUDA, cpp elsewhere).
     "cpp" decodes with the C++ kernel that reads the pages in place (built on first use) and,
     with `cascade`, attends prefixes shared by several decoding requests once; with a bf16 or float32
-    pool at a CPU level with AVX2 (or AVX512-BF16) its prefill chunks take the C++ prefill kernel,
-    else SDPA. Where the kernel
+    pool (or a float16 one under float32 queries) at a CPU level with AVX2, AVX512-BF16 or NEON its
+    prefill chunks take the C++ prefill kernel, else SDPA. Where the kernel
     cannot be built it falls back to "torch" (logged once), whose decodes gather the pages.
     `query_dtype`: the model's (default the pool's; float32 over a bf16 or float16 pool where
-    kv_cache_dtype narrows it). Triton on a CPU pool runs the kernels through Triton's interpreter (TRITON_INTERPRET=1):
+    kv_cache_dtype narrows it). Triton on a CPU pool runs the kernels through Triton's interpreter
+    (TRITON_INTERPRET=1):
     slow, and how the tests prove the Triton path without a GPU. Backends are imported only
     here, so torch-only runs never import triton."""
     device = pool.k[0].device

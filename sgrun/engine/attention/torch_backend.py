@@ -6,8 +6,8 @@ Single-token segments (decodes) are attended together, in groups of similar cont
 a group's pages are gathered once per layer into one [KV * B, L, D] block and two batched
 matmuls cover every head of every request in it.
 Longer segments (prefill chunks) go one by one through SDPA.
-The pool may hold bf16 under a float32 model (kv_cache_dtype): K and V are rounded when written
-and widened to the query's dtype when read, so every product is float32.
+The pool may hold float16 or bf16 under a float32 model (kv_cache_dtype): K and V are rounded when
+written and widened to the query's dtype when read, so every product is float32.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class TorchPagedAttention:
                 ks = k[rows].transpose(0, 1).unsqueeze(0)
                 vs = v[rows].transpose(0, 1).unsqueeze(0)
                 o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
-            else:   # the context from the pages (a bf16 pool's rounded K/V, as decodes will read them)
+            else:   # the context from the pages (a narrower pool's rounded K/V, as decodes will read them)
                 ks = self._gather(k_cache, pages)[:, : s.ctx_len].unsqueeze(0).to(q.dtype)   # [1, KV, ctx, D]
                 vs = self._gather(v_cache, pages)[:, : s.ctx_len].unsqueeze(0).to(q.dtype)
                 if mask is None:
