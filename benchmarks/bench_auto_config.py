@@ -1,7 +1,14 @@
-"""The measurements behind `dtype="auto"` / `quantization="auto"` (sgrun/models/auto_config.py).
+"""The measurements behind `dtype="auto"` / `quantization="auto"` / `kv_cache_dtype="auto"`
+(sgrun/models/auto_config.py).
 
     python benchmarks/bench_auto_config.py [--levels native,avx512_bf16,avx512,avx2] [--threads 2]
                                            [--configs bfloat16:int4,float32:int4,bfloat16:none,float32:none]
+                                           [--depth 0]
+
+A config is dtype:quantization[:kv_cache_dtype] (the KV pool's dtype: auto when left out). The
+float16 pages auto keeps under float32 were chosen from
+`--configs float32:int4:float32,float32:int4:float16,float32:int4:bfloat16 --depth 3000`: decode
+after `--depth` tokens of context, where the K/V read outweighs the weights'.
 
 For each CPU level (its own process, forced with bench_options.forced_level_env so sgrun's and
 torch's kernels both run at it) and each dtype:quantization, on the default SmolLM2 Q4_1 file:
@@ -32,16 +39,16 @@ def measure(args) -> dict:
     import torch
 
     import sgrun
-    from sgrun.models.auto_config import auto_choice, cpu_level
+    from sgrun.models.auto_config import auto_choice, auto_kv_dtype, cpu_level
     torch.set_num_threads(args.threads)
     print(machine_line(args.threads), flush=True)
     rng = random.Random(0)
-    prompt = [rng.randrange(100, 40000) for _ in range(32)]
+    prompt = [rng.randrange(100, 40000) for _ in range(32 + args.depth)]
     engines = {}
     for cfg in args.configs.split(","):
-        dtype, quant = cfg.split(":")
+        dtype, quant, kv = (cfg.split(":") + ["auto"])[:3]
         engines[cfg] = sgrun.Engine(num_threads=args.threads, dtype=dtype, quantization=quant, compile=False,
-                                    memory_gb=0.3)
+                                    memory_gb=0.3, kv_cache_dtype=kv)
     params = sgrun.SamplingParams(max_new_tokens=64, temperature=0, ignore_eos=True)
     decode: dict[str, list[float]] = {k: [] for k in engines}
     for e in engines.values():
@@ -60,6 +67,8 @@ def measure(args) -> dict:
         e.close()
     row = auto_choice()
     auto = f"{str(row.dtype).replace('torch.', '')}:{'int4' if row.keep_file_quantization else 'none'}"
+    if any(cfg.count(":") == 2 for cfg in engines):   # the pool's dtype is one of the choices compared
+        auto += ":" + str(auto_kv_dtype(row.dtype)).replace("torch.", "")
     result = {"level": cpu_level(), "auto": auto, "load": load_avg(),
               "decode_tok_s": {k: statistics.median(v) for k, v in decode.items()}, "ttft512_s": ttft}
     for k in engines:
@@ -74,7 +83,9 @@ def main() -> None:
     add_threads(ap)
     add_rounds(ap, 3)
     ap.add_argument("--levels", default="native,avx2")
-    ap.add_argument("--configs", default="bfloat16:int4,float32:int4,bfloat16:none,float32:none")
+    ap.add_argument("--configs", default="bfloat16:int4,float32:int4,bfloat16:none,float32:none",
+                    help="dtype:quantization[:kv_cache_dtype], comma-separated")
+    ap.add_argument("--depth", type=int, default=0, help="tokens of context before the decoded ones")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -85,7 +96,7 @@ def main() -> None:
         env = forced_level_env(None if level == "native" else level)
         env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
         cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--rounds", str(args.rounds),
-               "--configs", args.configs]
+               "--configs", args.configs, "--depth", str(args.depth)]
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3600)
         print("\n".join(ln for ln in out.stdout.splitlines() if not ln.startswith("JSON ")), flush=True)
         got = [json.loads(ln[5:]) for ln in out.stdout.splitlines() if ln.startswith("JSON ")]

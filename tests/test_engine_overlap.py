@@ -18,8 +18,9 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def overlapped(model_path):
+    # float32 pages, as float32_engine's, which it is compared with (the claim is overlap = plain steps)
     with sgrun.Engine(str(model_path), dtype="float32", memory_gb=0.5, quantization="none", overlap=True,
-                      debug_checks=True) as eng:
+                      debug_checks=True, kv_cache_dtype="float32") as eng:
         yield eng
 
 

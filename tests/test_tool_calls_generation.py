@@ -34,11 +34,21 @@ def test_each_format_generates_a_valid_call(engine, chat_prompt, name):
 
 
 def test_triggered_constraint_in_sampling_params(engine, chat_prompt):
-    # The first space triggers the constraint: a token that straddles it (" world") is masked
-    # unless what follows the space fits, so the output is a word, a space, then yes or no.
+    # The first space triggers the constraint: a token that straddles it (" answer") is masked
+    # unless what follows the space fits, so the output is a word, a space, then a choice.
+    prompt = chat_prompt("Is the sky blue?")
+    free = engine.generate(prompt, SamplingParams(max_new_tokens=4, temperature=0))[0].text
+    assert free.startswith("The answer"), free   # what the masks below must change
+    # The model's own continuation among the choices: it takes it, and the choice ends the output.
+    params = SamplingParams(max_new_tokens=24, temperature=0,
+                            triggers=[{"trigger": " ", "choices": ["answer", "yes", "no"]}])
+    assert engine.generate(prompt, params)[0].text == "The answer"
+    # Without it, " answer" is masked. Which allowed token greedy takes next is a near-tie of this
+    # model (float32 pages: " no"; float16 pages: "Sky", and no space within 24 tokens), so the
+    # claim is on what was generated: no straddling token, and a space only as word, space, choice.
     params = SamplingParams(max_new_tokens=24, temperature=0, triggers=[{"trigger": " ", "choices": ["yes", "no"]}])
-    text = engine.generate(chat_prompt("Is the sky blue?"), params)[0].text
-    assert re.fullmatch(r"[^ ]* (yes|no)", text), text
+    text = engine.generate(prompt, params)[0].text
+    assert "answer" not in text and (" " not in text or re.fullmatch(r"[^ ]* (yes|no)", text)), text
 
 
 @pytest.fixture(scope="module", params=["runtime", "endpoint"])
