@@ -34,8 +34,9 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
                    help="overlap scheduling (default: on for CUDA, off on the CPU)")
     p.add_argument("--kv-cache-dtype", default="auto",
                    choices=["auto", "float32", "fp32", "float16", "fp16", "bfloat16", "bf16"],
-                   help="the KV cache's dtype (default auto: on the CPU float16 pages under a float32 model, half "
-                        "the bytes a decode step reads per context token; elsewhere the model's dtype)")
+                   help="the KV cache's dtype (default auto: on the CPU float16 or bf16 pages under a float32 "
+                        "model, by CPU level, half the bytes a decode step reads per context token; elsewhere "
+                        "the model's dtype)")
 
 
 def device_kwargs(args: argparse.Namespace) -> dict:

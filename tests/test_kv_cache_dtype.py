@@ -1,7 +1,7 @@
-"""kv_cache_dtype: the KV pool's dtype apart from the model's. "auto" keeps float16 pages under a
-float32 model on the CPU (the default configuration, so `shared_engine` runs it; bf16 pages are
-the other choice); the kernels' own checks of mixed dtypes are in test_attention_cpp.py and
-test_prefill_attention.py."""
+"""kv_cache_dtype: the KV pool's dtype apart from the model's. "auto" keeps float16 or bf16 pages
+(by CPU level, models/auto_config.py) under a float32 model on the CPU: the default configuration,
+so `shared_engine` runs it. The kernels' own checks of mixed dtypes are in test_attention_cpp.py,
+test_prefill_attention.py, test_fused_decode.py and test_kernel_driver.py (neon under qemu)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ CPU = torch.device("cpu")
 
 @pytest.fixture(scope="module")
 def narrow_kv_engine(shared_engine, model_path):
-    """The default int4 model in float32 over float16 pages: `shared_engine` itself wherever dtype
-    auto is float32 (every x86 level measured), else one asked for float32 (kv_cache_dtype auto)."""
+    """The default int4 model in float32 over auto's narrower pages: `shared_engine` itself wherever
+    dtype auto is float32 (every x86 level measured), else one asked for float32 (kv_cache_dtype auto)."""
     if shared_engine.runner.model.dtype == torch.float32:
         yield shared_engine
         return
@@ -36,29 +36,38 @@ def float32_kv_engine(model_path):
     engine.close()
 
 
-def test_auto_keeps_float16_pages_under_a_float32_model(shared_engine, narrow_kv_engine, float32_kv_engine):
+def test_auto_keeps_narrower_pages_under_a_float32_model(shared_engine, narrow_kv_engine, float32_kv_engine):
+    from sgrun.models.auto_config import AUTO_KV_UNDER_FLOAT32, cpu_level
+    narrow = AUTO_KV_UNDER_FLOAT32[cpu_level()]
+    assert narrow in (torch.float16, torch.bfloat16) or cpu_level() == "scalar"
     model_dtype = shared_engine.runner.model.dtype
-    want = torch.float16 if model_dtype == torch.float32 else model_dtype
+    want = narrow if model_dtype == torch.float32 else model_dtype
     assert shared_engine.pool.k[0].dtype == want and shared_engine.pool.v[-1].dtype == want
     engine = narrow_kv_engine
-    assert engine.runner.model.dtype == torch.float32 and engine.pool.k[0].dtype == torch.float16
+    name = str(narrow).removeprefix("torch.")
+    assert engine.runner.model.dtype == torch.float32 and engine.pool.k[0].dtype == narrow
     report = engine.startup_report()
-    assert report["dtype"] == "float32" and report["kv_cache_dtype"] == "float16"
-    assert "dtype float32, kv cache float16," in startup_line(engine)
-    # the prefill chunks keep the C++ kernel (a float16 pool under float32 queries has its vector path)
+    assert report["dtype"] == "float32" and report["kv_cache_dtype"] == name
+    assert f"dtype float32, kv cache {name}," in startup_line(engine)
+    # the prefill chunks keep the C++ kernel (a narrower pool under float32 queries has its vector paths)
     from sgrun.cpu_kernels.prefill_attention import prefill_kernel_for
-    assert engine.runner.attn.prefill_op is prefill_kernel_for(torch.float16, engine.runner.attn.D, torch.float32)
+    assert engine.runner.attn.prefill_op is prefill_kernel_for(narrow, engine.runner.attn.D, torch.float32)
     assert (engine.runner.attn.prefill_op is None) == (prefill_kernel_for(torch.float32, engine.runner.attn.D) is None)
     assert float32_kv_engine.pool.k[0].dtype == torch.float32
     assert float32_kv_engine.startup_report()["kv_cache_dtype"] == "float32"
-    assert engine.pool.num_pages == 2 * float32_kv_engine.pool.num_pages   # the same memory, twice the pages
+    if narrow != torch.float32:
+        assert engine.pool.num_pages == 2 * float32_kv_engine.pool.num_pages   # the same memory, twice the pages
 
 
 def test_resolution_and_refusals():
     f32, bf16 = torch.float32, torch.bfloat16
+    from sgrun.models.auto_config import AUTO_KV_UNDER_FLOAT32, auto_kv_dtype, cpu_level
     f16 = torch.float16
-    assert resolve_kv_dtype("auto", f32, CPU, 1, "cpp") == f16
-    assert resolve_kv_dtype("auto", f32, CPU, 1, "torch") == f16
+    assert auto_kv_dtype(f32, "avx2") == f16 and auto_kv_dtype(f32, "neon") == f16
+    assert auto_kv_dtype(f32, "avx512_bf16") == bf16 and auto_kv_dtype(f32, "scalar") == f32
+    assert auto_kv_dtype(bf16, "avx2") == bf16 and auto_kv_dtype(f16, "avx512_bf16") == f16
+    assert resolve_kv_dtype("auto", f32, CPU, 1, "cpp") == AUTO_KV_UNDER_FLOAT32[cpu_level()]
+    assert resolve_kv_dtype("auto", f32, CPU, 1, "torch") == AUTO_KV_UNDER_FLOAT32[cpu_level()]
     assert resolve_kv_dtype("auto", f16, CPU, 1, "cpp") == f16
     assert resolve_kv_dtype("auto", bf16, CPU, 1, "cpp") == bf16
     # Triton's kernels, tensor-parallel workers and CUDA keep the model's dtype.
@@ -100,7 +109,7 @@ class _Counting:
 
 
 def test_decodes_on_a_narrower_pool_keep_the_one_call_forward(narrow_kv_engine):
-    """A float32 model's decode steps over float16 pages still run every layer in one C++ call (the
+    """A float32 model's decode steps over narrower pages still run every layer in one C++ call (the
     write rounds K and V, the attention reads them widened), not the per-layer loop."""
     engine = narrow_kv_engine
     fused = engine.runner.fused
@@ -118,8 +127,8 @@ def test_decodes_on_a_narrower_pool_keep_the_one_call_forward(narrow_kv_engine):
     assert len(out.outputs[0].token_ids) == 6 and counting.calls >= 4
 
 
-def test_float16_pages_stay_close_to_float32_pages(narrow_kv_engine, float32_kv_engine, chat_prompt):
-    """Real weights, the default int4 model, over float16 and over float32 pages: chat prompts and
+def test_narrower_pages_stay_close_to_float32_pages(narrow_kv_engine, float32_kv_engine, chat_prompt):
+    """Real weights, the default int4 model, over auto's narrower pages and over float32 ones: chat prompts and
     one of 1,200 tokens (past the prefill's bf16_from split, chunked by the scheduler). The first
     token's top-5 logprobs stay within 0.25 (the int8 activations of the int4 path amplify any
     change of bits: on the haiku prompt the float32 C++ and SDPA prefills differ by 0.07, float16
@@ -136,8 +145,8 @@ def test_float16_pages_stay_close_to_float32_pages(narrow_kv_engine, float32_kv_
         engine.flush_cache()
         runs.append(engine.generate(prompts, params))
     clear_leads = 0
-    for f16_out, f32_out in zip(*runs):
-        a, b = f16_out.outputs[0], f32_out.outputs[0]
+    for narrow_out, f32_out in zip(*runs):
+        a, b = narrow_out.outputs[0], f32_out.outputs[0]
         top_a = {t[0]: t[2] for t in a.logprobs[0].top}
         top_b = {t[0]: t[2] for t in b.logprobs[0].top}
         shared = set(top_a) & set(top_b)

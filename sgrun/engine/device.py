@@ -56,7 +56,7 @@ _KV_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch
 def resolve_kv_dtype(kv_cache_dtype: str | torch.dtype, dtype: torch.dtype, device: torch.device, tp: int,
                      backend: str) -> torch.dtype:
     """The KV pool's dtype. "auto": on the CPU the auto table's choice for a `dtype` model at the
-    level in force (models/auto_config.py: float16 pages under a float32 model), elsewhere the
+    level in force (models/auto_config.py: float16 or bf16 pages under a float32 model), elsewhere the
     model's dtype. A bf16 or float16 pool under a float32 model is a feature of the CPU attention backends
     (cpp, torch) in one process: the Triton kernels and the tensor-parallel workers keep the
     model's dtype."""

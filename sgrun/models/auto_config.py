@@ -84,21 +84,34 @@ def auto_dtype(device: torch.device | None) -> torch.dtype:
     return auto_choice().dtype
 
 
-def auto_kv_dtype(dtype: torch.dtype) -> torch.dtype:
-    """kv_cache_dtype "auto" on the CPU for a `dtype` model: float16 pages under float32 (half the
-    bytes every decode step reads per context token, and twice the context in the same memory),
-    else the model's dtype. Every CPU attention path reads a float16 or bf16 pool under float32
-    queries with float32 products and sums (cpu_kernels/paged_chunk_attention.cpp,
-    prefill_attention.cpp), so what changes is K and V rounded once, when written.
+# kv_cache_dtype "auto" under a float32 model, per CPU level: the page dtype whose decode attention
+# read fastest there (bench_auto_config.py --configs float32:int4:float32,float32:int4:float16,
+# float32:int4:bfloat16 --depth 3000, docs/benchmarks.md "Session 20"). Either halves the bytes a
+# decode step reads per context token (and doubles the context the same memory holds); every CPU
+# path reads a narrower pool under float32 queries with float32 products and sums
+# (cpu_kernels/paged_chunk_attention.cpp, prefill_attention.cpp), so only the write rounds.
+# - avx512_bf16 (Zen 4 native): bf16, whose decode reads the keys with dpbf16ps, 84.2 tok/s after
+#   3,000 tokens against 80.3 on float16 and 69.7 on float32 pages; its drift stays inside the
+#   target (bench_drift: KL 0.00266 vs llama.cpp's 0.00303, top-1 97.0% vs 96.6%).
+# - avx2 (Zen 4 forced): float16 (F16C widening), 89.5 against 79.8 bf16 and 69.0 float32; float16
+#   also keeps 3 more bits (exact KL 0.00271 against bf16's 0.00293 and float32's 0.00266).
+# - amx: as avx512_bf16 (the same dpbf16ps decode path; not measured). avx512, neon: as avx2 (the
+#   same widening paths, F16C / FCVTL; not measured). scalar: float32 pages, not measured: its
+#   portable path converts float16 in software.
+AUTO_KV_UNDER_FLOAT32: dict[str, torch.dtype] = {
+    "amx": torch.bfloat16, "avx512_bf16": torch.bfloat16, "avx512": torch.float16, "avx2": torch.float16,
+    "neon_dotprod": torch.float16, "neon": torch.float16, "scalar": torch.float32,
+}
 
-    Why float16 and not bf16 (measured, docs/benchmarks.md "Session 20"): the two read equally fast
-    (one layer's decode attention at batch 36 over 23K tokens: 1.3-1.5 ms for either, 2.0-2.2 ms on
-    float32, Zen 4 native and forced avx2), but float16 keeps 3 more bits: bench_drift's exact KL
-    from the dense float32 reference at forced avx2 was 0.00266 on float32 pages, 0.00271 on
-    float16, 0.00293 on bf16 (llama.cpp, whose default cache is f16: 0.00303 top-64 estimate).
-    Range: SmolLM2's K and V stay below 20 in magnitude (a chat prompt and 1,500 random tokens),
-    far inside float16's 65504; a value past it is saturated when written, never an infinity."""
-    return torch.float16 if dtype == torch.float32 else dtype
+
+def auto_kv_dtype(dtype: torch.dtype, level: str | None = None) -> torch.dtype:
+    """kv_cache_dtype "auto" on the CPU for a `dtype` model at `level` (default: the level in force):
+    the table above under float32, else the model's dtype. Range: SmolLM2's K and V stay below 23 in
+    magnitude (a chat prompt and 1,500 random tokens); a float16 page saturates a value past 65504
+    when written, never an infinity."""
+    if dtype != torch.float32:
+        return dtype
+    return AUTO_KV_UNDER_FLOAT32.get(level or cpu_level(), torch.float32)
 
 
 def auto_quantization(stored: str, device: torch.device) -> str:
