@@ -101,8 +101,9 @@ def test_eviction_under_a_small_pool_keeps_everything_consistent(model_path, flo
     for p in prompts:   # each prompt prefilled whole: nothing cached from the one before
         float32_engine.flush_cache()
         expected.append(float32_engine.generate([p], params)[0].token_ids)
+    # float32 pages, as float32_engine's (the claim is the cache's consistency, not the pages' rounding)
     with sgrun.Engine(str(model_path), dtype="float32", quantization="none", max_pages=80, page_size=16, max_running=8,
-                      debug_checks=True) as eng:  # the checker runs after every engine step
+                      debug_checks=True, kv_cache_dtype="float32") as eng:  # the checker runs after every engine step
         outs = eng.generate(prompts, params)
         assert [o.token_ids for o in outs] == expected
         stats = eng.stats()
