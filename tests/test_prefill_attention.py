@@ -44,8 +44,9 @@ def op(request):
     got = {d: (kernel.fast_path("bfloat16", d), kernel.fast_path("float32", d)) for d in want}
     assert got == want, (request.param, got)
     assert kernel.fast_path_available() == (request.param in FAST_PATHS)
-    # float16 pools (a float32 model's fp16 KV cache) take the level's float32 path
-    assert kernel.fast_path("float16", 64) == want[64][1]
+    # float16 pools (a float32 model's fp16 KV cache) take the level's float32 FMA path: the
+    # float32 one, except at avx512_bf16, which builds no bf16 tiles for them (its head dim 16's path)
+    assert kernel.fast_path("float16", 64) == want[16][1]
     return kernel
 
 
@@ -199,17 +200,21 @@ def test_float32_queries_on_a_narrower_pool_match_a_float32_pool_of_its_values(o
     """A float32 model's bf16 or float16 KV cache (kv_cache_dtype): every path widens a key or
     value to float32 exactly, so float32 queries over such a pool give what they give over a float32
     pool holding the same (representable) values, bitwise on the vector paths, on the float32
-    products and, past `bf16_from` on the AVX512-BF16 path, the bf16 ones (where a float16 pool's
-    values are rounded to bf16 as a float32 pool's are). The output stays float32."""
+    products and, past `bf16_from` on the AVX512-BF16 path, the bf16 ones. A float16 pool takes
+    float32 products on every row there (no bf16 tiles are built for it), as a float32 pool does
+    below `bf16_from`. The output stays float32."""
     H, KV, D = 6, 2, head_dim
     gen, k16, v16, segments, T = _shuffled_pages(head_dim * 7 + page_size, KV, D, page_size, pool)
     q = torch.randn(T, H + 2 * KV, D, generator=gen)[:, :H]   # strided rows, as the fused QKV leaves them
     meta = [torch.tensor([getattr(s, f) for s in segments]) for f in ("q_start", "q_len", "ctx_len")]
     table = torch.nn.utils.rnn.pad_sequence([s.pages for s in segments], batch_first=True)
+    # The float32 pool's rows take the narrower pool's products: bf16 ones past bf16_from only on
+    # the path both share.
+    same_path = op.fast_path(dtype_name(pool), D) == op.fast_path("float32", D)
     outs = []
-    for k_cache, v_cache in ((k16, v16), (k16.float(), v16.float())):
+    for k_cache, v_cache, from_ in ((k16, v16, bf16_from), (k16.float(), v16.float(), bf16_from if same_path else 10 ** 9)):
         out = torch.full((T, H, D), float("nan"))
-        op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, out, portable, bf16_from)
+        op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, out, portable, from_)
         outs.append(out)
     assert not outs[0].isnan().any()
     if portable:   # plain C++ loops: GCC may contract a product into an FMA in one instantiation only

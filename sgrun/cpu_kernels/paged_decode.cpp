@@ -330,16 +330,10 @@ void write_kv(at::Tensor k, at::Tensor v, at::Tensor k_cache, at::Tensor v_cache
 
 namespace {
 
-// n float32 values as bf16 bits, rounded to nearest even (c10::BFloat16's conversion: NaN stays a
-// quiet NaN), in a loop without branches that GCC vectorizes.
-void round_row_to_bf16(const float* src, uint16_t* dst, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, src + i, sizeof(u));
-    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
-    dst[i] = static_cast<uint16_t>(nan ? 0x7FC0u : rounded);
-  }
+// n float32 values as bf16, rounded to nearest even by c10::BFloat16's own conversion (a NaN
+// becomes the quiet NaN 0x7FC0), so the pool holds what torch's .to(torch.bfloat16) would.
+void round_row_to_bf16(const float* src, at::BFloat16* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = at::BFloat16(src[i]);
 }
 
 // n float32 values as float16, rounded to nearest even (c10::Half's conversion), saturated at
@@ -395,8 +389,8 @@ void write_kv_unlocked(const at::Tensor& k, const at::Tensor& v, const at::Tenso
         round_row_to_half(reinterpret_cast<const float*>(k_row), reinterpret_cast<at::Half*>(kc + dst), D);
         round_row_to_half(reinterpret_cast<const float*>(v_row), reinterpret_cast<at::Half*>(vc + dst), D);
       } else if (narrows) {
-        round_row_to_bf16(reinterpret_cast<const float*>(k_row), reinterpret_cast<uint16_t*>(kc + dst), D);
-        round_row_to_bf16(reinterpret_cast<const float*>(v_row), reinterpret_cast<uint16_t*>(vc + dst), D);
+        round_row_to_bf16(reinterpret_cast<const float*>(k_row), reinterpret_cast<at::BFloat16*>(kc + dst), D);
+        round_row_to_bf16(reinterpret_cast<const float*>(v_row), reinterpret_cast<at::BFloat16*>(vc + dst), D);
       } else {
         std::memcpy(kc + dst, k_row, D * es);
         std::memcpy(vc + dst, v_row, D * es);

@@ -5,8 +5,8 @@
 //   SG_PREFILL_BF16 (avx512_bf16, amx): bf16 dot products on bf16 pools, and on a float32 pool's
 //   rows at positions >= bf16_from (their Q, K, V rounded to bf16 as they are packed; earlier rows
 //   keep the float32 FMA path; prefill_attention_avx512_bf16.cpp);
-//   SG_PREFILL_SIMD (avx2, avx512, and what the bf16 tiles lack at avx512_bf16): float32 FMA on
-//   bf16 or float32 pools (prefill_attention_avx2.cpp); the same on aarch64 NEON (neon,
+//   SG_PREFILL_SIMD (avx2, avx512, and what the bf16 tiles lack at avx512_bf16, float16 pools
+//   included): float32 FMA on bf16, float16 or float32 pools (prefill_attention_avx2.cpp); the same on aarch64 NEON (neon,
 //   neon_dotprod: prefill_attention_neon.cpp);
 // else the portable path below (any dtype, any head dim, no intrinsics), row by row.
 // Under float32 queries the pool may be narrower (a float32 model's float16 or bf16 KV cache,
@@ -14,9 +14,20 @@
 namespace {
 
 // ---------------------------------------------------------------- portable path
+// An element as float: c10's conversions, and raw bf16 bits (uint16_t, the vector paths' bf16
+// element, which with_float_q_pool hands every path) shifted into a float's high half.
+template <class C>
+inline float widen(C x) { return static_cast<float>(x); }
+inline float widen(uint16_t bf16_bits) {
+  const uint32_t u = static_cast<uint32_t>(bf16_bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
 // One work item per (segment, query row, head): scores over the causal context in float,
 // a max-subtracted softmax, and the weighted sum of V, all in float. T: q's and out's element,
-// C: the pool's (T, or bf16 under float32 queries).
+// C: the pool's (T, or bf16 bits / at::Half under float32 queries).
 template <class T, class C = T>
 void attend_portable(const T* q, int64_t q_stride, const C* kc, const C* vc, int64_t kv_head_stride,
                      int64_t page_stride, int64_t ps, const Segments& seg, int64_t H, int64_t KV, int64_t D,
@@ -35,7 +46,7 @@ void attend_portable(const T* q, int64_t q_stride, const C* kc, const C* vc, int
     for (int64_t c = 0; c <= pos; ++c) {
       const C* kr = kc + kvh * kv_head_stride + pages[c / ps] * page_stride + (c % ps) * D;
       float dot = 0.0f;
-      for (int64_t d = 0; d < D; ++d) dot += static_cast<float>(qr[d]) * static_cast<float>(kr[d]);
+      for (int64_t d = 0; d < D; ++d) dot += widen(qr[d]) * widen(kr[d]);
       score[c] = dot * scale;
       mx = std::max(mx, score[c]);
     }
@@ -44,7 +55,7 @@ void attend_portable(const T* q, int64_t q_stride, const C* kc, const C* vc, int
       const float p = std::exp(score[c] - mx);
       sum += p;
       const C* vr = vc + kvh * kv_head_stride + pages[c / ps] * page_stride + (c % ps) * D;
-      for (int64_t d = 0; d < D; ++d) acc[d] += p * static_cast<float>(vr[d]);
+      for (int64_t d = 0; d < D; ++d) acc[d] += p * widen(vr[d]);
     }
     T* o = out + (seg.q_start[s] + t) * out_stride + h * D;
     for (int64_t d = 0; d < D; ++d) o[d] = static_cast<T>(acc[d] / sum);
@@ -56,7 +67,9 @@ void attend_portable(const T* q, int64_t q_stride, const C* kc, const C* vc, int
 // The vector path a (dtype, head dim) takes in this build: "avx512_bf16", "avx2", "neon", or "" (portable).
 static std::string vector_path(at::ScalarType dt, int64_t D) {
 #ifdef SG_PREFILL_BF16
-  if ((dt == at::kBFloat16 || dt == at::kFloat || dt == at::kHalf) && (D == 32 || D == 64 || D == 96 || D == 128))
+  // A float16 pool (a float32 model's kv_cache_dtype="float16", which auto never picks at this
+  // level) takes the simd path's float32 products: no bf16 tiles are built for it.
+  if ((dt == at::kBFloat16 || dt == at::kFloat) && (D == 32 || D == 64 || D == 96 || D == 128))
     return "avx512_bf16";
 #endif
 #ifdef SG_PREFILL_SIMD
@@ -149,7 +162,7 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
   const std::string path = portable || qt == at::kHalf ? std::string() : vector_path(ct, D);
   const int64_t qs = q.stride(0), os = out.stride(0);
   // Calls f with a null pointer of the pool's element type under float32 queries: float, bf16
-  // bits (uint16_t) or at::Half.
+  // bits (uint16_t) or at::Half. The one dispatch of the pool's type: every path below takes it.
   auto with_float_q_pool = [&](auto f) {
     if (ct == at::kBFloat16) f(static_cast<uint16_t*>(nullptr));
     else if (ct == at::kHalf) f(static_cast<at::Half*>(nullptr));
@@ -172,6 +185,12 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
     auto run = [&](auto elem, auto kv_elem, const Segments& part) {
       using E = std::remove_pointer_t<decltype(elem)>;
       using C = std::remove_pointer_t<decltype(kv_elem)>;
+      if constexpr (std::is_same_v<C, at::Half>) {
+        // Not reached: vector_path sends float16 pools to the simd path at this level. Kept out of
+        // the bf16 tiles so their four head-dim instantiations are not built a third time.
+        simd_float_q(part);
+        return;
+      }
       auto* qp = reinterpret_cast<const E*>(q.data_ptr());
       auto* kp = reinterpret_cast<const C*>(k_cache.data_ptr());
       auto* vp = reinterpret_cast<const C*>(v_cache.data_ptr());
@@ -209,13 +228,12 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
   }
 #endif
   if (narrow_pool) {
-    auto portable_narrow = [&](auto kv_elem) {
+    with_float_q_pool([&](auto kv_elem) {
       using C = std::remove_pointer_t<decltype(kv_elem)>;
-      attend_portable<float, C>(q.data_ptr<float>(), q.stride(0), k_cache.data_ptr<C>(), v_cache.data_ptr<C>(),
-                                head_stride, page_stride, ps, seg, H, KV, D, sc, out.data_ptr<float>(), out.stride(0));
-    };
-    if (ct == at::kHalf) portable_narrow(static_cast<at::Half*>(nullptr));
-    else portable_narrow(static_cast<at::BFloat16*>(nullptr));
+      attend_portable<float, C>(q.data_ptr<float>(), q.stride(0), reinterpret_cast<const C*>(k_cache.data_ptr()),
+                                reinterpret_cast<const C*>(v_cache.data_ptr()), head_stride, page_stride, ps, seg, H,
+                                KV, D, sc, out.data_ptr<float>(), out.stride(0));
+    });
     return;
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "prefill_attention", [&] {

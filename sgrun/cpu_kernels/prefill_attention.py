@@ -50,6 +50,7 @@ import torch
 
 from sgrun.cpu_kernels import isa
 from sgrun.cpu_kernels.build import CppKernel
+from sgrun.cpu_kernels.pool_dtypes import pool_dtypes_under
 
 log = logging.getLogger("sgrun.engine")
 
@@ -95,7 +96,8 @@ def load_kernel(level: isa.Level | str | None = None) -> ModuleType | None:
     return KERNEL.load(level)
 
 
-# Pool dtypes a vector path exists for (which head dims: the module's `fast_path`).
+# Model (query) dtypes a vector path exists for, over the pools pool_dtypes.py allows under them
+# (which head dims: the module's `fast_path`).
 FAST_DTYPES = (torch.bfloat16, torch.float32)
 _no_fast_path_logged: set[tuple[str, int]] = set()
 
@@ -110,8 +112,7 @@ def prefill_kernel_for(dtype: torch.dtype, head_dim: int, query_dtype: torch.dty
     level with AVX2, AVX512-BF16 or NEON), else None: the backend then keeps SDPA, which beats the
     portable path. Only those pools trigger the build."""
     query_dtype = query_dtype or dtype
-    if query_dtype not in FAST_DTYPES or (dtype not in FAST_DTYPES and not (
-            dtype == torch.float16 and query_dtype == torch.float32)):
+    if query_dtype not in FAST_DTYPES or dtype not in pool_dtypes_under(query_dtype):
         return None
     op = load_kernel()
     if op is not None and not op.fast_path(dtype_name(dtype), head_dim):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sgrun.cpu_kernels.pool_dtypes import pool_dtypes_under
 from sgrun.errors import InvalidRequestError
 
 DEFAULT_MEM_FRACTION = 0.85
@@ -71,9 +72,7 @@ def resolve_kv_dtype(kv_cache_dtype: str | torch.dtype, dtype: torch.dtype, devi
     if kv is None:
         raise InvalidRequestError(f"kv_cache_dtype must be one of auto, {', '.join(_KV_DTYPES)}; got {kv_cache_dtype!r}",
                                   field="kv_cache_dtype")
-    if kv == dtype:
-        return kv
-    if kv in (torch.bfloat16, torch.float16) and dtype == torch.float32 and mixed_ok:
+    if kv == dtype or (kv in pool_dtypes_under(dtype) and mixed_ok):
         return kv
     raise InvalidRequestError(
         f"kv_cache_dtype {kv_cache_dtype!r} with a {str(dtype).removeprefix('torch.')} model on {device.type}"

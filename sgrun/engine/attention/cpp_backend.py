@@ -18,17 +18,12 @@ from types import ModuleType
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from sgrun.cpu_kernels.pool_dtypes import pool_dtypes_under
 from sgrun.cpu_kernels.prefill_attention import BF16_FROM_DEFAULT
 from sgrun.engine.attention.backend import Segment
 from sgrun.engine.attention.torch_backend import TorchPagedAttention
 from sgrun.engine.attention.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes
 from sgrun.engine.page_pool import PagePool
-
-
-def pool_dtypes_under(dtype: torch.dtype) -> tuple[torch.dtype, ...]:
-    """The pool dtypes the kernels take under a `dtype` model: its own, and under float32 the
-    narrower bf16 and float16 (kv_cache_dtype: rounded when written, widened exactly when read)."""
-    return (dtype, torch.bfloat16, torch.float16) if dtype == torch.float32 else (dtype,)
 
 
 class CppPagedAttention(TorchPagedAttention):
