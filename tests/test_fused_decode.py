@@ -138,7 +138,9 @@ def test_an_all_decode_batch_runs_in_one_call_bitwise_as_the_per_layer_loop(weig
     module): its logits and the pool it leaves are bitwise those of the loop over decode_block_run
     and CppPagedAttention.forward, whose per-layer calls it must not make; a float32 model over a
     float16 pool (kv_cache_dtype's default under float32) too, the C++ write rounding K and V. A
-    batch with a prefill or a cascade prefix keeps the loop."""
+    float32 model's call takes the tokens and gives the logits (decode_logits: the int8 embedding
+    rows, cos / sin and the lm_head in C++), bitwise the Python around decode_forward. A batch with
+    a prefill or a cascade prefix keeps the loop."""
     model = _model(weights, dtype)
     fused = FusedDecode(model)
     op = paged_decode_cpp.load_kernel(at_level)
@@ -155,7 +157,12 @@ def test_an_all_decode_batch_runs_in_one_call_bitwise_as_the_per_layer_loop(weig
         assert attn.decode_forward_args(dtype) is not None
         if one_call:
             attn.forward = lambda *a: pytest.fail("the one-call forward went back to Python per layer")
-            fused.module = type("NoBlocks", (), {"decode_forward": fused.module.decode_forward,
+            # A float32 model's int8 embedding and lm_head go into the same call (decode_logits).
+            tokens_to_logits = fused.token_tables is not None
+            assert tokens_to_logits == (dtype == torch.float32)
+            fused.module = type("NoBlocks", (), {"decode_forward": (lambda *a: pytest.fail("not decode_logits"))
+                                                 if tokens_to_logits else fused.module.decode_forward,
+                                                 "decode_logits": fused.module.decode_logits,
                                                  "decode_block_run": lambda *a: pytest.fail("a block from Python")})
         else:
             attn.decode_forward_args = lambda dt: None

@@ -95,7 +95,7 @@ def test_engine_refuses_a_bad_kv_cache_dtype_by_name():
 
 
 class _Counting:
-    """The matmul module with its decode_forward counted (FusedDecode's one-call forward)."""
+    """The matmul module with its one-call forwards counted (FusedDecode's decode_forward / decode_logits)."""
 
     def __init__(self, module):
         self._module, self.calls = module, 0
@@ -106,6 +106,10 @@ class _Counting:
     def decode_forward(self, *args):
         self.calls += 1
         return self._module.decode_forward(*args)
+
+    def decode_logits(self, *args):   # decode_forward between the embedding and the lm_head
+        self.calls += 1
+        return self._module.decode_logits(*args)
 
 
 def test_decodes_on_a_narrower_pool_keep_the_one_call_forward(narrow_kv_engine):

@@ -265,11 +265,14 @@ void decode_block_free(std::vector<int64_t> ids) {
 // norm's rows [R, hidden] float32 (the lm_head's input). The same arithmetic as the Python loop
 // over decode_block_run and CppPagedAttention (fused_decode.py), so the logits are bitwise the
 // same; what goes is ~30 us of Python a layer, and the GIL is released for the whole forward.
-at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos, at::Tensor sin, int64_t attention_fn,
-                          std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches, at::Tensor write_pages,
-                          at::Tensor write_offsets, at::Tensor table, at::Tensor lens, at::Tensor starts, double scale,
-                          at::Tensor out, at::Tensor lse) {
-  using namespace decode_block;
+namespace decode_block {
+
+// decode_forward's work, on a thread that does not hold the GIL.
+at::Tensor forward_without_gil(const std::vector<int64_t>& ids, const at::Tensor& h, const at::Tensor& cos,
+                               const at::Tensor& sin, int64_t attention_fn, std::vector<at::Tensor>& k_caches,
+                               std::vector<at::Tensor>& v_caches, const at::Tensor& write_pages,
+                               const at::Tensor& write_offsets, const at::Tensor& table, const at::Tensor& lens,
+                               const at::Tensor& starts, double scale, const at::Tensor& out, const at::Tensor& lse) {
   std::vector<std::shared_ptr<const Block>> blocks;
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
@@ -291,7 +294,6 @@ at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos
   a.write_pages = write_pages, a.write_offsets = write_offsets, a.table = table, a.lens = lens, a.starts = starts;
   a.scale = scale, a.out = out, a.lse = lse;
   const at::ScalarType gemm = blocks.front()->gemm;
-  pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
   std::vector<at::Tensor> s = run_block(*blocks.front(), h, at::Tensor(), cos, sin);
   for (int64_t layer = 0; layer < layers; ++layer) {
     attend(a, layer, s[1], s[2], s[3]);
@@ -301,6 +303,85 @@ at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos
                   layer + 1 < layers ? sin : at::Tensor());
   }
   return s[1];
+}
+
+// Rows `index` of a [rows, width] table into a new contiguous [index.size, width] tensor.
+at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& index) {
+  TORCH_CHECK(table.dim() == 2 && table.is_contiguous(), "table must be a contiguous 2-D tensor");
+  const int64_t n = index.size(0), rows = table.size(0), width = table.size(1);
+  at::Tensor out = at::empty({n, width}, table.options());
+  const int64_t bytes = width * static_cast<int64_t>(table.element_size());
+  const char* src = static_cast<const char*>(table.data_ptr());
+  char* dst = static_cast<char*>(out.data_ptr());
+  const int64_t* idx = index.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(idx[i] >= 0 && idx[i] < rows, "row ", idx[i], " out of range [0, ", rows, ")");
+    std::memcpy(dst + i * bytes, src + idx[i] * bytes, bytes);
+  }
+  return out;
+}
+
+// Int8Linear.rows: rows `tokens` of an int8 table kept in column blocks of 16 ([N/16, K, 16], its
+// fp16 scales [N/16, ceil(K/32), 16], one per row and group of 32), as float32: code * scale, the
+// one product the Python path takes, so the same bits.
+at::Tensor int8_table_rows(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& tokens) {
+  TORCH_CHECK(q.dim() == 3 && q.size(2) == LANES && q.scalar_type() == at::kChar && q.is_contiguous(),
+              "q must be a contiguous [N/16, K, 16] int8 table");
+  const int64_t k = q.size(1), groups = (k + GROUP - 1) / GROUP, n_rows = q.size(0) * LANES;
+  TORCH_CHECK(scale.dim() == 3 && scale.size(0) == q.size(0) && scale.size(1) == groups && scale.size(2) == LANES &&
+                  scale.scalar_type() == at::kHalf && scale.is_contiguous(),
+              "scale must be a contiguous [N/16, ceil(K/32), 16] float16 tensor");
+  const int64_t n = tokens.size(0);
+  at::Tensor out = at::empty({n, k}, q.options().dtype(at::kFloat));
+  const int8_t* qb = q.data_ptr<int8_t>();
+  const at::Half* sb = scale.data_ptr<at::Half>();
+  const int64_t* tok = tokens.data_ptr<int64_t>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(tok[i] >= 0 && tok[i] < n_rows, "token id ", tok[i], " out of range [0, ", n_rows, ")");
+    const int64_t block = tok[i] / LANES, lane = tok[i] % LANES;
+    const int8_t* codes = qb + block * k * LANES + lane;
+    const at::Half* scales = sb + block * groups * LANES + lane;
+    for (int64_t c = 0; c < k; ++c)
+      o[i * k + c] = static_cast<float>(codes[c * LANES]) * static_cast<float>(scales[(c / GROUP) * LANES]);
+  }
+  return out;
+}
+
+}  // namespace decode_block
+
+at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos, at::Tensor sin, int64_t attention_fn,
+                          std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches, at::Tensor write_pages,
+                          at::Tensor write_offsets, at::Tensor table, at::Tensor lens, at::Tensor starts, double scale,
+                          at::Tensor out, at::Tensor lse) {
+  pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
+  return decode_block::forward_without_gil(ids, h, cos, sin, attention_fn, k_caches, v_caches, write_pages,
+                                           write_offsets, table, lens, starts, scale, out, lse);
+}
+
+// An all-decode batch from its tokens to its logits in one call: decode_forward between the
+// embedding lookup (an int8 table in column blocks, Int8Linear's layout), the cos / sin rows of the
+// positions, and the lm_head over every row (int8 with float32 activations, int8_mm_f32). The
+// same ops as FusedDecode's Python around decode_forward, so the same bits; what goes is ~10 torch
+// calls a step, 0.1-0.2 ms of a batch-1 step that runs them with cold caches after the weights'
+// stream (docs/cpu_kernels.md).
+at::Tensor decode_logits(std::vector<int64_t> ids, at::Tensor tokens, at::Tensor positions, at::Tensor embed_q,
+                         at::Tensor embed_scale, at::Tensor cos_table, at::Tensor sin_table, at::Tensor head_q,
+                         at::Tensor head_scale, int64_t attention_fn, std::vector<at::Tensor> k_caches,
+                         std::vector<at::Tensor> v_caches, at::Tensor write_pages, at::Tensor write_offsets,
+                         at::Tensor table, at::Tensor lens, at::Tensor starts, double scale, at::Tensor out,
+                         at::Tensor lse) {
+  TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == at::kLong && positions.sizes() == tokens.sizes() &&
+                  positions.scalar_type() == at::kLong,
+              "tokens and positions must be 1-D int64 tensors of one length");
+  pybind11::gil_scoped_release no_gil;
+  using namespace decode_block;
+  const at::Tensor tok = tokens.contiguous(), pos = positions.contiguous();
+  const at::Tensor h = int8_table_rows(embed_q, embed_scale, tok);
+  const at::Tensor x = forward_without_gil(ids, h, gather_rows(cos_table, pos), gather_rows(sin_table, pos),
+                                           attention_fn, k_caches, v_caches, write_pages, write_offsets, table, lens,
+                                           starts, scale, out, lse);
+  return int8_mm_f32(x, head_q, head_scale);
 }
 
 namespace {

@@ -80,6 +80,13 @@ class FusedDecode:
                       for lw, nxt in zip(layers[:-1], layers[1:])]
         last = layers[-1]
         self.last = block((last.o, last.gate_up, last.down), last.mlp_norm, model.final_norm, None)
+        # decode_logits' tables: the int8 embedding and lm_head (Int8Linear on the C++ tiles, float32
+        # activations: the default int4 model's) with the cos / sin rows; None where another kind
+        # serves either (FusedDecode.forward then runs them in Python around decode_forward).
+        embed, head = model.embed_table, model.lm_head
+        self.token_tables = ((embed.blocked, embed.blocked_scale, model.cos, model.sin, head.blocked, head.blocked_scale)
+                             if all(isinstance(t, Int8Linear) and t.cpp and t.bias is None for t in (embed, head))
+                             and model.cos.is_contiguous() and hasattr(self.module, "decode_logits") else None)
         # Int8Linear's tiles take any row count; past the others' limits dense GEMMs win (quant_linear.py).
         self.max_rows = min(getattr(lin, "max_rows", KERNEL_MAX_ROWS) for lw in layers
                             for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
@@ -92,11 +99,15 @@ class FusedDecode:
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, attn, logit_rows: torch.Tensor) -> torch.Tensor:
         m, run = self.model, self.module.decode_block_run
+        one_call = getattr(attn, "decode_forward_args", None)
+        args = one_call(m.dtype) if one_call is not None else None
+        # An all-decode batch whose every row wants logits (rows ascending, so all of them in order):
+        # tokens to logits in one C++ call.
+        if args is not None and self.token_tables is not None and logit_rows.shape[0] == input_ids.shape[0]:
+            return self.module.decode_logits(self.ids, input_ids, positions, *self.token_tables, *args)
         cos, sin = m.cos[positions], m.sin[positions]
         h = m.embed[input_ids] if m.embed_table is None else m.embed_table.rows(input_ids)
         h = h.to(torch.float32).contiguous()
-        one_call = getattr(attn, "decode_forward_args", None)
-        args = one_call(m.dtype) if one_call is not None else None
         if args is not None:   # an all-decode batch: every layer, attention included, in one C++ call
             x = self.module.decode_forward(self.ids, h, cos, sin, *args)
             return m.lm_head(x[logit_rows]).float()
