@@ -305,49 +305,6 @@ at::Tensor forward_without_gil(const std::vector<int64_t>& ids, const at::Tensor
   return s[1];
 }
 
-// Rows `index` of a [rows, width] table into a new contiguous [index.size, width] tensor.
-at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& index) {
-  TORCH_CHECK(table.dim() == 2 && table.is_contiguous(), "table must be a contiguous 2-D tensor");
-  const int64_t n = index.size(0), rows = table.size(0), width = table.size(1);
-  at::Tensor out = at::empty({n, width}, table.options());
-  const int64_t bytes = width * static_cast<int64_t>(table.element_size());
-  const char* src = static_cast<const char*>(table.data_ptr());
-  char* dst = static_cast<char*>(out.data_ptr());
-  const int64_t* idx = index.data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK(idx[i] >= 0 && idx[i] < rows, "row ", idx[i], " out of range [0, ", rows, ")");
-    std::memcpy(dst + i * bytes, src + idx[i] * bytes, bytes);
-  }
-  return out;
-}
-
-// Int8Linear.rows: rows `tokens` of an int8 table kept in column blocks of 16 ([N/16, K, 16], its
-// fp16 scales [N/16, ceil(K/32), 16], one per row and group of 32), as float32: code * scale, the
-// one product the Python path takes, so the same bits.
-at::Tensor int8_table_rows(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& tokens) {
-  TORCH_CHECK(q.dim() == 3 && q.size(2) == LANES && q.scalar_type() == at::kChar && q.is_contiguous(),
-              "q must be a contiguous [N/16, K, 16] int8 table");
-  const int64_t k = q.size(1), groups = (k + GROUP - 1) / GROUP, n_rows = q.size(0) * LANES;
-  TORCH_CHECK(scale.dim() == 3 && scale.size(0) == q.size(0) && scale.size(1) == groups && scale.size(2) == LANES &&
-                  scale.scalar_type() == at::kHalf && scale.is_contiguous(),
-              "scale must be a contiguous [N/16, ceil(K/32), 16] float16 tensor");
-  const int64_t n = tokens.size(0);
-  at::Tensor out = at::empty({n, k}, q.options().dtype(at::kFloat));
-  const int8_t* qb = q.data_ptr<int8_t>();
-  const at::Half* sb = scale.data_ptr<at::Half>();
-  const int64_t* tok = tokens.data_ptr<int64_t>();
-  float* o = out.data_ptr<float>();
-  for (int64_t i = 0; i < n; ++i) {
-    TORCH_CHECK(tok[i] >= 0 && tok[i] < n_rows, "token id ", tok[i], " out of range [0, ", n_rows, ")");
-    const int64_t block = tok[i] / LANES, lane = tok[i] % LANES;
-    const int8_t* codes = qb + block * k * LANES + lane;
-    const at::Half* scales = sb + block * groups * LANES + lane;
-    for (int64_t c = 0; c < k; ++c)
-      o[i * k + c] = static_cast<float>(codes[c * LANES]) * static_cast<float>(scales[(c / GROUP) * LANES]);
-  }
-  return out;
-}
-
 }  // namespace decode_block
 
 at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos, at::Tensor sin, int64_t attention_fn,
@@ -360,7 +317,7 @@ at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos
 }
 
 // An all-decode batch from its tokens to its logits in one call: decode_forward between the
-// embedding lookup (an int8 table in column blocks, Int8Linear's layout), the cos / sin rows of the
+// embedding lookup (matmul.cpp's int8_table_rows, as Int8Linear.rows), the cos / sin rows of the
 // positions, and the lm_head over every row (int8 with float32 activations, int8_mm_f32). The
 // same ops as FusedDecode's Python around decode_forward, so the same bits; what goes is ~10 torch
 // calls a step, 0.1-0.2 ms of a batch-1 step that runs them with cold caches after the weights'
@@ -376,11 +333,10 @@ at::Tensor decode_logits(std::vector<int64_t> ids, at::Tensor tokens, at::Tensor
               "tokens and positions must be 1-D int64 tensors of one length");
   pybind11::gil_scoped_release no_gil;
   using namespace decode_block;
-  const at::Tensor tok = tokens.contiguous(), pos = positions.contiguous();
-  const at::Tensor h = int8_table_rows(embed_q, embed_scale, tok);
-  const at::Tensor x = forward_without_gil(ids, h, gather_rows(cos_table, pos), gather_rows(sin_table, pos),
-                                           attention_fn, k_caches, v_caches, write_pages, write_offsets, table, lens,
-                                           starts, scale, out, lse);
+  const at::Tensor h = int8_table_rows(embed_q, embed_scale, tokens);
+  const at::Tensor cos = cos_table.index_select(0, positions), sin = sin_table.index_select(0, positions);
+  const at::Tensor x = forward_without_gil(ids, h, cos, sin, attention_fn, k_caches, v_caches, write_pages,
+                                           write_offsets, table, lens, starts, scale, out, lse);
   return int8_mm_f32(x, head_q, head_scale);
 }
 

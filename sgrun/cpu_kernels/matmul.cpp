@@ -183,6 +183,36 @@ at::Tensor bf16_mm(const at::Tensor& x, const at::Tensor& w, int64_t n) {
 #endif
 }
 
+// Rows `token_ids` of an int8 table kept in column blocks of 16 (q [N/16, K, 16], its fp16 scales
+// [N/16, ceil(K/32), 16], one per row and group of 32: int8_mm_f32's layout) as float32, code *
+// scale: the embedding lookup of Int8Linear.rows and of decode_logits (decode_block.cpp).
+at::Tensor int8_table_rows(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& token_ids) {
+  TORCH_CHECK(q.dim() == 3 && q.size(2) == LANES && q.scalar_type() == at::kChar && q.is_contiguous(),
+              "q must be a contiguous [N/16, K, 16] int8 table");
+  const int64_t k = q.size(1), groups = (k + GROUP - 1) / GROUP, n_rows = q.size(0) * LANES;
+  TORCH_CHECK(scale.dim() == 3 && scale.size(0) == q.size(0) && scale.size(1) == groups && scale.size(2) == LANES &&
+                  scale.scalar_type() == at::kHalf && scale.is_contiguous(),
+              "scale must be a contiguous [N/16, ceil(K/32), 16] float16 tensor");
+  TORCH_CHECK(token_ids.dim() == 1 && at::isIntegralType(token_ids.scalar_type(), false),
+              "token ids must be a 1-D integer tensor");
+  const at::Tensor tokens = token_ids.to(at::kLong).contiguous();
+  const int64_t n = tokens.size(0);
+  at::Tensor out = at::empty({n, k}, q.options().dtype(at::kFloat));
+  const int8_t* qb = q.data_ptr<int8_t>();
+  const at::Half* sb = scale.data_ptr<at::Half>();
+  const int64_t* tok = tokens.data_ptr<int64_t>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    TORCH_CHECK(tok[i] >= 0 && tok[i] < n_rows, "token id ", tok[i], " out of range [0, ", n_rows, ")");
+    const int64_t block = tok[i] / LANES, lane = tok[i] % LANES;
+    const int8_t* codes = qb + block * k * LANES + lane;
+    const at::Half* scales = sb + block * groups * LANES + lane;
+    for (int64_t c = 0; c < k; ++c)
+      o[i * k + c] = static_cast<float>(codes[c * LANES]) * static_cast<float>(scales[(c / GROUP) * LANES]);
+  }
+  return out;
+}
+
 // q: [N/16, K, 16] int8; scale: [N/16, ceil(K/32), 16] fp16, one per column and group of 32 k.
 at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a 2-D float32 tensor");

@@ -48,7 +48,8 @@ SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "ma
 
 KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
                    ["fast_path", "tiles", "int4_dequantize_t", "bf16_unpack_t",
-                    "decode_block_new", "decode_block_run", "decode_block_free", "decode_forward", "decode_logits",
+                    "int8_table_rows", "decode_block_new", "decode_block_run", "decode_block_free", "decode_forward",
+                    "decode_logits",
                     "team_parallel_address"],
                    what="The C++ small-batch matmul",
                    fallback="small batches use torch's weight-only kernels instead",
@@ -111,6 +112,11 @@ class MatmulKernels:
 
     def int8_mm_f32(self, x: torch.Tensor, blocked: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
         return self._op("int8_mm_f32")(x, blocked, scale)
+
+    def int8_rows(self, blocked: torch.Tensor, scale: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Rows `ids` of the int8 table in int8_mm_f32's layout, dequantized to float32 (an
+        embedding lookup; decode_logits does the same lookup inside its one call)."""
+        return self.module.int8_table_rows(blocked, scale, ids)
 
     def int4_dequantize(self, codes: torch.Tensor, scales: torch.Tensor, n: int, k: int,
                         dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -187,11 +193,6 @@ def pack_int8_scales(scale: torch.Tensor) -> torch.Tensor:
     """[N, groups] (one scale per column and group of 32 k, fp16 values) -> [N/16, groups, 16] fp16."""
     n, groups = scale.shape
     return scale.to(torch.float16).view(n // LANES, LANES, groups).transpose(1, 2).contiguous()
-
-
-def int8_rows(blocked: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """Rows `ids` of the [N, K] matrix that pack_int8 blocked (an embedding lookup)."""
-    return blocked[ids // LANES, :, ids % LANES]
 
 
 def pack_bf16(w: torch.Tensor) -> torch.Tensor:

@@ -186,20 +186,20 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
       using E = std::remove_pointer_t<decltype(elem)>;
       using C = std::remove_pointer_t<decltype(kv_elem)>;
       if constexpr (std::is_same_v<C, at::Half>) {
-        // Not reached: vector_path sends float16 pools to the simd path at this level. Kept out of
-        // the bf16 tiles so their four head-dim instantiations are not built a third time.
+        // Not reached: vector_path sends float16 pools to the simd path at this level. The else
+        // keeps the bf16 tiles from being instantiated for them.
         simd_float_q(part);
-        return;
+      } else {
+        auto* qp = reinterpret_cast<const E*>(q.data_ptr());
+        auto* kp = reinterpret_cast<const C*>(k_cache.data_ptr());
+        auto* vp = reinterpret_cast<const C*>(v_cache.data_ptr());
+        auto* op = reinterpret_cast<E*>(out.data_ptr());
+        using namespace bf16dot;
+        if (D == 32) attend_packed<Path<2, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+        if (D == 64) attend_packed<Path<4, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+        if (D == 96) attend_packed<Path<6, 4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+        if (D == 128) attend_packed<Path<8, 3, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
       }
-      auto* qp = reinterpret_cast<const E*>(q.data_ptr());
-      auto* kp = reinterpret_cast<const C*>(k_cache.data_ptr());
-      auto* vp = reinterpret_cast<const C*>(v_cache.data_ptr());
-      auto* op = reinterpret_cast<E*>(out.data_ptr());
-      using namespace bf16dot;
-      if (D == 32) attend_packed<Path<2, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 64) attend_packed<Path<4, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 96) attend_packed<Path<6, 4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 128) attend_packed<Path<8, 3, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
     };
     if (qt == at::kBFloat16) {
       run(static_cast<uint16_t*>(nullptr), static_cast<uint16_t*>(nullptr), seg);

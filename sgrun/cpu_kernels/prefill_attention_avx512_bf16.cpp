@@ -42,12 +42,6 @@ inline __m512bh as_bh(__m512i x) { return reinterpret_cast<__m512bh>(x); }
 // n (a multiple of 16) elements as bf16 bits: a bf16 pool's are copied, a float32 pool's rounded
 // to nearest even (_mm512_cvtneps_pbh, as torch's float -> bf16 conversion).
 inline void to_bf16(const uint16_t* src, int64_t n, uint16_t* dst) { std::memcpy(dst, src, n * sizeof(uint16_t)); }
-inline void to_bf16(const at::Half* src, int64_t n, uint16_t* dst) {   // a float32 model's fp16 KV cache
-  for (int64_t i = 0; i < n; i += 16)
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(
-                            _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i))))));
-}
 inline void to_bf16(const float* src, int64_t n, uint16_t* dst) {
   for (int64_t i = 0; i < n; i += 16)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),

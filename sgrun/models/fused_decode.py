@@ -86,7 +86,7 @@ class FusedDecode:
         embed, head = model.embed_table, model.lm_head
         self.token_tables = ((embed.blocked, embed.blocked_scale, model.cos, model.sin, head.blocked, head.blocked_scale)
                              if all(isinstance(t, Int8Linear) and t.cpp and t.bias is None for t in (embed, head))
-                             and model.cos.is_contiguous() and hasattr(self.module, "decode_logits") else None)
+                             and hasattr(self.module, "decode_logits") else None)
         # Int8Linear's tiles take any row count; past the others' limits dense GEMMs win (quant_linear.py).
         self.max_rows = min(getattr(lin, "max_rows", KERNEL_MAX_ROWS) for lw in layers
                             for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))

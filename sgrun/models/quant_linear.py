@@ -153,10 +153,8 @@ class Int8Linear:
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         """Dequantized rows (an embedding lookup without dequantizing the whole table)."""
-        if self.cpp:
-            lanes = cpu_matmul.LANES
-            scales = self.blocked_scale[ids // lanes, :, ids % lanes]
-            return cpu_matmul.int8_rows(self.blocked, ids).float() * self._per_element(scales)
+        if self.cpp:   # the C++ lookup, the one decode_logits runs too
+            return self.ops.int8_rows(self.blocked, self.blocked_scale, ids)
         return self.q[ids].to(self._row_scale.dtype) * self._row_scale[ids, None]
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
