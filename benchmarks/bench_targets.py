@@ -14,7 +14,10 @@ Peers on the same GGUF file and thread count:
   (an AVX2-only build for the avx2 column); each line says which binary ran;
 - transformers: dense weights in bf16 and in float32, both measured, the faster one used (for
   TTFT the faster prefill, elsewhere the faster decode).
-Every line carries the load average: the machine is shared, compare ratios within one run.
+Every line carries the load average: the machine is shared, compare ratios within one run. The
+decode and TTFT parts run in interleaved rounds (each round runs sgrun, transformers and
+llama-bench once, in turn), so a host that slows down slows every system of a ratio alike; the
+roofline divides each decode round's step by the bandwidth read just before it.
 """
 
 from __future__ import annotations
@@ -64,7 +67,7 @@ def measure_level(args) -> dict:
 
     import sgrun
     from bench_engine import dense_folder, hf_decode, hf_generate, sg_decode
-    from peer_llama_cpp import bench as llama_bench
+    from peer_llama_cpp import bench as llama_bench, binary, last_by_policy
     from sgrun.models.fetch import default_model_path
     torch.set_num_threads(args.threads)
     parts, rng, gguf, r = args.parts.split(","), random.Random(0), default_model_path(), {}
@@ -83,19 +86,33 @@ def measure_level(args) -> dict:
                 str(folder), dtype=dt).eval()
     prompt = ids(rng, 32)
     if "decode" in parts:
+        # Interleaved: each round runs every system once, llama-bench included, so a host that
+        # slows down for a minute slows all of them (this VM's speed moved by up to 2x within an
+        # hour). The bandwidth the roofline divides by is read in the same rounds, just before
+        # sgrun's decode, and each round's step is set against its own reading.
         runs = {"sgrun": lambda: sg_decode(engine, prompt, 128)}
         runs.update({f"transformers {k}": (lambda m=m: hf_decode(m, prompt, 128)) for k, m in hf.items()})
         for f in runs.values():
             f()
-        got = {k: statistics.median(f() for _ in range(args.rounds)) for k, f in runs.items()}
-        from peer_llama_cpp import binary
         log(f"llama-bench: {binary('llama-bench')}")
-        got["llama.cpp tg128"] = llama_bench(gguf, args.threads, gen=128)
-        from peer_llama_cpp import last_by_policy
-        log(f"llama.cpp tg128 by OpenMP wait policy: {last_by_policy} (the best counts)")
+        policy = None
+        if llama_bench(gguf, args.threads, gen=128, reps=1) is not None:   # its wait policy, chosen once
+            policy = max(last_by_policy, key=last_by_policy.get)
+            log(f"llama.cpp tg128 by OpenMP wait policy: {dict(last_by_policy)}; {policy} runs in the rounds")
+        rounds: dict[str, list[float]] = {k: [] for k in runs}
+        rounds["llama.cpp tg128"], bandwidth = [], []
+        for _ in range(args.rounds):
+            bandwidth.append(read_bandwidth_gbs())
+            for k, f in runs.items():
+                rounds[k].append(f())
+            if policy is not None:
+                rounds["llama.cpp tg128"].append(llama_bench(gguf, args.threads, gen=128, reps=1, policies=(policy,)))
+        got = {k: statistics.median(v) if v else None for k, v in rounds.items()}
         for k, v in got.items():
-            log(f"decode {k}: {v:.1f} tok/s" if v is not None else f"decode {k}: not installed")
+            log(f"decode {k}: {v:.1f} tok/s (rounds {[round(x, 1) for x in rounds[k]]})" if v is not None
+                else f"decode {k}: not installed")
         r["decode"] = got
+        r["decode_rounds"] = {"bandwidth_gbs": bandwidth, **rounds}
         if got["llama.cpp tg128"]:
             r["decode_vs_llama"] = got["sgrun"] / got["llama.cpp tg128"]
     if "depth" in parts:   # 128 tokens decoded after 1,000 and 3,000 tokens of context
@@ -132,29 +149,42 @@ def measure_level(args) -> dict:
             log(f"{count} mixed: sgrun {ours:.1f} output tok/s, transformers {best_hf} one at a time "
                 f"({args.sequential_sample} of {count}) {toks / secs:.1f}: {r[f'mixed{count}_vs_hf']:.1f}x")
     if "ttft" in parts:
+        # Interleaved rounds, as decode: each round prefills one fresh 2,048-token prompt in sgrun,
+        # then in transformers (both dtypes: the one that decodes faster need not prefill faster;
+        # bf16 GEMMs win where AVX512-BF16 exists), then llama-bench's pp2048 once.
         def sg_ttft(p):
             engine.flush_cache()
             return engine.generate([p], sgrun.SamplingParams(max_new_tokens=1, temperature=0))[0].ttft
         warm = ids(rng, 2048)
         sg_ttft(warm)
-        ours = statistics.median(sg_ttft(ids(rng, 2048)) for _ in range(args.rounds))
-        # transformers at its best for this metric: the dtype that decodes faster need not be the
-        # one that prefills faster (bf16 GEMMs win prefill where AVX512-BF16 exists), so both run
-        by_dtype = {}
-        for k, m in hf.items():
+        for m in hf.values():
             hf_generate(m, [warm], 1)
-            by_dtype[k] = statistics.median(hf_generate(m, [ids(rng, 2048)], 1)[0] for _ in range(args.rounds))
+        by = {"sgrun": [], **{k: [] for k in hf}, "llama.cpp pp2048": []}
+        pp_policy = None
+        for i in range(args.rounds):
+            prompt_i = ids(rng, 2048)
+            by["sgrun"].append(sg_ttft(prompt_i))
+            for k, m in hf.items():
+                by[k].append(hf_generate(m, [prompt_i], 1)[0])
+            pp = llama_bench(gguf, args.threads, prompt=2048, reps=1,
+                             **({"policies": (pp_policy,)} if pp_policy else {}))
+            if pp:
+                pp_policy = pp_policy or max(last_by_policy, key=last_by_policy.get)
+                by["llama.cpp pp2048"].append(2048 / pp)
+        med = {k: statistics.median(v) if v else None for k, v in by.items()}
+        ours = med["sgrun"]
+        by_dtype = {k: med[k] for k in hf}
         ttft_dtype = min(by_dtype, key=by_dtype.get)
         theirs = by_dtype[ttft_dtype]
-        log(f"transformers TTFT 2048 by dtype: {by_dtype} s; {ttft_dtype} counts (the faster)")
-        pp = llama_bench(gguf, args.threads, prompt=2048, reps=2)
+        for k, v in by.items():
+            log(f"TTFT 2048 {k}: " + (f"{med[k]:.3f} s (rounds {[round(x, 3) for x in v]})" if v else "not installed"))
+        log(f"transformers {ttft_dtype} counts (the faster prefill)")
+        llama_s = med["llama.cpp pp2048"]
         r["ttft2048"] = {"sgrun_s": ours, "transformers_s": theirs, "transformers_dtype": ttft_dtype,
-                         "llama_pp2048_s": 2048 / pp if pp else None}
+                         "llama_pp2048_s": llama_s, "rounds": by}
         r["ttft2048_vs_hf"] = ours / theirs
-        if pp:
-            r["ttft2048_vs_llama"] = ours / (2048 / pp)
-        log(f"TTFT 2048: sgrun {ours:.3f} s, transformers {theirs:.3f} s, llama.cpp pp2048 "
-            f"{2048 / pp if pp else float('nan'):.3f} s")
+        if llama_s:
+            r["ttft2048_vs_llama"] = ours / llama_s
     if "prefix" in parts:
         prefix = ids(rng, 1500)
         engine.flush_cache()
@@ -174,13 +204,23 @@ def measure_level(args) -> dict:
         model = engine.model
         nbytes = sum(lin.nbytes() for lw in model.layers for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
         nbytes += model.lm_head.nbytes() if hasattr(model.lm_head, "nbytes") else model.lm_head.weight.nbytes
-        bw = read_bandwidth_gbs()
+        if "decode" in r:   # the decode rounds' own readings, each step beside its bandwidth
+            pairs = list(zip(r["decode_rounds"]["bandwidth_gbs"], r["decode_rounds"]["sgrun"]))
+        else:
+            pairs = []
+            for _ in range(args.rounds):
+                bw_i = read_bandwidth_gbs()
+                pairs.append((bw_i, sg_decode(engine, prompt, 128)))
+        ratios = [(1 / tok_s) / (nbytes / (bw_i * 1e9)) for bw_i, tok_s in pairs]
+        bw = statistics.median(b for b, _ in pairs)
         roof = nbytes / (bw * 1e9)
-        step = 1 / (r["decode"]["sgrun"] if "decode" in r else sg_decode(engine, prompt, 128))
-        r["roofline"] = {"weight_bytes": nbytes, "bandwidth_gbs": bw, "roofline_ms": roof * 1e3, "step_ms": step * 1e3}
-        r["roofline_ratio"] = step / roof
-        log(f"roofline: {nbytes / 1e6:.1f} MB of weights per token at {bw:.1f} GB/s = {roof * 1e3:.2f} ms; "
-            f"batch-1 step {step * 1e3:.2f} ms: {r['roofline_ratio']:.2f}x the roofline")
+        step = statistics.median(1 / t for _, t in pairs)
+        r["roofline"] = {"weight_bytes": nbytes, "bandwidth_gbs": bw, "roofline_ms": roof * 1e3, "step_ms": step * 1e3,
+                         "round_ratios": ratios}
+        r["roofline_ratio"] = statistics.median(ratios)
+        log(f"roofline: {nbytes / 1e6:.1f} MB of weights per token at {bw:.1f} GB/s (median; rounds "
+            f"{[round(b, 1) for b, _ in pairs]}) = {roof * 1e3:.2f} ms; batch-1 step {step * 1e3:.2f} ms; "
+            f"per round step / roofline {[round(x, 2) for x in ratios]}: {r['roofline_ratio']:.2f}x (median)")
     engine.close()
     if "startup" in parts:
         r.update(measure_startup(args))
