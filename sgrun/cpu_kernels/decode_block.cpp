@@ -250,12 +250,6 @@ std::vector<at::Tensor> decode_block_run(int64_t id, const at::Tensor& h, const 
   return run_block(*blk, h, o.has_value() ? *o : none, cos.has_value() ? *cos : none, sin.has_value() ? *sin : none);
 }
 
-// Drops blocks (their weights' references with them).
-void decode_block_free(std::vector<int64_t> ids) {
-  std::lock_guard<std::mutex> lock(decode_block::registry_mutex);
-  for (int64_t id : ids) decode_block::registry.erase(id);
-}
-
 // The whole decode forward of an all-decode batch in one call: block, attention, block, ... with
 // the attention a layer's KV write and paged decode in the paged-decode module, reached through
 // `attention_fn` (the address decode_layer_address gives, a sgrun_abi::DecodeLayerFn). `ids`: the
@@ -316,28 +310,69 @@ at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos
                                            write_offsets, table, lens, starts, scale, out, lse);
 }
 
+// decode_logits' tables, bound once like a block's weights: the int8 embedding and lm_head in
+// int8_mm_f32's layout (Int8Linear's blocked codes and fp16 scales) and the cos / sin tables by
+// position. Registered beside the blocks (the same ids, freed by decode_block_free).
+namespace decode_block {
+
+struct TokenTables {
+  at::Tensor embed_q, embed_scale, cos, sin, head_q, head_scale;
+};
+
+std::unordered_map<int64_t, std::shared_ptr<const TokenTables>> tables_registry;
+
+}  // namespace decode_block
+
+int64_t decode_tables_new(at::Tensor embed_q, at::Tensor embed_scale, at::Tensor cos, at::Tensor sin, at::Tensor head_q,
+                          at::Tensor head_scale) {
+  using namespace decode_block;
+  TORCH_CHECK(cos.dim() == 2 && sin.sizes() == cos.sizes(), "cos and sin must be [positions, head_dim] tables");
+  auto t = std::make_shared<TokenTables>();
+  t->embed_q = embed_q, t->embed_scale = embed_scale, t->cos = cos, t->sin = sin;
+  t->head_q = head_q, t->head_scale = head_scale;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  const int64_t id = next_id++;
+  tables_registry.emplace(id, std::move(t));
+  return id;
+}
+
 // An all-decode batch from its tokens to its logits in one call: decode_forward between the
 // embedding lookup (matmul.cpp's int8_table_rows, as Int8Linear.rows), the cos / sin rows of the
-// positions, and the lm_head over every row (int8 with float32 activations, int8_mm_f32). The
-// same ops as FusedDecode's Python around decode_forward, so the same bits; what goes is ~10 torch
-// calls a step, 0.1-0.2 ms of a batch-1 step that runs them with cold caches after the weights'
-// stream (docs/cpu_kernels.md).
-at::Tensor decode_logits(std::vector<int64_t> ids, at::Tensor tokens, at::Tensor positions, at::Tensor embed_q,
-                         at::Tensor embed_scale, at::Tensor cos_table, at::Tensor sin_table, at::Tensor head_q,
-                         at::Tensor head_scale, int64_t attention_fn, std::vector<at::Tensor> k_caches,
-                         std::vector<at::Tensor> v_caches, at::Tensor write_pages, at::Tensor write_offsets,
-                         at::Tensor table, at::Tensor lens, at::Tensor starts, double scale, at::Tensor out,
-                         at::Tensor lse) {
+// positions, and the lm_head over every row (int8 with float32 activations, int8_mm_f32), with the
+// tables of `tables_id` (decode_tables_new). It takes decode_forward's arguments with the tables'
+// id, the tokens and their positions in place of h, cos and sin. The same ops as FusedDecode's
+// Python around decode_forward, so the same bits; what goes is ~10 torch calls a step, 0.1-0.2 ms
+// of a batch-1 step that runs them with cold caches after the weights' stream (docs/cpu_kernels.md).
+at::Tensor decode_logits(std::vector<int64_t> ids, int64_t tables_id, at::Tensor tokens, at::Tensor positions,
+                         int64_t attention_fn, std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches,
+                         at::Tensor write_pages, at::Tensor write_offsets, at::Tensor table, at::Tensor lens,
+                         at::Tensor starts, double scale, at::Tensor out, at::Tensor lse) {
+  using namespace decode_block;
   TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == at::kLong && positions.sizes() == tokens.sizes() &&
                   positions.scalar_type() == at::kLong,
               "tokens and positions must be 1-D int64 tensors of one length");
+  std::shared_ptr<const TokenTables> t;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto it = tables_registry.find(tables_id);
+    TORCH_CHECK(it != tables_registry.end(), "no decode tables ", tables_id);
+    t = it->second;
+  }
   pybind11::gil_scoped_release no_gil;
-  using namespace decode_block;
-  const at::Tensor h = int8_table_rows(embed_q, embed_scale, tokens);
-  const at::Tensor cos = cos_table.index_select(0, positions), sin = sin_table.index_select(0, positions);
+  const at::Tensor h = int8_table_rows(t->embed_q, t->embed_scale, tokens);
+  const at::Tensor cos = t->cos.index_select(0, positions), sin = t->sin.index_select(0, positions);
   const at::Tensor x = forward_without_gil(ids, h, cos, sin, attention_fn, k_caches, v_caches, write_pages,
                                            write_offsets, table, lens, starts, scale, out, lse);
-  return int8_mm_f32(x, head_q, head_scale);
+  return int8_mm_f32(x, t->head_q, t->head_scale);
+}
+
+// Drops blocks and token tables (their weights' references with them).
+void decode_block_free(std::vector<int64_t> ids) {
+  std::lock_guard<std::mutex> lock(decode_block::registry_mutex);
+  for (int64_t id : ids) {
+    decode_block::registry.erase(id);
+    decode_block::tables_registry.erase(id);
+  }
 }
 
 namespace {

@@ -181,25 +181,25 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
 #endif
 #ifdef SG_PREFILL_BF16
   if (path == "avx512_bf16") {
+    // The pools the bf16 tiles are built for: vector_path sends only bf16 and float32 ones here.
+    TORCH_CHECK(ct == at::kBFloat16 || ct == at::kFloat, "the bf16 prefill tiles take bf16 or float32 pools");
+    auto with_tile_pool = [&](auto f) {
+      if (ct == at::kBFloat16) f(static_cast<uint16_t*>(nullptr));
+      else f(static_cast<float*>(nullptr));
+    };
     // elem, kv_elem: null pointers of q's and the pool's element types
     auto run = [&](auto elem, auto kv_elem, const Segments& part) {
       using E = std::remove_pointer_t<decltype(elem)>;
       using C = std::remove_pointer_t<decltype(kv_elem)>;
-      if constexpr (std::is_same_v<C, at::Half>) {
-        // Not reached: vector_path sends float16 pools to the simd path at this level. The else
-        // keeps the bf16 tiles from being instantiated for them.
-        simd_float_q(part);
-      } else {
-        auto* qp = reinterpret_cast<const E*>(q.data_ptr());
-        auto* kp = reinterpret_cast<const C*>(k_cache.data_ptr());
-        auto* vp = reinterpret_cast<const C*>(v_cache.data_ptr());
-        auto* op = reinterpret_cast<E*>(out.data_ptr());
-        using namespace bf16dot;
-        if (D == 32) attend_packed<Path<2, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-        if (D == 64) attend_packed<Path<4, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-        if (D == 96) attend_packed<Path<6, 4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-        if (D == 128) attend_packed<Path<8, 3, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      }
+      auto* qp = reinterpret_cast<const E*>(q.data_ptr());
+      auto* kp = reinterpret_cast<const C*>(k_cache.data_ptr());
+      auto* vp = reinterpret_cast<const C*>(v_cache.data_ptr());
+      auto* op = reinterpret_cast<E*>(out.data_ptr());
+      using namespace bf16dot;
+      if (D == 32) attend_packed<Path<2, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 64) attend_packed<Path<4, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 96) attend_packed<Path<6, 4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 128) attend_packed<Path<8, 3, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
     };
     if (qt == at::kBFloat16) {
       run(static_cast<uint16_t*>(nullptr), static_cast<uint16_t*>(nullptr), seg);
@@ -209,7 +209,7 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
     split_at_position(seg, bf16_from, low, high);
     if (!low.q_start.empty()) simd_float_q(low.view(seg.table_stride));   // simd::supports every D here
     if (!high.q_start.empty())
-      with_float_q_pool([&](auto kv_elem) { run(static_cast<float*>(nullptr), kv_elem, high.view(seg.table_stride)); });
+      with_tile_pool([&](auto kv_elem) { run(static_cast<float*>(nullptr), kv_elem, high.view(seg.table_stride)); });
     return;
   }
 #endif

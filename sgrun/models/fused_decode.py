@@ -80,18 +80,21 @@ class FusedDecode:
                       for lw, nxt in zip(layers[:-1], layers[1:])]
         last = layers[-1]
         self.last = block((last.o, last.gate_up, last.down), last.mlp_norm, model.final_norm, None)
-        # decode_logits' tables: the int8 embedding and lm_head (Int8Linear on the C++ tiles, float32
-        # activations: the default int4 model's) with the cos / sin rows; None where another kind
-        # serves either (FusedDecode.forward then runs them in Python around decode_forward).
+        # decode_logits' tables (the int8 embedding and lm_head: Int8Linear on the C++ tiles, float32
+        # activations, the default int4 model's; the cos / sin tables), bound once in C++ as the
+        # blocks are; None where another kind serves either (FusedDecode.forward then runs them in
+        # Python around decode_forward).
         embed, head = model.embed_table, model.lm_head
-        self.token_tables = ((embed.blocked, embed.blocked_scale, model.cos, model.sin, head.blocked, head.blocked_scale)
+        self.token_tables = (self.module.decode_tables_new(embed.blocked, embed.blocked_scale, model.cos, model.sin,
+                                                           head.blocked, head.blocked_scale)
                              if all(isinstance(t, Int8Linear) and t.cpp and t.bias is None for t in (embed, head))
                              and hasattr(self.module, "decode_logits") else None)
         # Int8Linear's tiles take any row count; past the others' limits dense GEMMs win (quant_linear.py).
         self.max_rows = min(getattr(lin, "max_rows", KERNEL_MAX_ROWS) for lw in layers
                             for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
         self.ids = [self.first, *self.inner, self.last]
-        weakref.finalize(self, self.module.decode_block_free, list(self.ids))
+        tables = [self.token_tables] if self.token_tables is not None else []
+        weakref.finalize(self, self.module.decode_block_free, list(self.ids) + tables)
 
     def eligible(self, num_tokens: int) -> bool:
         return num_tokens <= self.max_rows
@@ -104,7 +107,7 @@ class FusedDecode:
         # An all-decode batch whose every row wants logits (rows ascending, so all of them in order):
         # tokens to logits in one C++ call.
         if args is not None and self.token_tables is not None and logit_rows.shape[0] == input_ids.shape[0]:
-            return self.module.decode_logits(self.ids, input_ids, positions, *self.token_tables, *args)
+            return self.module.decode_logits(self.ids, self.token_tables, input_ids, positions, *args)
         cos, sin = m.cos[positions], m.sin[positions]
         h = m.embed[input_ids] if m.embed_table is None else m.embed_table.rows(input_ids)
         h = h.to(torch.float32).contiguous()
