@@ -71,8 +71,11 @@ struct Linear {
   int64_t kind = -1, n = 0;
   at::Tensor a, b, bias;
 
-  at::Tensor operator()(const at::Tensor& x) const {
-    at::Tensor y = kind == 0 ? int4_mm(x, a, b, n) : kind == 1 ? bf16_mm(x, a, n) : int8_mm_f32(x, a, b);
+  // y = x W^T (+ bias) into y ([rows, n], the GEMM dtype; float32 for kind 2).
+  void into(const at::Tensor& x, const at::Tensor& y) const {
+    if (kind == 0) int4_mm_into(x, a, b, n, y);
+    else if (kind == 1) bf16_mm_into(x, a, n, y);
+    else int8_mm_f32_into(x, a, b, y);
     if (bias.defined()) {   // in place, in y's dtype, as eager's y + bias
       typed(elems(y), [&](auto e) {
         typed(elems(bias), [&](auto be) {
@@ -83,7 +86,6 @@ struct Linear {
         });
       });
     }
-    return y;
   }
 };
 
@@ -127,23 +129,49 @@ void add_rows(float* h, const at::Tensor& y) {
   });
 }
 
-std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const at::Tensor& o, const at::Tensor& cos,
-                                  const at::Tensor& sin) {
-  TORCH_CHECK(h_in.dim() == 2 && h_in.scalar_type() == at::kFloat, "h must be a 2-D float32 tensor");
-  const int64_t rows = h_in.size(0), dim = h_in.size(1);
-  const auto gemm_opts = h_in.options().dtype(b.gemm);
-  at::Tensor h = b.tail ? h_in.clone() : h_in;   // the caller's h is left as it was
-  float* hp = h.data_ptr<float>();
+// A block call's activations: the norm's output x, the gate_up rows, the SiLU product, a
+// projection's rows (o or down) and the q/k/v rows, with q, k and v as views of those. A decode
+// step's blocks run one after another on one thread, so the one-call forward keeps one set per
+// thread and shape (`for_rows`) and its layers allocate nothing and make no views: at batch 1 a
+// block's ~8 allocations and ~10 views cost ~30 us with the caches cold from the weights' stream.
+// A fresh Scratch (decode_block_run's) allocates as the calls did before.
+struct Scratch {
+  int64_t rows = -1, dim = 0, inter = 0, width = 0;
+  at::ScalarType gemm = at::kFloat;
+  at::Tensor x, gate_up, act, proj, qkv, q, k, v;
+
+  // Sized for `rows` rows of block b (every block of a model has one shape); reallocated only when
+  // that changes.
+  void for_rows(const Block& b, int64_t rows_now, int64_t dim_now) {
+    const int64_t inter_now = b.tail ? b.gate_up.n / 2 : inter, width_now = b.qkv_out ? b.qkv.n : width;
+    if (rows_now == rows && dim_now == dim && inter_now == inter && width_now == width && b.gemm == gemm) return;
+    rows = rows_now, dim = dim_now, inter = inter_now, width = width_now, gemm = b.gemm;
+    const auto opts = at::TensorOptions().dtype(gemm);
+    x = at::empty({rows, dim}, opts);
+    proj = at::empty({rows, dim}, opts);
+    gate_up = inter > 0 ? at::empty({rows, 2 * inter}, opts) : at::Tensor();
+    act = inter > 0 ? at::empty({rows, inter}, opts) : at::Tensor();
+    qkv = width > 0 ? at::empty({rows, width}, opts) : at::Tensor();
+    q = k = v = at::Tensor();
+  }
+};
+
+// Block b on h ([rows, dim] float32, updated in place: the residual stream) with the attention
+// output o ([rows, H * D] or [rows, H, D] in the GEMM dtype; undefined for the first block).
+// Returns the normed rows (the last block: float32, newly allocated, the lm_head's input) or leaves
+// q, k, v (RoPE applied) in s.q / s.k / s.v.
+at::Tensor block_into(const Block& b, float* hp, int64_t rows, int64_t dim, const at::Tensor& o, const at::Tensor& cos,
+                      const at::Tensor& sin, Scratch& s) {
+  s.for_rows(b, rows, dim);
   if (b.tail) {
     TORCH_CHECK(o.scalar_type() == b.gemm && o.size(0) == rows, "o must be [T, H, D] in the GEMM dtype");
-    add_rows(hp, b.o(o.reshape({rows, -1})));
-    at::Tensor x = at::empty({rows, dim}, gemm_opts);
-    rms_norm_rows(hp, b.mlp_norm.data_ptr<float>(), rows, dim, b.eps, elems(x));
-    const at::Tensor gu = b.gate_up(x);
-    const int64_t inter = gu.size(1) / 2;
-    at::Tensor act = at::empty({rows, inter}, gemm_opts);
-    typed(elems(gu), [&](auto g) {   // act has gu's dtype, the GEMM dtype
-      const decltype(g) a{static_cast<decltype(g.p)>(act.data_ptr())};
+    b.o.into(o.dim() == 2 ? o : o.reshape({rows, -1}), s.proj);
+    add_rows(hp, s.proj);
+    rms_norm_rows(hp, b.mlp_norm.data_ptr<float>(), rows, dim, b.eps, elems(s.x));
+    b.gate_up.into(s.x, s.gate_up);
+    const int64_t inter = s.inter;
+    typed(elems(s.gate_up), [&](auto g) {   // act has gu's dtype, the GEMM dtype
+      const decltype(g) a{static_cast<decltype(g.p)>(s.act.data_ptr())};
       for_row_chunks(at::get_num_threads(), rows, inter, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
           for (int64_t i = 0; i < inter; ++i) {
@@ -152,27 +180,26 @@ std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const 
           }
       });
     });
-    add_rows(hp, b.down(act));
+    b.down.into(s.act, s.proj);
+    add_rows(hp, s.proj);
   }
   if (!b.qkv_out) {   // the last block: the final norm, float32 (the lm_head's input)
-    at::Tensor x = at::empty({rows, dim}, h.options());
+    at::Tensor x = at::empty({rows, dim}, at::TensorOptions().dtype(at::kFloat));
     rms_norm_rows(hp, b.next_norm.data_ptr<float>(), rows, dim, b.eps, elems(x));
-    return {h, x};
+    return x;
   }
-  at::Tensor x = at::empty({rows, dim}, gemm_opts);
-  rms_norm_rows(hp, b.next_norm.data_ptr<float>(), rows, dim, b.eps, elems(x));
-  at::Tensor qkv = b.qkv(x);
+  rms_norm_rows(hp, b.next_norm.data_ptr<float>(), rows, dim, b.eps, elems(s.x));
+  b.qkv.into(s.x, s.qkv);
   const int64_t H = b.heads, KV = b.kv_heads, D = b.head_dim, half = D / 2, width = (H + 2 * KV) * D;
-  TORCH_CHECK(qkv.size(1) == width && cos.size(0) == rows && cos.size(1) == D && cos.scalar_type() == b.gemm &&
-                  sin.sizes() == cos.sizes() && sin.scalar_type() == b.gemm,
-              "cos/sin must be [T, head_dim] in the GEMM dtype");
-  const at::Tensor cc = cos.contiguous(), sc = sin.contiguous();
+  TORCH_CHECK(s.width == width && cos.size(0) == rows && cos.size(1) == D && cos.scalar_type() == b.gemm &&
+                  sin.sizes() == cos.sizes() && sin.scalar_type() == b.gemm && cos.is_contiguous() && sin.is_contiguous(),
+              "cos/sin must be contiguous [T, head_dim] in the GEMM dtype");
   // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); cos, sin and qkv share the
   // GEMM dtype. The multiply-adds are written out: GCC contracted the scalar loop's expressions
   // into these two fmas, and left to itself it fuses the other product once the loop vectorizes,
   // which moved logprobs by up to 0.15 through the int8 activation rounding downstream (session 16).
-  typed(elems(qkv), [&](auto e) {
-    const decltype(e) ce{static_cast<decltype(e.p)>(cc.data_ptr())}, se{static_cast<decltype(e.p)>(sc.data_ptr())};
+  typed(elems(s.qkv), [&](auto e) {
+    const decltype(e) ce{static_cast<decltype(e.p)>(cos.data_ptr())}, se{static_cast<decltype(e.p)>(sin.data_ptr())};
     for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r)
         for (int64_t j = 0; j < H + KV; ++j) {
@@ -185,8 +212,27 @@ std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const 
         }
     });
   });
-  return {h, qkv.narrow(1, 0, H * D).view({rows, H, D}), qkv.narrow(1, H * D, KV * D).view({rows, KV, D}),
-          qkv.narrow(1, (H + KV) * D, KV * D).view({rows, KV, D})};
+  if (!s.q.defined()) {   // views made once per Scratch shape
+    s.q = s.qkv.narrow(1, 0, H * D).view({rows, H, D});
+    s.k = s.qkv.narrow(1, H * D, KV * D).view({rows, KV, D});
+    s.v = s.qkv.narrow(1, (H + KV) * D, KV * D).view({rows, KV, D});
+  }
+  return at::Tensor();
+}
+
+// Block b as decode_block_run gives it: h_in left as it was (a tail works on a copy), fresh
+// tensors out: [h, q, k, v], or [h, normed x] for the last block.
+std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const at::Tensor& o, const at::Tensor& cos,
+                                  const at::Tensor& sin) {
+  TORCH_CHECK(h_in.dim() == 2 && h_in.scalar_type() == at::kFloat && h_in.is_contiguous(),
+              "h must be a contiguous 2-D float32 tensor");
+  const int64_t rows = h_in.size(0), dim = h_in.size(1);
+  at::Tensor h = b.tail ? h_in.clone() : h_in;   // the caller's h is left as it was
+  Scratch s;
+  const at::Tensor x = block_into(b, h.data_ptr<float>(), rows, dim, o, b.qkv_out ? cos.contiguous() : cos,
+                                  b.qkv_out ? sin.contiguous() : sin, s);
+  if (!b.qkv_out) return {h, x};
+  return {h, s.q, s.k, s.v};
 }
 
 Linear linear_of(int64_t kind, const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& bias,
@@ -288,15 +334,21 @@ at::Tensor forward_without_gil(const std::vector<int64_t>& ids, const at::Tensor
   a.write_pages = write_pages, a.write_offsets = write_offsets, a.table = table, a.lens = lens, a.starts = starts;
   a.scale = scale, a.out = out, a.lse = lse;
   const at::ScalarType gemm = blocks.front()->gemm;
-  std::vector<at::Tensor> s = run_block(*blocks.front(), h, at::Tensor(), cos, sin);
+  TORCH_CHECK(h.dim() == 2 && h.scalar_type() == at::kFloat, "h must be a 2-D float32 tensor");
+  const int64_t rows = h.size(0), dim = h.size(1);
+  const at::Tensor hs = h.clone(), cc = cos.contiguous(), sc = sin.contiguous();   // the residual stream, in place
+  float* hp = hs.data_ptr<float>();
+  thread_local Scratch scratch;   // a step's layers share it; the next step on this thread reuses it
+  block_into(*blocks.front(), hp, rows, dim, at::Tensor(), cc, sc, scratch);
+  // The kernel's float32 rows as the next block's input: out itself, or a copy in the GEMM dtype.
+  const at::Tensor o_gemm = gemm == at::kFloat ? out : at::empty(out.sizes(), out.options().dtype(gemm));
+  at::Tensor x;
   for (int64_t layer = 0; layer < layers; ++layer) {
-    attend(a, layer, s[1], s[2], s[3]);
-    // The kernel's float32 rows in the GEMM dtype (a copy where it rounds: the next layer overwrites out).
-    const at::Tensor o = gemm == at::kFloat ? out.view(s[1].sizes()) : out.view(s[1].sizes()).to(gemm);
-    s = run_block(*blocks[layer + 1], s[0], o, layer + 1 < layers ? cos : at::Tensor(),
-                  layer + 1 < layers ? sin : at::Tensor());
+    attend(a, layer, scratch.q, scratch.k, scratch.v);
+    if (gemm != at::kFloat) o_gemm.copy_(out);
+    x = block_into(*blocks[layer + 1], hp, rows, dim, o_gemm, cc, sc, scratch);
   }
-  return s[1];
+  return x;
 }
 
 }  // namespace decode_block

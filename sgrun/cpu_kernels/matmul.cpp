@@ -88,7 +88,18 @@ std::string tiles() {
 
 bool fast_path() { return !tiles().empty(); }
 
-at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, int64_t n) {
+// The output every op below writes: [m, n], contiguous, in x's dtype (float32 rows for the
+// int8 lm_head). The `_into` forms write a buffer the caller keeps (decode_block.cpp reuses one per
+// activation across a step's layers: at batch 1 a layer's allocations and views cost ~30 us with the
+// caches cold from the weights' stream); the plain forms allocate it.
+static void check_mm_out(const at::Tensor& out, int64_t m, int64_t n, at::ScalarType dtype) {
+  TORCH_CHECK(out.dim() == 2 && out.size(0) == m && out.size(1) == n && out.is_contiguous() &&
+                  out.scalar_type() == dtype,
+              "out must be a contiguous [", m, ", ", n, "] tensor of the op's output dtype");
+}
+
+void int4_mm_into(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, int64_t n,
+                  const at::Tensor& out) {
   check_x(x, GROUP, true);
   TORCH_CHECK(n % LANES == 0, "n must be a multiple of 16");
   const int64_t m = x.size(0), k = x.size(1), blocks = n / LANES, groups = k / GROUP;
@@ -96,15 +107,19 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
               "codes do not match x and n");
   TORCH_CHECK(scales.scalar_type() == at::kHalf && scales.is_contiguous() && scales.numel() == n * groups * 2,
               "scales do not match x and n");
+  check_mm_out(out, m, n, x.scalar_type());
   at::Tensor xc = x.contiguous();
   const uint8_t* cb = codes.data_ptr<uint8_t>();
   const uint16_t* sb = reinterpret_cast<const uint16_t*>(scales.data_ptr<at::Half>());
   const int64_t cs = k / 2 * LANES, ss = groups * 2 * LANES;
 #ifdef SGRUN_BF16_DOT
   if (x.scalar_type() == at::kBFloat16) {
-    at::Tensor out = at::empty({m, n}, x.options());
     const uint16_t* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
-    std::vector<float> xs(static_cast<size_t>(m * groups));
+    // Kept between calls (no allocation at a decode step), and named through a reference: the
+    // team's threads run the lambdas below, where a thread_local's own name is their empty copy.
+    thread_local std::vector<float> xs_kept;
+    std::vector<float>& xs = xs_kept;
+    xs.resize(static_cast<size_t>(m * groups));
     bf16dot::group_sums(xb, m, k, xs.data());
     const uint32_t* xp = reinterpret_cast<const uint32_t*>(xb);
     uint16_t* yb = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
@@ -113,11 +128,14 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
                                                                      k, xs.data() + r * groups, groups,
                                                                      yb + r * n + b * LANES, n);
     });
-    return out;
+    return;
   }
 #endif
 #ifdef SGRUN_SIMD_TILES
-  QuantRows qx;
+  // Kept between calls (no allocation at a decode step), and named through a reference: the
+  // team's threads run the tile lambda below, where a thread_local's own name is their empty copy.
+  thread_local QuantRows qx_kept;
+  QuantRows& qx = qx_kept;
   if (x.scalar_type() == at::kFloat) {
     const float* xf = xc.data_ptr<float>();
     quantize_rows(m, k, [&](int64_t r, int64_t i) { return xf[r * k + i]; }, qx, at::get_num_threads());
@@ -126,8 +144,9 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
     quantize_rows(m, k, [&](int64_t r, int64_t i) { return bf16_to_float(xb[r * k + i]); }, qx,
                   at::get_num_threads());
   }
-  at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
-  float* yf = out.data_ptr<float>();
+  // The tiles write float32 rows: into out itself, or a float copy that out then takes rounded.
+  const at::Tensor yt = x.scalar_type() == at::kFloat ? out : at::empty({m, n}, x.options().dtype(at::kFloat));
+  float* yf = yt.data_ptr<float>();
   auto run = [&](auto tiles_ns) {
     using T = decltype(tiles_ns);
     for_each_tile<T::kRowBlock, T::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
@@ -145,42 +164,55 @@ at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tenso
   {
     run(SimdInt4Q8{});
   }
-  return x.scalar_type() == at::kFloat ? out : out.to(at::kBFloat16);
+  if (x.scalar_type() != at::kFloat) out.copy_(yt);
 #else
   TORCH_CHECK(false, "int4_mm has no tiles at CPU level " SG_STR(SGRUN_ISA));
 #endif
 }
 
-at::Tensor bf16_mm(const at::Tensor& x, const at::Tensor& w, int64_t n) {
+at::Tensor int4_mm(const at::Tensor& x, const at::Tensor& codes, const at::Tensor& scales, int64_t n) {
+  check_x(x, GROUP, true);
+  at::Tensor out = at::empty({x.size(0), n}, x.options());
+  int4_mm_into(x, codes, scales, n, out);
+  return out;
+}
+
+void bf16_mm_into(const at::Tensor& x, const at::Tensor& w, int64_t n, const at::Tensor& out) {
   check_x(x, 2, false);
   TORCH_CHECK(n % LANES == 0, "n must be a multiple of 16");
   const int64_t m = x.size(0), k = x.size(1), blocks = n / LANES;
   TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.is_contiguous() && w.numel() == n * k,
               "w does not match x and n");
+  check_mm_out(out, m, n, at::kBFloat16);
   at::Tensor xc = x.contiguous();
   const uint32_t* wb = reinterpret_cast<const uint32_t*>(w.data_ptr<at::BFloat16>());
   const int64_t ws = k / 2 * LANES;   // 32-bit pairs per column block
 #if defined(SGRUN_BF16_DOT)
-  at::Tensor out = at::empty({m, n}, x.options());
   const uint32_t* xp = reinterpret_cast<const uint32_t*>(xc.data_ptr<at::BFloat16>());
   uint16_t* yb = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
   for_each_tile<bf16dot::kRowBlock, bf16dot::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
     bf16dot::bf16_tile<decltype(rows)::value, decltype(nb)::value>(wb + b * ws, ws, xp + r * (k / 2), k,
                                                                    yb + r * n + b * LANES, n);
   });
-  return out;
 #elif defined(SGRUN_SIMD_TILES)
-  at::Tensor out = at::empty({m, n}, x.options().dtype(at::kFloat));
+  at::Tensor yt = at::empty({m, n}, x.options().dtype(at::kFloat));   // float32 rows, then rounded into out
   const uint16_t* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
-  float* yf = out.data_ptr<float>();
+  float* yf = yt.data_ptr<float>();
   for_each_tile<simd::kRowBlock, simd::kTwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
     simd::bf16_f32_tile<decltype(rows)::value, decltype(nb)::value>(wb + b * ws, ws, xb + r * k, k,
                                                                     yf + r * n + b * LANES, n);
   });
-  return out.to(at::kBFloat16);
+  out.copy_(yt);
 #else
   TORCH_CHECK(false, "bf16_mm has no tiles at CPU level " SG_STR(SGRUN_ISA));
 #endif
+}
+
+at::Tensor bf16_mm(const at::Tensor& x, const at::Tensor& w, int64_t n) {
+  check_x(x, 2, false);
+  at::Tensor out = at::empty({x.size(0), n}, x.options());
+  bf16_mm_into(x, w, n, out);
+  return out;
 }
 
 // Rows `token_ids` of an int8 table kept in column blocks of 16 (q [N/16, K, 16], its fp16 scales
@@ -214,7 +246,7 @@ at::Tensor int8_table_rows(const at::Tensor& q, const at::Tensor& scale, const a
 }
 
 // q: [N/16, K, 16] int8; scale: [N/16, ceil(K/32), 16] fp16, one per column and group of 32 k.
-at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
+void int8_mm_f32_into(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, const at::Tensor& out) {
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat, "x must be a 2-D float32 tensor");
   const int64_t m = x.size(0), k = x.size(1), groups = (k + GROUP - 1) / GROUP;
   TORCH_CHECK(scale.dim() == 3 && scale.size(1) == groups && scale.size(2) == LANES,
@@ -222,7 +254,7 @@ at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   const int64_t blocks = scale.size(0), n = blocks * LANES;
   TORCH_CHECK(q.scalar_type() == at::kChar && q.is_contiguous() && q.numel() == n * k, "q does not match x and scale");
   TORCH_CHECK(scale.scalar_type() == at::kHalf && scale.is_contiguous(), "scale must be contiguous float16");
-  at::Tensor out = at::empty({m, n}, x.options());
+  check_mm_out(out, m, n, at::kFloat);
   at::Tensor xc = x.contiguous();
   const float* xb = xc.data_ptr<float>();
   const int8_t* qb = q.data_ptr<int8_t>();
@@ -243,6 +275,12 @@ at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tenso
 #else
   TORCH_CHECK(false, "int8_mm_f32 has no tiles at CPU level " SG_STR(SGRUN_ISA));
 #endif
+}
+
+at::Tensor int8_mm_f32(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
+  TORCH_CHECK(x.dim() == 2 && scale.dim() == 3, "x must be 2-D and scale [N/16, ceil(K/32), 16]");
+  at::Tensor out = at::empty({x.size(0), scale.size(0) * LANES}, x.options().dtype(at::kFloat));
+  int8_mm_f32_into(x, q, scale, out);
   return out;
 }
 
