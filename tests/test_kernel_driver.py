@@ -70,3 +70,40 @@ def test_attention_paths_at_every_isa(level, tmp_path):
     assert run.stdout.startswith(f"attention: decode {name}, prefill {name}\n"), run.stdout
     # float16 pools (a float32 model's fp16 KV cache) were checked too, decode and prefill
     assert "ok   decode float16 D=128" in run.stdout and "ok   prefill float16 pool D=128" in run.stdout, run.stdout
+
+
+def test_the_torch_facing_modules_compile_for_every_arm_level(tmp_path):
+    """The drivers above run the tiles and attention paths, but not the code around them that
+    needs torch (the matmul module's decode blocks, its thread team and idle worker, the ops'
+    drivers; the paged-decode and prefill-attention modules' ops). Each module, as build.py joins
+    it, goes through the compiler's front end for each ARM level with its build flags
+    (`-fsyntax-only`: templates are instantiated, no code is generated), so a change that breaks
+    the ARM build fails here rather than on a user's first start. The six compiles run two at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from torch.utils.cpp_extension import include_paths
+
+    from sgrun.cpu_kernels import isa, matmul, paged_decode, prefill_attention
+    compiler = "g++" if NATIVE_ARM else "aarch64-linux-gnu-g++"
+    if shutil.which(compiler) is None:
+        pytest.fail(f"{compiler} is missing: the ARM builds cannot be checked; install it with `{APT}`")
+    python_include = __import__("sysconfig").get_paths()["include"]
+    includes = [f"-isystem{p}" for p in (*include_paths(), python_include)]
+    jobs = []
+    for module in (matmul, paged_decode, prefill_attention):
+        source = tmp_path / f"{module.KERNEL.name}.cpp"
+        source.write_text(module.KERNEL.source_text())
+        for level in (isa.level_named("neon", "aarch64"), isa.level_named("neon_dotprod", "aarch64")):
+            flags = [f for f in module.KERNEL.build_flags(level) if f != "-fopenmp"]
+            jobs.append((f"{module.KERNEL.name} at {level.name}",
+                         [compiler, "-fsyntax-only", *flags, "-DTORCH_EXTENSION_NAME=check", "-DTORCH_API_INCLUDE_EXTENSION_H",
+                          *includes, str(source)]))
+
+    def compile_one(job):
+        name, cmd = job
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        return name, done.returncode, done.stderr[-3000:]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        failed = [(name, err) for name, rc, err in pool.map(compile_one, jobs) if rc != 0]
+    assert not failed, failed

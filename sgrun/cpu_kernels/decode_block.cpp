@@ -15,11 +15,16 @@
 // and in any batch (speculative verify rows rely on it). The elementwise loops run over rows split
 // across the thread team (for_row_chunks: one chunk at decode sizes, so a step stays on its thread);
 // at a 2,048-token prefill they had been ~15% of the time on one core while the other waited.
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <type_traits>
 #include <unordered_map>
+#include <unistd.h>
+#include <utility>
+#include <vector>
 
 namespace decode_block {
 
@@ -296,6 +301,123 @@ std::vector<at::Tensor> decode_block_run(int64_t id, const at::Tensor& h, const 
   return run_block(*blk, h, o.has_value() ? *o : none, cos.has_value() ? *cos : none, sin.has_value() ? *sin : none);
 }
 
+// The next decode step's first weights, read into the cache by the thread team's idle worker while
+// the engine thread runs Python between steps (thread_team.cpp's post_idle). Why: a batch-1 step
+// streams every weight from DRAM (~96 MB for SmolLM2 through a 32 MiB L3), and between two steps
+// the engine thread spends ~0.8 ms in Python (schedule, sampling, postprocess) while the worker only
+// spins and the memory bus idles. Reading the first blocks' weights then (in the forward's order)
+// lets the next step start on cached weights. decode_logits posts it after its lm_head (whose 28 MB
+// stream would otherwise evict them) and cancels it when the next forward starts. The budget is
+// small on purpose: in-process A/Bs on Zen 4 (docs/cpu_kernels.md) read the step 3-4% shorter with
+// 2-4 MB and 1-4% longer with 8-16 MB, where the worker's stream delays Python's own cache misses
+// (~0.2 ms more Python a step). SGRUN_PREFETCH_MB sets it (0: off); the default is 4 MB, at most a
+// quarter of the L3 the OS reports (2 MB where it reports none).
+namespace decode_block {
+
+struct WeightPrefetch {
+  std::vector<int64_t> ids;                          // the forward this plan is for
+  int64_t budget = 0;                                // the bytes it was cut to
+  std::vector<std::shared_ptr<const Block>> blocks;  // keep the weights alive while a piece reads them
+  std::vector<std::pair<const char*, int64_t>> ranges;
+  std::vector<int64_t> starts;                       // each range's offset in the concatenation
+  int64_t total = 0;
+};
+
+constexpr int64_t kPrefetchPiece = 64 << 10;   // bytes a worker reads between checks for a job
+
+// Read at every post, so a benchmark can switch it within one process (an A/B alternated per
+// request, bench_decode_ab.py); the L3's size once.
+int64_t prefetch_budget() {
+  if (const char* v = std::getenv("SGRUN_PREFETCH_MB"); v != nullptr && *v != '\0')
+    return std::max<int64_t>(0, std::atoll(v)) << 20;
+  static const int64_t by_l3 = [] {
+    long l3 = -1;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
+    constexpr int64_t kMost = int64_t(4) << 20;
+    return l3 > 0 ? std::min<int64_t>(kMost, static_cast<int64_t>(l3) / 4) : int64_t(2) << 20;
+  }();
+  return by_l3;
+}
+
+// sgrun team::PieceFn: reads one byte of every cache line of piece `piece` (volatile loads: the
+// lines come in; nothing is written).
+bool prefetch_piece(void* ctx, int64_t piece) {
+  const auto* p = static_cast<const WeightPrefetch*>(ctx);
+  int64_t at = piece * kPrefetchPiece;
+  if (at >= p->total) return false;
+  const int64_t end = std::min(at + kPrefetchPiece, p->total);
+  size_t r = static_cast<size_t>(std::upper_bound(p->starts.begin(), p->starts.end(), at) - p->starts.begin()) - 1;
+  while (at < end && r < p->ranges.size()) {
+    const int64_t in = at - p->starts[r], len = std::min(end - at, p->ranges[r].second - in);
+    const volatile char* bytes = p->ranges[r].first + in;
+    for (int64_t i = 0; i < len; i += 64) (void)bytes[i];
+    at += len;
+    ++r;
+  }
+  return true;
+}
+
+std::mutex prefetch_mutex;
+std::unique_ptr<WeightPrefetch> prefetch_plan;   // guarded by prefetch_mutex
+
+// The plan for the forward over `blocks` (ids `ids`): their linears' weights in the order the
+// forward reads them, up to the budget.
+std::unique_ptr<WeightPrefetch> plan_for(const std::vector<int64_t>& ids,
+                                         const std::vector<std::shared_ptr<const Block>>& blocks, int64_t budget) {
+  auto p = std::make_unique<WeightPrefetch>();
+  p->ids = ids;
+  p->budget = budget;
+  p->blocks = blocks;
+  auto add = [&](const at::Tensor& t) {
+    if (!t.defined() || p->total >= budget) return;
+    if (!p->ranges.empty() && p->ranges.back().first == static_cast<const char*>(t.data_ptr())) return;
+    const int64_t bytes = std::min<int64_t>(static_cast<int64_t>(t.nbytes()), budget - p->total);
+    p->ranges.emplace_back(static_cast<const char*>(t.data_ptr()), bytes);
+    p->starts.push_back(p->total);
+    p->total += bytes;
+  };
+  for (const auto& b : blocks) {
+    if (b->tail)
+      for (const Linear* l : {&b->o, &b->gate_up, &b->down}) add(l->a), add(l->b);
+    if (b->qkv_out) add(b->qkv.a), add(b->qkv.b);
+  }
+  return p;
+}
+
+// Posts the weights' read for the next forward over blocks `ids` (decode_logits, after its lm_head).
+void post_weight_prefetch(const std::vector<int64_t>& ids) {
+  const int64_t budget = prefetch_budget();
+  if (budget <= 0 || at::get_num_threads() < 2) return;
+  std::lock_guard<std::mutex> lock(prefetch_mutex);
+  if (!prefetch_plan || prefetch_plan->ids != ids || prefetch_plan->budget != budget) {
+    std::vector<std::shared_ptr<const Block>> blocks;
+    {
+      std::lock_guard<std::mutex> reg(registry_mutex);
+      for (int64_t id : ids) {
+        auto it = registry.find(id);
+        if (it == registry.end()) return;   // freed meanwhile: nothing to read
+        blocks.push_back(it->second);
+      }
+    }
+    std::unique_ptr<WeightPrefetch> plan = plan_for(ids, blocks, budget);
+    team::get().post_idle(nullptr, nullptr);   // no worker reads the old plan past this
+    prefetch_plan = std::move(plan);
+  }
+  team::get().post_idle(prefetch_piece, prefetch_plan.get());
+}
+
+// Stops the read (a forward starts: its own stream takes over), keeping the plan for the next post.
+void cancel_weight_prefetch(bool drop_plan) {
+  std::lock_guard<std::mutex> lock(prefetch_mutex);
+  if (!prefetch_plan) return;
+  team::get().post_idle(nullptr, nullptr);
+  if (drop_plan) prefetch_plan.reset();
+}
+
+}  // namespace decode_block
+
 // The whole decode forward of an all-decode batch in one call: block, attention, block, ... with
 // the attention a layer's KV write and paged decode in the paged-decode module, reached through
 // `attention_fn` (the address decode_layer_address gives, a sgrun_abi::DecodeLayerFn). `ids`: the
@@ -358,6 +480,7 @@ at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos
                           at::Tensor write_offsets, at::Tensor table, at::Tensor lens, at::Tensor starts, double scale,
                           at::Tensor out, at::Tensor lse) {
   pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
+  decode_block::cancel_weight_prefetch(false);
   return decode_block::forward_without_gil(ids, h, cos, sin, attention_fn, k_caches, v_caches, write_pages,
                                            write_offsets, table, lens, starts, scale, out, lse);
 }
@@ -411,15 +534,19 @@ at::Tensor decode_logits(std::vector<int64_t> ids, int64_t tables_id, at::Tensor
     t = it->second;
   }
   pybind11::gil_scoped_release no_gil;
+  cancel_weight_prefetch(false);   // this forward's own stream takes over
   const at::Tensor h = int8_table_rows(t->embed_q, t->embed_scale, tokens);
   const at::Tensor cos = t->cos.index_select(0, positions), sin = t->sin.index_select(0, positions);
   const at::Tensor x = forward_without_gil(ids, h, cos, sin, attention_fn, k_caches, v_caches, write_pages,
                                            write_offsets, table, lens, starts, scale, out, lse);
-  return int8_mm_f32(x, t->head_q, t->head_scale);
+  at::Tensor logits = int8_mm_f32(x, t->head_q, t->head_scale);
+  post_weight_prefetch(ids);   // read while the engine thread is in Python until the next step
+  return logits;
 }
 
 // Drops blocks and token tables (their weights' references with them).
 void decode_block_free(std::vector<int64_t> ids) {
+  decode_block::cancel_weight_prefetch(true);   // its plan may hold these blocks
   std::lock_guard<std::mutex> lock(decode_block::registry_mutex);
   for (int64_t id : ids) {
     decode_block::registry.erase(id);

@@ -17,6 +17,11 @@
 // after its job's generation has passed fails its claim and touches nothing. One job runs at a
 // time; a second thread calling meanwhile runs its job inline. After fork() the child starts a
 // fresh team (the parent's threads do not exist there).
+//
+// Idle work (`post_idle`): pieces a spinning worker runs while no job is posted, one at a time,
+// checking for a job between pieces (a piece is a few microseconds), so a job never waits for more
+// than one piece. decode_block.cpp posts the next decode step's first weights to be read into the
+// cache while the engine thread runs Python between steps (the worker would only spin then).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,6 +44,7 @@
 namespace team {
 
 using ChunkFn = void (*)(void* ctx, int64_t begin, int64_t end);
+using PieceFn = bool (*)(void* ctx, int64_t piece);   // runs piece `piece`; false: there is no such piece
 
 inline int64_t spin_us_from_env() {
   const char* v = std::getenv("SGRUN_SPIN_US");
@@ -75,7 +81,30 @@ class Team {
     while (finished_.load(std::memory_order_acquire) < chunks) SG_CPU_RELAX();
   }
 
+  // From now on, idle workers run fn(ctx, 0), fn(ctx, 1), ... until one returns false or the next
+  // post_idle (fn null: none). When this returns no worker runs an earlier posting's piece, so its
+  // ctx may be freed.
+  void post_idle(PieceFn fn, void* ctx) {
+    std::lock_guard<std::mutex> lock(idle_mutex_);
+    idle_fn_ = fn;
+    idle_ctx_ = ctx;
+    idle_next_ = 0;
+    idle_posted_.store(fn != nullptr, std::memory_order_release);
+  }
+
  private:
+  // One idle piece, if one is posted and no other worker holds the posting. Returns whether it ran.
+  bool run_idle_piece() {
+    if (!idle_posted_.load(std::memory_order_acquire)) return false;
+    std::unique_lock<std::mutex> lock(idle_mutex_, std::try_to_lock);
+    if (!lock.owns_lock() || idle_fn_ == nullptr) return false;
+    if (!idle_fn_(idle_ctx_, idle_next_++)) {
+      idle_fn_ = nullptr;
+      idle_posted_.store(false, std::memory_order_release);
+    }
+    return true;
+  }
+
   // Claims and runs chunks of generation `gen` until none is left or the generation has passed.
   void work(uint64_t gen) {
     for (;;) {
@@ -117,6 +146,7 @@ class Team {
     for (uint32_t i = 1;; ++i) {
       const uint64_t gen = ticket_.load(std::memory_order_acquire) >> 32;
       if (gen != seen) return gen;
+      if (run_idle_piece()) continue;
       SG_CPU_RELAX();
       if ((i & 255) == 0 && clock::now() >= deadline) break;
     }
@@ -138,6 +168,11 @@ class Team {
   std::mutex sleep_mutex_;
   std::condition_variable wake_;
   std::atomic<int> sleeping_{0};
+  std::mutex idle_mutex_;                          // held while a piece runs, and by post_idle
+  PieceFn idle_fn_ = nullptr;                      // guarded by idle_mutex_
+  void* idle_ctx_ = nullptr;
+  int64_t idle_next_ = 0;
+  std::atomic<bool> idle_posted_{false};
 };
 
 // One team per process, never destroyed: its detached workers may still be spinning while static
