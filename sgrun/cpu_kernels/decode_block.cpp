@@ -359,8 +359,10 @@ bool prefetch_piece(void* ctx, int64_t piece) {
   return true;
 }
 
-std::mutex prefetch_mutex;
-std::unique_ptr<WeightPrefetch> prefetch_plan;   // guarded by prefetch_mutex
+// The posted plan, guarded by prefetch_mutex. Never destroyed, as the team is not: at exit a worker
+// may still be reading while static destructors run, and this keeps its weights alive until then.
+std::mutex& prefetch_mutex = *new std::mutex();
+std::unique_ptr<WeightPrefetch>& prefetch_plan = *new std::unique_ptr<WeightPrefetch>();
 
 // The plan for the forward over `blocks` (ids `ids`): their linears' weights in the order the
 // forward reads them, up to the budget.
