@@ -228,6 +228,52 @@ def test_the_idle_weight_prefetch_changes_no_bit_and_ends_before_its_model_is_fr
     assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])
 
 
+def test_models_of_one_qkv_width_with_other_heads_take_turns_on_one_thread(tmp_path):
+    """The one-call forward keeps its activations per thread and shape (decode_block.cpp's
+    Scratch). Two tiny random models with the same widths but other head layouts (4 heads x 32 and
+    2 x 64 over hidden 128: both a 256-wide q/k/v) decode in turn on this thread, each through the
+    one call and through the per-layer loop: each gets its own q/k/v views, so both agree bitwise
+    every time (with the first model's views the second one's attention refused its shape)."""
+    import transformers
+
+    from sgrun.models.safetensors_loader import load_folder
+    models = []
+    for heads, kv_heads in ((4, 2), (2, 1)):
+        torch.manual_seed(heads)
+        cfg = transformers.LlamaConfig(vocab_size=1024, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                       num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=128 // heads,
+                                       max_position_embeddings=512, tie_word_embeddings=False)
+        hf = transformers.LlamaForCausalLM(cfg).eval()
+        with torch.no_grad():
+            for name, p in hf.named_parameters():
+                p.normal_(0, 0.2) if "norm" not in name else p.fill_(1.0)
+        folder = tmp_path / f"heads{heads}"
+        hf.save_pretrained(folder, safe_serialization=True)
+        config, _, weights = load_folder(folder, torch.float32)
+        model = LlamaModel(config, weights, torch.float32, "int4")
+        assert supports(model)
+        models.append(model)
+    widths = {(m.cfg.num_heads + 2 * m.cfg.num_kv_heads) * m.cfg.head_dim for m in models}
+    assert len(widths) == 1 and len({m.cfg.head_dim for m in models}) == 2
+    contexts = [5, 37, 300]
+    ids, positions, rows = torch.tensor([17, 900, 345]), torch.tensor([c - 1 for c in contexts]), torch.arange(3)
+    op = paged_decode_cpp.load_kernel()
+    for model in models * 2:
+        fused = FusedDecode(model)
+        cfg = model.cfg
+        got = []
+        for one_call in (True, False):
+            pool, segments, wp, wo = _pool_and_decodes(model, contexts, seed=7)
+            attn = CppPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, op)
+            attn.prepare(wp, wo, segments)
+            if one_call:
+                assert attn.decode_forward_args(torch.float32) is not None
+            else:
+                attn.decode_forward_args = lambda dt: None
+            got.append(fused.forward(ids, positions, attn, rows))
+        assert torch.isfinite(got[0]).all() and torch.equal(got[0], got[1])
+
+
 def test_the_default_engine_decodes_with_the_blocks_and_compiles_nothing(model_path):
     with sgrun.Engine(str(model_path), num_threads=2, memory_gb=0.3) as engine:
         runner = engine.runner

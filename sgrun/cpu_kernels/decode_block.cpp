@@ -217,7 +217,9 @@ at::Tensor block_into(const Block& b, float* hp, int64_t rows, int64_t dim, cons
         }
     });
   });
-  if (!s.q.defined()) {   // views made once per Scratch shape
+  // Views made once per Scratch shape and head layout (two models may share a qkv width with
+  // other head counts: then they are made again).
+  if (!s.q.defined() || s.q.size(1) != H || s.q.size(2) != D || s.k.size(1) != KV) {
     s.q = s.qkv.narrow(1, 0, H * D).view({rows, H, D});
     s.k = s.qkv.narrow(1, H * D, KV * D).view({rows, KV, D});
     s.v = s.qkv.narrow(1, (H + KV) * D, KV * D).view({rows, KV, D});
@@ -548,12 +550,15 @@ at::Tensor decode_logits(std::vector<int64_t> ids, int64_t tables_id, at::Tensor
 
 // Drops blocks and token tables (their weights' references with them).
 void decode_block_free(std::vector<int64_t> ids) {
-  decode_block::cancel_weight_prefetch(true);   // its plan may hold these blocks
-  std::lock_guard<std::mutex> lock(decode_block::registry_mutex);
-  for (int64_t id : ids) {
-    decode_block::registry.erase(id);
-    decode_block::tables_registry.erase(id);
+  {
+    std::lock_guard<std::mutex> lock(decode_block::registry_mutex);
+    for (int64_t id : ids) {
+      decode_block::registry.erase(id);
+      decode_block::tables_registry.erase(id);
+    }
   }
+  // Then the read and its plan, which may hold these blocks: erased first, no later post can find them.
+  decode_block::cancel_weight_prefetch(true);
 }
 
 namespace {
