@@ -206,7 +206,9 @@ def test_the_idle_weight_prefetch_changes_no_bit_and_ends_before_its_model_is_fr
     at every call, sets how many). It only reads: the logits are bitwise the same with none, the
     default and every weight posted. Each model is freed right after its step, while the worker may
     still be reading it (4 GB covers all of it): freeing cancels the read and the plan holds the
-    blocks, so the process goes on to decode the next model as before."""
+    blocks, so the process goes on to decode the next model as before. The worker does read:
+    with no budget nothing, with one, bytes (the module's count of what it read)."""
+    import time
     contexts = [5, 37, 300]
     ids, positions, rows = torch.tensor([17, 9000, 12345]), torch.tensor([c - 1 for c in contexts]), torch.arange(3)
     results = []
@@ -222,7 +224,14 @@ def test_the_idle_weight_prefetch_changes_no_bit_and_ends_before_its_model_is_fr
         pool, segments, wp, wo = _pool_and_decodes(model, contexts, seed=5)
         attn = CppPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, paged_decode_cpp.load_kernel())
         attn.prepare(wp, wo, segments)
+        module = fused.module
+        before = module.weight_prefetch_bytes()
         results.append(fused.forward(ids, positions, attn, rows))
+        deadline = time.monotonic() + 2.0   # the spinning worker reads its pieces within a millisecond or so
+        while budget_mb != "0" and module.weight_prefetch_bytes() == before and time.monotonic() < deadline:
+            time.sleep(0.001)
+        read = module.weight_prefetch_bytes() - before
+        assert (read == 0) if budget_mb == "0" else (read > 0), (budget_mb, read)
         del fused, model, attn, pool
         gc.collect()   # the blocks go (decode_block_free) while the read may still run
     assert torch.equal(results[0], results[1]) and torch.equal(results[0], results[2])

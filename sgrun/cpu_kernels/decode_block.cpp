@@ -16,6 +16,7 @@
 // across the thread team (for_row_chunks: one chunk at decode sizes, so a step stays on its thread);
 // at a 2,048-token prefill they had been ~15% of the time on one core while the other waited.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
@@ -345,11 +346,14 @@ int64_t prefetch_budget() {
 
 // sgrun team::PieceFn: reads one byte of every cache line of piece `piece` (volatile loads: the
 // lines come in; nothing is written).
+std::atomic<int64_t> prefetched_bytes{0};   // read so far, for tests and reports
+
 bool prefetch_piece(void* ctx, int64_t piece) {
   const auto* p = static_cast<const WeightPrefetch*>(ctx);
   int64_t at = piece * kPrefetchPiece;
   if (at >= p->total) return false;
   const int64_t end = std::min(at + kPrefetchPiece, p->total);
+  prefetched_bytes.fetch_add(end - at, std::memory_order_relaxed);
   size_t r = static_cast<size_t>(std::upper_bound(p->starts.begin(), p->starts.end(), at) - p->starts.begin()) - 1;
   while (at < end && r < p->ranges.size()) {
     const int64_t in = at - p->starts[r], len = std::min(end - at, p->ranges[r].second - in);
@@ -421,6 +425,9 @@ void cancel_weight_prefetch(bool drop_plan) {
 }
 
 }  // namespace decode_block
+
+// The bytes the idle worker has read ahead in this process (post_weight_prefetch above).
+int64_t weight_prefetch_bytes() { return decode_block::prefetched_bytes.load(std::memory_order_relaxed); }
 
 // The whole decode forward of an all-decode batch in one call: block, attention, block, ... with
 // the attention a layer's KV write and paged decode in the paged-decode module, reached through

@@ -49,7 +49,7 @@ SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "ma
 KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
                    ["fast_path", "tiles", "int4_dequantize_t", "bf16_unpack_t",
                     "int8_table_rows", "decode_block_new", "decode_block_run", "decode_block_free", "decode_forward",
-                    "decode_tables_new", "decode_logits",
+                    "decode_tables_new", "decode_logits", "weight_prefetch_bytes",
                     "team_parallel_address"],
                    what="The C++ small-batch matmul",
                    fallback="small batches use torch's weight-only kernels instead",
