@@ -6,7 +6,8 @@ bench_matmul.py times calls whose weights sit in cache; a decode step streams th
 SmolLM2 through a 32 MiB L3). Here each shape gets enough copies of its weight (~200 MB) that every
 call reads its own from DRAM, and the average call's weight bytes over its time is printed in GB/s
 next to `sum()`'s bandwidth over 256 MiB (bench_options.read_bandwidth_gbs, the roofline's divisor),
-per round, at the level this process runs (forced with SGRUN_CPU_ISA). SmolLM2's shapes (qkv, o,
+per round, at the level this process runs (forced with SGRUN_CPU_ISA), and the int8 lm_head's
+(49152 x 576, the tied embedding) the same way. SmolLM2's shapes (qkv, o,
 gate_up, down) run far below that bandwidth when called one at a time: each call pays its start
 (the first lines' DRAM latency before the tile's prefetch runs ahead, the thread team's start, the
 op's dispatch from Python); a 42 MB matrix shows the tiles' own streaming rate.
@@ -51,6 +52,27 @@ def stream_gbs(ops, mats, n: int, k: int, calls: int) -> float:
     return nbytes * calls / (time.perf_counter() - t) / 1e9
 
 
+def lm_head_copies(ops_module, n: int = 49152, k: int = 576) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """SmolLM2's int8 lm_head (the tied embedding, GGUF Q8_0: an fp16 scale per 32), 4 copies (~117 MB)."""
+    out = []
+    for i in range(4):
+        g = torch.Generator().manual_seed(i)
+        codes = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+        scale = torch.rand(n, k // 32, generator=g) * 0.01 + 1e-3
+        out.append((ops_module.pack_int8(codes), ops_module.pack_int8_scales(scale)))
+    return out
+
+
+def lm_head_gbs(ops, mats, k: int, calls: int) -> float:
+    x = torch.randn(1, k)
+    ops.int8_mm_f32(x, *mats[0])
+    nbytes = mats[0][0].nbytes + mats[0][1].nbytes
+    t = time.perf_counter()
+    for i in range(calls):
+        ops.int8_mm_f32(x, *mats[i % len(mats)])
+    return nbytes * calls / (time.perf_counter() - t) / 1e9
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     add_threads(ap)
@@ -61,10 +83,12 @@ def main() -> None:
     from sgrun.cpu_kernels import matmul
     ops = matmul.kernels()
     weights = {name: copies_of(n, k, matmul) for name, (n, k) in SHAPES.items()}
+    head = lm_head_copies(matmul)
     for r in range(args.rounds):
         line = [f"sum() {read_bandwidth_gbs():.1f}"]
         for name, (n, k) in SHAPES.items():
             line.append(f"{name} {stream_gbs(ops, weights[name], n, k, 50 if n > 10000 else 400):.1f}")
+        line.append(f"lm_head int8 49152x576 {lm_head_gbs(ops, head, 576, 24):.1f}")
         print(f"round {r + 1} GB/s: " + ", ".join(line) + f"  (load {load_avg()})", flush=True)
 
 

@@ -60,8 +60,11 @@ def test_compiled_greedy_tokens_and_logprobs_equal_eager(int8_engines):
             assert g.token_ids == w.token_ids
             for lg, lw in zip(g.outputs[0].logprobs, w.outputs[0].logprobs):
                 assert [t for t, _, _ in lg.top] == [t for t, _, _ in lw.top]
+                # The int8 lm_head rounds its input to 16-bit steps per group of 32 (1/32,512 of the
+                # group's largest value, matmul_common.cpp's Quant16Rows): a last-bit difference in the
+                # compiled graph's final norm can move an input by one step, a logprob by ~1e-3.
                 for (_, _, a), (_, _, b) in zip(lg.top, lw.top):
-                    assert abs(a - b) < 1e-4
+                    assert abs(a - b) < 1e-2
     assert on.runner.compiled.model is on.model
 
 
@@ -75,8 +78,10 @@ def test_compiled_logits_equal_eager_forward_and_never_recompile(int8_engines):
         rows = torch.arange(t)
         got = compiled.forward(ids, pos, _NoAttention(), rows)
         want = model.forward(ids, pos, _NoAttention(), rows)
-        # Logits reach |30|; 30 layers of float32 sums in another order differ by ~1e-4.
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-3)
+        # Logits reach |30|; 30 layers of float32 sums in another order differ by ~1e-4, and the
+        # int8 lm_head's 16-bit input steps (Quant16Rows) turn a last-bit difference in one input into
+        # one step (~3e-3 here) times its weights: ~4e-3 at most measured.
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=2e-2)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames, "a batch size recompiled"
     assert not compiled.eligible(compiled.max_rows + 1)
 

@@ -7,11 +7,13 @@
 //   int4 x int8-quantized activations, float32 FMA for bf16 and int8 weights (matmul_avx2.cpp,
 //   matmul_neon.cpp);
 //   SGRUN_Q8_TILES_512 (avx512_bf16, amx: AVX512-VNNI): the int4 x int8-activation tile in 512-bit
-//   registers (matmul_avx512_vnni.cpp), in place of the AVX2 one from two rows on.
+//   registers (matmul_avx512_vnni.cpp), in place of the AVX2 one from two rows on, and the int8
+//   lm_head's integer tile; SGRUN_INT8_X16 (every x86 level with tiles): the AVX2 one, bit-identical.
 // Ops are registered as sgrun::<op>_<level> so several levels' builds can live in one process
 // (tests run every level the CPU has).
 #include <torch/library.h>   // TORCH_LIBRARY: the ops torch.compile calls
 #include <ATen/Parallel.h>
+#include <cstdlib>
 #include <string>
 
 #define SG_STR2(x) #x
@@ -45,6 +47,14 @@ void for_each_tile(int64_t m, int64_t k, int64_t blocks, Tile&& tile) {
                                          [&](auto rows, auto nb, int64_t first) { tile(rows, nb, b0 + first, r); });
     }
   });
+}
+
+// SGRUN_INT8_HEAD=float: the int8 lm_head keeps its float FMA tile where the integer one would run
+// (benchmarks/bench_lm_head.py alternates the two in one process). Read per call: well under a
+// microsecond against the lm_head's millisecond.
+bool int8_head_float_forced() {
+  const char* v = std::getenv("SGRUN_INT8_HEAD");
+  return v != nullptr && std::string(v) == "float";
 }
 
 void check_x(const at::Tensor& x, int64_t k_multiple, bool float_ok) {
@@ -261,6 +271,28 @@ void int8_mm_f32_into(const at::Tensor& x, const at::Tensor& q, const at::Tensor
   const uint16_t* sb = reinterpret_cast<const uint16_t*>(scale.data_ptr<at::Half>());
   float* yb = out.data_ptr<float>();
   const int64_t qs = k * LANES;
+#if defined(SGRUN_Q8_TILES_512) || defined(SGRUN_INT8_X16)
+  // Integer dots against 16-bit activations (matmul_common.cpp's Quant16Rows), unless
+  // SGRUN_INT8_HEAD=float keeps the float FMA tile.
+  if (k % GROUP == 0 && !int8_head_float_forced()) {
+    // Kept between calls and named through a reference, as int4_mm_into's quantized activations.
+    thread_local Quant16Rows x16_kept;
+    Quant16Rows& qx = x16_kept;
+    quantize16_rows(m, k, xb, qx);
+    const int64_t ss = groups * LANES;
+#if defined(SGRUN_Q8_TILES_512)
+    namespace x16_ns = q8x512;
+#else
+    namespace x16_ns = simd;
+#endif
+    for_each_tile<x16_ns::kX16RowBlock, x16_ns::kX16TwoBlockRows>(m, k, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+      x16_ns::int8_x16_tile<decltype(rows)::value, decltype(nb)::value>(
+          qb + b * qs, qs, qx.x16.data() + r * k, qx.hi.data() + r * k, qx.lo.data() + r * k, qx.d.data() + r * groups,
+          qx.corr.data() + r * groups, k, groups, sb + b * ss, ss, yb + r * n + b * LANES, n);
+    });
+    return;
+  }
+#endif
 #if defined(SGRUN_BF16_DOT)
   namespace tiles_ns = bf16dot;
 #elif defined(SGRUN_SIMD_TILES)

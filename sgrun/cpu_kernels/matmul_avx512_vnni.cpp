@@ -2,7 +2,8 @@
 // quantized to int8 per group of 32 (matmul_common.cpp's quantize_rows) against the int4 codes,
 // 16 columns x 4 k per instruction, for two rows and more; one row keeps the AVX2 tile, which was
 // faster there (below). Compiled after matmul_common.cpp and before matmul_avx2.cpp, whose tiles
-// serve everything else at these levels.
+// serve everything else at these levels. Also here: the int8 lm_head's integer tile
+// (`int8_x16_tile`, at its definition below), which every row count at these levels runs.
 //
 // Why: at these levels the float32 path used to run the AVX2 tile (matmul_avx2.cpp), whose
 // _mm256_maddubs_epi16 gives int16 pair sums that need an add per instruction and a widening per
@@ -95,6 +96,67 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
         const __m512 d = _mm512_set1_ps(xd[r * groups + g]), sum = _mm512_set1_ps(xsum[r * groups + g]);
         acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(s, d), acc[r][b]);
         acc[r][b] = _mm512_fmadd_ps(mn, sum, acc[r][b]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) _mm512_storeu_ps(y + r * n_total + b * LANES, acc[r][b]);
+}
+
+// The int8 lm_head (q [N/16, K, 16], an fp16 scale per column and group of 32) against 16-bit
+// activations (matmul_common.cpp's Quant16Rows), R rows x NB column blocks; k a multiple of 32. Per
+// 4 k a 64-byte line holds the 16 columns of each k; one dword permute and one in-lane byte shuffle
+// regroup it into one dword per column (k, k+1, k+2, k+3), which _mm512_dpbusd_epi32 multiplies as
+// unsigned bytes (the sign bit flipped: w + 128) by X's high and low bytes broadcast, 64
+// multiply-adds per instruction. A group's dot w . X = 256 * hi_dot + lo_dot - 128 * sum(X) is exact
+// in int32 (|.| < 2^28), as the AVX2 tile's, and applied in the same float32 order, so both give the
+// same bits. Against the float FMA tile (a widening, a conversion and an FMA per 16 weights) this is
+// about five instructions per 64 weights, shared by the rows of a pass.
+constexpr int kX16RowBlock = kRowBlock, kX16TwoBlockRows = kTwoBlockRows;
+template <int R, int NB>
+void int8_x16_tile(const int8_t* q, int64_t block_stride, const int16_t*, const int8_t* xhi, const int8_t* xlo, const float* xd,
+                   const int32_t* xcorr, int64_t k, int64_t groups, const uint16_t* scale,
+                   int64_t block_stride_scales, float* y, int64_t n_total) {
+  // Dword 4m + L of the permuted line is the input's dword 4L + m (k = L, columns 4m..4m+3); then
+  // byte 4c + L of each lane takes byte 4L + c: one dword per column, its 4 k in order.
+  const __m512i dwords = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  const __m512i bytes = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i dhi[R][NB], dlo[R][NB];
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b) dhi[r][b] = dlo[r][b] = _mm512_setzero_si512();
+    for (int b = 0; b < NB; ++b)
+      prefetch_next_unit(scale + b * block_stride_scales + g * LANES, 2 * block_stride_scales * sizeof(uint16_t));
+    for (int64_t kk = g * GROUP; kk < (g + 1) * GROUP; kk += 4) {
+      __m512i w[NB];
+      for (int b = 0; b < NB; ++b) {
+        const int8_t* at = q + b * block_stride + kk * LANES;
+        prefetch_next_unit(at, 2 * block_stride);   // one 64-byte line a load
+        const __m512i line = _mm512_loadu_si512(at);
+        w[b] = _mm512_xor_si512(_mm512_shuffle_epi8(_mm512_permutexvar_epi32(dwords, line), bytes), flip);
+      }
+      for (int r = 0; r < R; ++r) {
+        int32_t h, l;
+        std::memcpy(&h, xhi + r * k + kk, sizeof(h));
+        std::memcpy(&l, xlo + r * k + kk, sizeof(l));
+        const __m512i hv = _mm512_set1_epi32(h), lv = _mm512_set1_epi32(l);
+        for (int b = 0; b < NB; ++b) {
+          dhi[r][b] = dot4(dhi[r][b], w[b], hv);
+          dlo[r][b] = dot4(dlo[r][b], w[b], lv);
+        }
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      const __m512 s = half16(scale + b * block_stride_scales + g * LANES);
+      for (int r = 0; r < R; ++r) {
+        const __m512i total = _mm512_sub_epi32(_mm512_add_epi32(_mm512_slli_epi32(dhi[r][b], 8), dlo[r][b]),
+                                               _mm512_set1_epi32(xcorr[r * groups + g]));
+        acc[r][b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total), _mm512_mul_ps(s, _mm512_set1_ps(xd[r * groups + g])),
+                                    acc[r][b]);
       }
     }
   }

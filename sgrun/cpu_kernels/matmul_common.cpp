@@ -116,6 +116,62 @@ void quantize_rows(int64_t m, int64_t k, Load load, QuantRows& out, int threads 
   });
 }
 
+// Activations for the int8 lm_head's integer tiles (matmul_avx512_vnni.cpp's and matmul_avx2.cpp's
+// int8_x16_tile): per row and group of 32, X = rint(x / d) with d = max |x| / 32512 (127 * 256), a
+// 16-bit integer, and X's split X = 256 * hi + lo into two int8 halves (hi in [-127, 127], lo in
+// [-128, 127]) for the VNNI byte dot products. Why integers: the float FMA tiles spent a widening, a
+// conversion and an FMA per 16 weights (8 at AVX2), so a batch's lm_head was instruction-bound (in
+// cache, 6,144 x 576, two threads, Zen 4: 81 -> 41-48 us at one row, 2,100 -> 1,500 us at 64 rows;
+// docs/cpu_kernels.md). Why 16 bits and not llama.cpp's 8: x stays within 1/65,024 of its group's
+// largest value, where 8 bits (1/254) would add to the int4 path's drift. Every tile sums the same
+// exact integer dot w . X per column and group and applies it in float32 in one order
+// (acc += float(dot) * (scale * d)), so the x86 levels give the same bits.
+// `corr` is 128 * sum(X): the VNNI tile multiplies the codes as unsigned bytes (w + 128).
+struct Quant16Rows {
+  std::vector<int16_t> x16;   // [M, K]
+  std::vector<int8_t> hi, lo; // [M, K]
+  std::vector<float> d;       // [M, K / 32]
+  std::vector<int32_t> corr;  // [M, K / 32]
+};
+
+inline void quantize16_rows(int64_t m, int64_t k, const float* x, Quant16Rows& out) {
+  const int64_t groups = k / GROUP;
+  out.x16.resize(static_cast<size_t>(m * k));
+  out.hi.resize(static_cast<size_t>(m * k));
+  out.lo.resize(static_cast<size_t>(m * k));
+  out.d.resize(static_cast<size_t>(m * groups));
+  out.corr.resize(static_cast<size_t>(m * groups));
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* xg = x + r * k + g * GROUP;
+      int32_t amax_bits = 0;   // as quantize_rows: |x|'s bits order as |x| does
+      for (int i = 0; i < GROUP; ++i) {
+        int32_t bits;
+        std::memcpy(&bits, &xg[i], sizeof(bits));
+        bits &= 0x7fffffff;
+        amax_bits = bits > amax_bits ? bits : amax_bits;
+      }
+      float amax;
+      std::memcpy(&amax, &amax_bits, sizeof(amax));
+      const float inv = amax > 0.0f ? 32512.0f / amax : 0.0f;
+      const int64_t at = r * k + g * GROUP;
+      int32_t sum = 0;
+      for (int i = 0; i < GROUP; ++i) {
+        float v = std::rint(xg[i] * inv);
+        // 1 ulp of the product past the range; NaN (a non-finite row) as 0, its d is NaN or inf
+        v = v > 32512.0f ? 32512.0f : v < -32512.0f ? -32512.0f : v == v ? v : 0.0f;
+        const int32_t q = static_cast<int32_t>(v);
+        const int32_t h = (q + 128) >> 8;   // floor((q + 128) / 256): lo = q - 256 h in [-128, 127]
+        out.x16[at + i] = static_cast<int16_t>(q);
+        out.hi[at + i] = static_cast<int8_t>(h);
+        out.lo[at + i] = static_cast<int8_t>(q - 256 * h);
+        sum += q;
+      }
+      out.d[r * groups + g] = amax / 32512.0f;
+      out.corr[r * groups + g] = 128 * sum;
+    }
+}
+
 // Calls tile(rows, blocks, first) with compile-time rows and blocks: min(left, MaxRows) rows over
 // the unit's 2 column blocks (or its 1). Two blocks at once give up to TwoBlockRows rows enough
 // independent chains; more rows give them themselves, and their accumulators would not fit the
