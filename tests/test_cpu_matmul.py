@@ -196,7 +196,7 @@ def test_int8_float32_head_matches_float64_and_keeps_rows_invariant(at_level, m)
 
 
 def int8_head_tolerance(x: torch.Tensor, table: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
-    """How far the int8 head may land from x @ table.T: where k is a multiple of 32 the x86 tiles
+    """How far the int8 head may land from x @ table.T: where k is a multiple of 32 the tiles
     multiply x rounded to 16-bit integers per row and group of 32 (matmul_common.cpp's Quant16Rows:
     within half of d = max |x| / 32512 of x), so each output may move by sum |w| * d / 2; on top,
     float32's sums."""
@@ -209,7 +209,7 @@ def int8_head_tolerance(x: torch.Tensor, table: torch.Tensor, ref: torch.Tensor)
 
 
 def x16_model(x: torch.Tensor, codes: torch.Tensor, scale16: torch.Tensor) -> torch.Tensor:
-    """What the x86 int8-head tiles compute, step for step: X = rint(x * (32512 / max|x|)) per group of
+    """What the int8-head integer tiles compute at every level, step for step: X = rint(x * (32512 / max|x|)) per group of
     32 in float32, the exact integer dot with the codes, then acc = fma(float32(dot), s * d, acc)
     over the groups in order (d = max|x| / 32512; the fma's product is exact in float64)."""
     m, k = x.shape
@@ -227,12 +227,12 @@ def x16_model(x: torch.Tensor, codes: torch.Tensor, scale16: torch.Tensor) -> to
     return acc
 
 
-@pytest.mark.skipif("avx2" not in SIMD_LEVELS, reason="the integer int8 head is x86's (ARM keeps the float tile)")
+@pytest.mark.skipif(not SIMD_LEVELS, reason="no level with tiles on this CPU")
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 9])
-def test_int8_head_integer_tiles_give_the_16_bit_models_bits_at_every_x86_level(m):
-    """The VNNI tile (avx512_bf16, amx) and the AVX2 madd tile (avx2, avx512) compute the same exact
-    integer dots and the same float32 steps, so the lm_head's logits do not depend on the level, and
-    each is exactly x16_model's."""
+def test_int8_head_integer_tiles_give_the_16_bit_models_bits_at_every_level(m):
+    """The VNNI tile (avx512_bf16, amx), the AVX2 madd tile (avx2, avx512) and the NEON one (SDOT or
+    SMULL) compute the same exact integer dots and the same float32 steps, so the lm_head's logits do
+    not depend on the level, and each is exactly x16_model's."""
     g = torch.Generator().manual_seed(m)
     n, k = 160, 576
     codes = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
@@ -241,6 +241,7 @@ def test_int8_head_integer_tiles_give_the_16_bit_models_bits_at_every_x86_level(
     blocked, blocked_scale = cpu_matmul.pack_int8(codes), cpu_matmul.pack_int8_scales(scale16.float())
     x = torch.randn(m, k, generator=g) * 3
     x[0, 32:64] = 0.0   # an all-zero group: d = 0
+    x[0, 0], x[0, 1:32] = 1.0, -128.0 / 32512.0   # X = -128 against codes -128: each tile's widest products
     want = x16_model(x, codes, scale16)
     for level in SIMD_LEVELS:
         got = cpu_matmul.kernels(level).int8_mm_f32(x, blocked, blocked_scale)
@@ -249,7 +250,7 @@ def test_int8_head_integer_tiles_give_the_16_bit_models_bits_at_every_x86_level(
                            got[-1]), level
 
 
-@pytest.mark.skipif("avx2" not in SIMD_LEVELS, reason="the integer int8 head is x86's (ARM keeps the float tile)")
+@pytest.mark.skipif(not SIMD_LEVELS, reason="no level with tiles on this CPU")
 def test_int8_head_float_switch_keeps_the_float_tile(monkeypatch):
     """SGRUN_INT8_HEAD=float (what bench_lm_head.py alternates) runs the float FMA tile: float32 sums of
     the exact products, within 1e-5 of float64, where the integer tile's 16-bit inputs are not."""

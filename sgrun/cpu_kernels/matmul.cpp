@@ -8,7 +8,7 @@
 //   matmul_neon.cpp);
 //   SGRUN_Q8_TILES_512 (avx512_bf16, amx: AVX512-VNNI): the int4 x int8-activation tile in 512-bit
 //   registers (matmul_avx512_vnni.cpp), in place of the AVX2 one from two rows on, and the int8
-//   lm_head's integer tile; SGRUN_INT8_X16 (every x86 level with tiles): the AVX2 one, bit-identical.
+//   lm_head's integer tile; SGRUN_INT8_X16 (every level with simd tiles): the AVX2 or NEON one, bit-identical.
 // Ops are registered as sgrun::<op>_<level> so several levels' builds can live in one process
 // (tests run every level the CPU has).
 #include <torch/library.h>   // TORCH_LIBRARY: the ops torch.compile calls

@@ -116,8 +116,8 @@ void quantize_rows(int64_t m, int64_t k, Load load, QuantRows& out, int threads 
   });
 }
 
-// Activations for the int8 lm_head's integer tiles (matmul_avx512_vnni.cpp's and matmul_avx2.cpp's
-// int8_x16_tile): per row and group of 32, X = rint(x / d) with d = max |x| / 32512 (127 * 256), a
+// Activations for the int8 lm_head's integer tiles (int8_x16_tile in matmul_avx512_vnni.cpp,
+// matmul_avx2.cpp and matmul_neon.cpp): per row and group of 32, X = rint(x / d) with d = max |x| / 32512 (127 * 256), a
 // 16-bit integer, and X's split X = 256 * hi + lo into two int8 halves (hi in [-127, 127], lo in
 // [-128, 127]) for the VNNI byte dot products. Why integers: the float FMA tiles spent a widening, a
 // conversion and an FMA per 16 weights (8 at AVX2), so a batch's lm_head was instruction-bound (in
@@ -125,7 +125,7 @@ void quantize_rows(int64_t m, int64_t k, Load load, QuantRows& out, int threads 
 // docs/cpu_kernels.md). Why 16 bits and not llama.cpp's 8: x stays within 1/65,024 of its group's
 // largest value, where 8 bits (1/254) would add to the int4 path's drift. Every tile sums the same
 // exact integer dot w . X per column and group and applies it in float32 in one order
-// (acc += float(dot) * (scale * d)), so the x86 levels give the same bits.
+// (acc += float(dot) * (scale * d)), so every level gives the same bits.
 // `corr` is 128 * sum(X): the VNNI tile multiplies the codes as unsigned bytes (w + 128).
 struct Quant16Rows {
   std::vector<int16_t> x16;   // [M, K]

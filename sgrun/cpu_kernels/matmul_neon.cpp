@@ -5,7 +5,8 @@
 //   4 products per lane (16 columns x 4 k in four instructions), without it widening multiplies
 //   (SMULL) and pairwise accumulates (SADALP) give the same int32 sums. Scale and minimum are
 //   applied per group in float32, as on AVX2.
-// - int8_f32_tile / bf16_f32_tile: the lm_head's int8 and dense bf16 weights widened to float32, FMA.
+// - int8_f32_tile / bf16_f32_tile: the lm_head's int8 and dense bf16 weights widened to float32, FMA;
+//   int8_x16_tile: the lm_head's int8 codes x 16-bit integer activations, x86's bits (SDOT or SMULL).
 // Layouts: matmul_common.cpp. Every row runs the same instructions whatever the row count.
 #if defined(__aarch64__) && defined(__ARM_NEON) && !defined(SGRUN_SIMD_TILES)
 #include <arm_neon.h>
@@ -14,6 +15,7 @@
 #else
 #define SGRUN_SIMD_TILES "neon"
 #endif
+#define SGRUN_INT8_X16 1   // simd::int8_x16_tile
 
 namespace {
 namespace simd {
@@ -132,6 +134,76 @@ void int8_f32_tile(const int8_t* q, int64_t block_stride, const float* x, int64_
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b)
       for (int c = 0; c < 4; ++c) vst1q_f32(y + r * n_total + b * LANES + 4 * c, acc[r][b][c]);
+}
+
+// One column quad's exact int32 sums += its 4 int8 codes x 4 int8 activations, for any bytes (the
+// int8 lm_head's codes reach -128): SDOT, or widening products summed pairwise in int32 (dot4's
+// int16 pair sum could reach 2 x 128 x 128 and overflow).
+inline int32x4_t dot4_wide(int32x4_t acc, int8x16_t codes, int8x16_t x4) {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return vdotq_s32(acc, codes, x4);
+#else
+  const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(codes), vget_low_s8(x4)));   // columns 0, 1: 2 sums each
+  const int32x4_t hi = vpaddlq_s16(vmull_high_s8(codes, x4));                       // columns 2, 3
+  return vaddq_s32(acc, vpaddq_s32(lo, hi));
+#endif
+}
+
+// The int8 lm_head against 16-bit activations, as matmul_avx2.cpp's int8_x16_tile (see there and
+// matmul_common.cpp's Quant16Rows): the same exact integer dot per column and group and the same
+// float32 steps, so NEON gives x86's bits. A 64-byte line (16 columns x 4 k) is zipped into four
+// column quads (one column's 4 codes a lane); both halves of X are signed bytes, so the codes need
+// no offset: dot = 256 * (w . hi) + w . lo. The float sums live in y.
+constexpr int kX16RowBlock = 2, kX16TwoBlockRows = 1;
+
+template <int R, int NB>
+void int8_x16_tile(const int8_t* q, int64_t block_stride, const int16_t*, const int8_t* xhi, const int8_t* xlo,
+                   const float* xd, const int32_t*, int64_t k, int64_t groups, const uint16_t* scale,
+                   int64_t block_stride_scales, float* y, int64_t n_total) {
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c) vst1q_f32(y + r * n_total + b * LANES + 4 * c, vdupq_n_f32(0.0f));
+  for (int64_t g = 0; g < groups; ++g) {
+    int32x4_t dhi[R][NB][4], dlo[R][NB][4];   // columns 4c .. 4c+3
+    for (int r = 0; r < R; ++r)
+      for (int b = 0; b < NB; ++b)
+        for (int c = 0; c < 4; ++c) dhi[r][b][c] = dlo[r][b][c] = vdupq_n_s32(0);
+    for (int64_t kk = g * GROUP; kk < (g + 1) * GROUP; kk += 4) {
+      int8x16_t quad[NB][4];
+      for (int b = 0; b < NB; ++b) {
+        const int8_t* at = q + b * block_stride + kk * LANES;
+        const int8x16_t k0 = vld1q_s8(at), k1 = vld1q_s8(at + LANES), k2 = vld1q_s8(at + 2 * LANES),
+                        k3 = vld1q_s8(at + 3 * LANES);
+        // (k0, k1) and (k2, k3) byte pairs per column, then the two pairs per column side by side.
+        const int16x8_t a0 = vreinterpretq_s16_s8(vzip1q_s8(k0, k1)), a1 = vreinterpretq_s16_s8(vzip2q_s8(k0, k1));
+        const int16x8_t b0 = vreinterpretq_s16_s8(vzip1q_s8(k2, k3)), b1 = vreinterpretq_s16_s8(vzip2q_s8(k2, k3));
+        quad[b][0] = vreinterpretq_s8_s16(vzip1q_s16(a0, b0));
+        quad[b][1] = vreinterpretq_s8_s16(vzip2q_s16(a0, b0));
+        quad[b][2] = vreinterpretq_s8_s16(vzip1q_s16(a1, b1));
+        quad[b][3] = vreinterpretq_s8_s16(vzip2q_s16(a1, b1));
+      }
+      for (int r = 0; r < R; ++r) {
+        int32_t h, l;
+        std::memcpy(&h, xhi + r * k + kk, sizeof(h));
+        std::memcpy(&l, xlo + r * k + kk, sizeof(l));
+        const int8x16_t hv = vreinterpretq_s8_s32(vdupq_n_s32(h)), lv = vreinterpretq_s8_s32(vdupq_n_s32(l));
+        for (int b = 0; b < NB; ++b)
+          for (int c = 0; c < 4; ++c) {
+            dhi[r][b][c] = dot4_wide(dhi[r][b][c], quad[b][c], hv);
+            dlo[r][b][c] = dot4_wide(dlo[r][b][c], quad[b][c], lv);
+          }
+      }
+    }
+    for (int b = 0; b < NB; ++b)
+      for (int c = 0; c < 4; ++c) {
+        const float32x4_t s = half4(scale + b * block_stride_scales + g * LANES + 4 * c);
+        for (int r = 0; r < R; ++r) {
+          const int32x4_t total = vaddq_s32(vshlq_n_s32(dhi[r][b][c], 8), dlo[r][b][c]);
+          float* yr = y + r * n_total + b * LANES + 4 * c;
+          vst1q_f32(yr, vfmaq_f32(vld1q_f32(yr), vcvtq_f32_s32(total), vmulq_f32(s, vdupq_n_f32(xd[r * groups + g]))));
+        }
+      }
+  }
 }
 
 template <int R, int NB>

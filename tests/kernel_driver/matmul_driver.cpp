@@ -49,12 +49,12 @@ uint16_t float_to_bf16(float f) {
 // y[M, N] through the driver's tiling (row blocks of kRowBlock, unit of two column blocks), the
 // units split over thread_team.cpp's workers (3 threads, one unit per chunk at least) as matmul.cpp
 // splits them, so the team runs on every target this driver does (aarch64 under qemu included).
-template <class Tile>
+template <int RowBlock = simd::kRowBlock, int TwoBlockRows = simd::kTwoBlockRows, class Tile>
 void run_tiles(int64_t m, int64_t blocks, Tile tile) {
   team::parallel_for(3, (blocks + 1) / 2, 1, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u)
-      for (int64_t r = 0; r < m; r += simd::kRowBlock)
-        with_rows<simd::kRowBlock, simd::kTwoBlockRows>(m - r, 2 * u + 1 < blocks, [&](auto rows, auto nb, int64_t first) {
+      for (int64_t r = 0; r < m; r += RowBlock)
+        with_rows<RowBlock, TwoBlockRows>(m - r, 2 * u + 1 < blocks, [&](auto rows, auto nb, int64_t first) {
           tile(rows, nb, 2 * u + first, r);
         });
   });
@@ -175,6 +175,64 @@ void test_int8(int64_t n, int64_t k) {
   }, 1e-5);
 }
 
+// The int8 lm_head's integer tile (int8_x16_tile) against its exact model: x rounded to 16-bit
+// integers per group (matmul_common.cpp's quantize16_rows), the exact integer dot per column and
+// group, then acc = fma(float(dot), s * d, acc) group by group: bit for bit, every row count (x86's
+// tiles compute the same bits; tests/test_cpu_matmul.py holds them to it). Codes span -128..127.
+void test_int8_x16(int64_t n, int64_t k) {
+  const int64_t blocks = n / LANES, groups = k / GROUP;
+  std::vector<int8_t> q(n * k), blocked(n * k);
+  std::vector<uint16_t> blocked_scale(n * groups);
+  std::vector<float> x(kRows * k);
+  for (auto& v : q) v = static_cast<int8_t>(static_cast<int>(uniform() * 256) - 128);
+  for (auto& v : x) v = static_cast<float>(normal() * 3);
+  for (int64_t j = 0; j < GROUP; ++j) x[GROUP + j] = 0.0f;   // an all-zero group: d = 0
+  // Row 0's first group: X = -128 (low byte -128) against codes -128, the products whose int16 pair
+  // sum (2 x 16384) would overflow: the plain NEON dot must widen before it adds.
+  x[0] = 1.0f;
+  for (int64_t j = 1; j < GROUP; ++j) x[j] = -128.0f / 32512.0f;
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 1; j < GROUP; ++j) q[i * k + j] = -128;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < k; ++j) blocked[((i / LANES) * k + j) * LANES + i % LANES] = q[i * k + j];
+    for (int64_t g = 0; g < groups; ++g)
+      blocked_scale[((i / LANES) * groups + g) * LANES + i % LANES] = float_to_half(static_cast<float>(uniform() * 0.01 + 1e-3));
+  }
+  Quant16Rows qx;
+  quantize16_rows(kRows, k, x.data(), qx);
+  if (qx.lo[1] != -128 || qx.hi[1] != 0) {
+    std::printf("FAIL int8_x16: the overflow case did not quantize to lo = -128\n");
+    ++failures;
+  }
+  const int64_t qs = k * LANES, ss = groups * LANES;
+  std::vector<float> want(kRows * n);
+  for (int64_t r = 0; r < kRows; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t dot = 0;
+        for (int64_t j = 0; j < GROUP; ++j) dot += int32_t(q[i * k + g * GROUP + j]) * qx.x16[r * k + g * GROUP + j];
+        const float s = half_to_float(blocked_scale[((i / LANES) * groups + g) * LANES + i % LANES]);
+        acc = std::fma(static_cast<float>(dot), s * qx.d[r * groups + g], acc);
+      }
+      want[r * n + i] = acc;
+    }
+  int bad = 0;
+  for (int64_t m = 1; m <= kRows; ++m) {
+    std::vector<float> y(m * n);
+    run_tiles<simd::kX16RowBlock, simd::kX16TwoBlockRows>(m, blocks, [&](auto rows, auto nb, int64_t b, int64_t r) {
+      simd::int8_x16_tile<decltype(rows)::value, decltype(nb)::value>(
+          blocked.data() + b * qs, qs, qx.x16.data() + r * k, qx.hi.data() + r * k, qx.lo.data() + r * k,
+          qx.d.data() + r * groups, qx.corr.data() + r * groups, k, groups, blocked_scale.data() + b * ss, ss,
+          y.data() + r * n + b * LANES, n);
+    });
+    for (int64_t e = 0; e < m * n; ++e) bad += std::memcmp(&y[e], &want[e], sizeof(float)) != 0;
+  }
+  std::printf("int8_x16 n=%lld k=%lld: %s (%d outputs differ from the exact model)\n", static_cast<long long>(n),
+              static_cast<long long>(k), bad ? "FAIL" : "ok", bad);
+  if (bad) ++failures;
+}
+
 void test_bf16(int64_t n, int64_t k) {
   const int64_t blocks = n / LANES;
   std::vector<uint16_t> w(n * k), packed(n * k), x(kRows * k);
@@ -204,6 +262,8 @@ int main() {
   test_int4(48, 96);
   test_int4(80, 576);
   test_int8(48, 200);
+  test_int8_x16(48, 576);
+  test_int8_x16(80, 96);
   test_bf16(48, 130);
   if (failures) {
     std::printf("%d FAILED\n", failures);
