@@ -28,6 +28,7 @@ FLOAT_ENV = "SGRUN_INT8_HEAD"
 
 
 def tables(ops_module, n: int = 49152, k: int = 576) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """SmolLM2's int8 lm_head (the tied embedding, GGUF Q8_0: an fp16 scale per 32), 4 copies (~117 MB)."""
     out = []
     for i in range(4):
         g = torch.Generator().manual_seed(i)

@@ -24,6 +24,7 @@ import time  # noqa: E402
 
 import torch  # noqa: E402
 
+from bench_lm_head import tables  # noqa: E402
 from bench_options import add_threads, load_avg, machine_line, read_bandwidth_gbs  # noqa: E402
 
 SHAPES = {"qkv 960x576": (960, 576), "o 576x576": (576, 576), "gate_up 3072x576": (3072, 576),
@@ -52,17 +53,6 @@ def stream_gbs(ops, mats, n: int, k: int, calls: int) -> float:
     return nbytes * calls / (time.perf_counter() - t) / 1e9
 
 
-def lm_head_copies(ops_module, n: int = 49152, k: int = 576) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """SmolLM2's int8 lm_head (the tied embedding, GGUF Q8_0: an fp16 scale per 32), 4 copies (~117 MB)."""
-    out = []
-    for i in range(4):
-        g = torch.Generator().manual_seed(i)
-        codes = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
-        scale = torch.rand(n, k // 32, generator=g) * 0.01 + 1e-3
-        out.append((ops_module.pack_int8(codes), ops_module.pack_int8_scales(scale)))
-    return out
-
-
 def lm_head_gbs(ops, mats, k: int, calls: int) -> float:
     x = torch.randn(1, k)
     ops.int8_mm_f32(x, *mats[0])
@@ -83,7 +73,7 @@ def main() -> None:
     from sgrun.cpu_kernels import matmul
     ops = matmul.kernels()
     weights = {name: copies_of(n, k, matmul) for name, (n, k) in SHAPES.items()}
-    head = lm_head_copies(matmul)
+    head = tables(matmul)
     for r in range(args.rounds):
         line = [f"sum() {read_bandwidth_gbs():.1f}"]
         for name, (n, k) in SHAPES.items():

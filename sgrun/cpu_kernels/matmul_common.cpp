@@ -78,6 +78,21 @@ void for_row_chunks(int threads, int64_t rows, int64_t elems_per_row, F&& f) {
   team::parallel_for(threads, rows, grain > 0 ? grain : 1, f);
 }
 
+// max |x| over a group of 32 through the bit patterns: for floats that are not NaN, |x|'s bits order
+// as |x| does, and an integer max vectorizes where a float max with C++'s NaN rules stays scalar.
+inline float group_abs_max(const float* x) {
+  int32_t amax_bits = 0;
+  for (int i = 0; i < GROUP; ++i) {
+    int32_t bits;
+    std::memcpy(&bits, &x[i], sizeof(bits));
+    bits &= 0x7fffffff;
+    amax_bits = bits > amax_bits ? bits : amax_bits;
+  }
+  float amax;
+  std::memcpy(&amax, &amax_bits, sizeof(amax));
+  return amax;
+}
+
 // std::rint (the default round-to-nearest-even, as nearbyint) vectorizes; nearbyint was a libm
 // call per element, ~10% of a 2,048-token prefill with the tiles below (py-spy, Zen 4).
 template <class Load>
@@ -89,19 +104,9 @@ void quantize_rows(int64_t m, int64_t k, Load load, QuantRows& out, int threads 
   for_row_chunks(threads, m, k, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t g = 0; g < groups; ++g) {
-        // max |x| over the bit patterns: for floats that are not NaN, |x|'s bits order as |x| does,
-        // and an integer max vectorizes where a float max with C++'s NaN rules stays scalar
         float x[GROUP];
-        int32_t amax_bits = 0;
-        for (int i = 0; i < GROUP; ++i) {
-          x[i] = load(r, g * GROUP + i);
-          int32_t bits;
-          std::memcpy(&bits, &x[i], sizeof(bits));
-          bits &= 0x7fffffff;
-          amax_bits = bits > amax_bits ? bits : amax_bits;
-        }
-        float amax;
-        std::memcpy(&amax, &amax_bits, sizeof(amax));
+        for (int i = 0; i < GROUP; ++i) x[i] = load(r, g * GROUP + i);
+        const float amax = group_abs_max(x);
         const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         int8_t* q = out.q.data() + r * k + g * GROUP;
         int32_t qsum = 0;
@@ -144,15 +149,7 @@ inline void quantize16_rows(int64_t m, int64_t k, const float* x, Quant16Rows& o
   for (int64_t r = 0; r < m; ++r)
     for (int64_t g = 0; g < groups; ++g) {
       const float* xg = x + r * k + g * GROUP;
-      int32_t amax_bits = 0;   // as quantize_rows: |x|'s bits order as |x| does
-      for (int i = 0; i < GROUP; ++i) {
-        int32_t bits;
-        std::memcpy(&bits, &xg[i], sizeof(bits));
-        bits &= 0x7fffffff;
-        amax_bits = bits > amax_bits ? bits : amax_bits;
-      }
-      float amax;
-      std::memcpy(&amax, &amax_bits, sizeof(amax));
+      const float amax = group_abs_max(xg);
       const float inv = amax > 0.0f ? 32512.0f / amax : 0.0f;
       const int64_t at = r * k + g * GROUP;
       int32_t sum = 0;

@@ -37,6 +37,15 @@ inline int32x4_t dot4(int32x4_t acc, int8x16_t codes, int8x16_t x4) {
 #endif
 }
 
+// Byte pairs per column (a: columns 0-7 and 8-15 of one pair of k, b: the next pair) -> four column
+// quads, quad c holding columns 4c..4c+3 with each column's 4 bytes (a's pair, then b's) in one lane.
+inline void pairs_to_quads(int16x8_t a_lo, int16x8_t a_hi, int16x8_t b_lo, int16x8_t b_hi, int8x16_t quad[4]) {
+  quad[0] = vreinterpretq_s8_s16(vzip1q_s16(a_lo, b_lo));
+  quad[1] = vreinterpretq_s8_s16(vzip2q_s16(a_lo, b_lo));
+  quad[2] = vreinterpretq_s8_s16(vzip1q_s16(a_hi, b_hi));
+  quad[3] = vreinterpretq_s8_s16(vzip2q_s16(a_hi, b_hi));
+}
+
 template <int R, int NB>
 void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_stride_codes,
                   int64_t block_stride_scales, const int8_t* xq, const float* xd, const float* xsum, int64_t k,
@@ -60,13 +69,9 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
         // (c[n, 2p], c[n, 2p+1]) per column, for pair p and for pair p+1 ...
         const uint8x16_t e0 = vandq_u8(v0, low), o0 = vshrq_n_u8(v0, 4);
         const uint8x16_t e1 = vandq_u8(v1, low), o1 = vshrq_n_u8(v1, 4);
-        const uint16x8_t p0lo = vreinterpretq_u16_u8(vzip1q_u8(e0, o0)), p0hi = vreinterpretq_u16_u8(vzip2q_u8(e0, o0));
-        const uint16x8_t p1lo = vreinterpretq_u16_u8(vzip1q_u8(e1, o1)), p1hi = vreinterpretq_u16_u8(vzip2q_u8(e1, o1));
         // ... then the two pairs of a column side by side: its 4 codes c[n, 2p .. 2p+3] in one lane.
-        quad[b][0] = vreinterpretq_s8_u16(vzip1q_u16(p0lo, p1lo));
-        quad[b][1] = vreinterpretq_s8_u16(vzip2q_u16(p0lo, p1lo));
-        quad[b][2] = vreinterpretq_s8_u16(vzip1q_u16(p0hi, p1hi));
-        quad[b][3] = vreinterpretq_s8_u16(vzip2q_u16(p0hi, p1hi));
+        pairs_to_quads(vreinterpretq_s16_u8(vzip1q_u8(e0, o0)), vreinterpretq_s16_u8(vzip2q_u8(e0, o0)),
+                       vreinterpretq_s16_u8(vzip1q_u8(e1, o1)), vreinterpretq_s16_u8(vzip2q_u8(e1, o1)), quad[b]);
       }
       for (int r = 0; r < R; ++r) {
         int32_t four;
@@ -175,12 +180,8 @@ void int8_x16_tile(const int8_t* q, int64_t block_stride, const int16_t*, const 
         const int8x16_t k0 = vld1q_s8(at), k1 = vld1q_s8(at + LANES), k2 = vld1q_s8(at + 2 * LANES),
                         k3 = vld1q_s8(at + 3 * LANES);
         // (k0, k1) and (k2, k3) byte pairs per column, then the two pairs per column side by side.
-        const int16x8_t a0 = vreinterpretq_s16_s8(vzip1q_s8(k0, k1)), a1 = vreinterpretq_s16_s8(vzip2q_s8(k0, k1));
-        const int16x8_t b0 = vreinterpretq_s16_s8(vzip1q_s8(k2, k3)), b1 = vreinterpretq_s16_s8(vzip2q_s8(k2, k3));
-        quad[b][0] = vreinterpretq_s8_s16(vzip1q_s16(a0, b0));
-        quad[b][1] = vreinterpretq_s8_s16(vzip2q_s16(a0, b0));
-        quad[b][2] = vreinterpretq_s8_s16(vzip1q_s16(a1, b1));
-        quad[b][3] = vreinterpretq_s8_s16(vzip2q_s16(a1, b1));
+        pairs_to_quads(vreinterpretq_s16_s8(vzip1q_s8(k0, k1)), vreinterpretq_s16_s8(vzip2q_s8(k0, k1)),
+                       vreinterpretq_s16_s8(vzip1q_s8(k2, k3)), vreinterpretq_s16_s8(vzip2q_s8(k2, k3)), quad[b]);
       }
       for (int r = 0; r < R; ++r) {
         int32_t h, l;
