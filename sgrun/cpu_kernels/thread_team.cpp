@@ -20,8 +20,9 @@
 //
 // Idle work (`post_idle`): pieces a spinning worker runs while no job is posted, one at a time,
 // checking for a job between pieces (a piece is a few microseconds), so a job never waits for more
-// than one piece. decode_block.cpp posts the next decode step's first weights to be read into the
-// cache while the engine thread runs Python between steps (the worker would only spin then).
+// than one piece; a posting wakes a worker that has gone to sleep. decode_block.cpp posts the next
+// decode step's first weights to be read into the cache while the engine thread runs Python between
+// steps (the worker would only spin then).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -85,11 +86,19 @@ class Team {
   // post_idle (fn null: none). When this returns no worker runs an earlier posting's piece, so its
   // ctx may be freed.
   void post_idle(PieceFn fn, void* ctx) {
-    std::lock_guard<std::mutex> lock(idle_mutex_);
-    idle_fn_ = fn;
-    idle_ctx_ = ctx;
-    idle_next_ = 0;
-    idle_posted_.store(fn != nullptr, std::memory_order_release);
+    {
+      std::lock_guard<std::mutex> lock(idle_mutex_);
+      idle_fn_ = fn;
+      idle_ctx_ = ctx;
+      idle_next_ = 0;
+      idle_posted_.store(fn != nullptr, std::memory_order_seq_cst);
+    }
+    // A worker past its spin sleeps until a job: wake it for the posting too (else a worker that
+    // fell asleep while the caller finished a long job alone would never read it).
+    if (fn != nullptr && sleeping_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lock(sleep_mutex_);
+      wake_.notify_all();
+    }
   }
 
  private:
@@ -139,23 +148,29 @@ class Team {
     }
   }
 
-  // Spins until a generation after `seen` is published, then sleeps once spin_us_ has passed.
+  // Spins until a generation after `seen` is published, running idle pieces meanwhile; sleeps once
+  // spin_us_ has passed, until a job or an idle posting (then spins again).
   uint64_t wait_for_job(uint64_t seen) {
     using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::chrono::microseconds(spin_us_);
-    for (uint32_t i = 1;; ++i) {
-      const uint64_t gen = ticket_.load(std::memory_order_acquire) >> 32;
+    for (;;) {
+      const auto deadline = clock::now() + std::chrono::microseconds(spin_us_);
+      for (uint32_t i = 1;; ++i) {
+        const uint64_t gen = ticket_.load(std::memory_order_acquire) >> 32;
+        if (gen != seen) return gen;
+        if (run_idle_piece()) continue;
+        SG_CPU_RELAX();
+        if ((i & 255) == 0 && clock::now() >= deadline) break;
+      }
+      std::unique_lock<std::mutex> lock(sleep_mutex_);
+      sleeping_.fetch_add(1, std::memory_order_seq_cst);
+      uint64_t gen = seen;
+      wake_.wait(lock, [&] {
+        gen = ticket_.load(std::memory_order_seq_cst) >> 32;
+        return gen != seen || idle_posted_.load(std::memory_order_seq_cst);
+      });
+      sleeping_.fetch_sub(1, std::memory_order_seq_cst);
       if (gen != seen) return gen;
-      if (run_idle_piece()) continue;
-      SG_CPU_RELAX();
-      if ((i & 255) == 0 && clock::now() >= deadline) break;
     }
-    std::unique_lock<std::mutex> lock(sleep_mutex_);
-    sleeping_.fetch_add(1, std::memory_order_seq_cst);
-    uint64_t gen;
-    wake_.wait(lock, [&] { return (gen = ticket_.load(std::memory_order_seq_cst) >> 32) != seen; });
-    sleeping_.fetch_sub(1, std::memory_order_seq_cst);
-    return gen;
   }
 
   const int64_t spin_us_;
