@@ -39,9 +39,10 @@ def run_batch(engine, prompts, victim_prompt, victim_params, victim_constraint=N
     seeded = engine.submit(prompts[0], SEEDED)
     outs = [h.result(timeout=300) for h in handles]
     bad = victim.result(timeout=300)
+    seeded_out = seeded.result(timeout=300)   # before the pages check: it may finish last
     assert engine.stats()["aborted_error"] == before + 1
     assert engine.run_on_loop(engine.request_pages) == 0, "a request still holds KV pages"
-    return outs, seeded.result(timeout=300), bad
+    return outs, seeded_out, bad
 
 
 def check(outs, seeded, bad, solo, stage):
