@@ -227,9 +227,9 @@ def x16_model(x: torch.Tensor, codes: torch.Tensor, scale16: torch.Tensor) -> to
     return acc
 
 
-@pytest.mark.skipif(not SIMD_LEVELS, reason="no level with tiles on this CPU")
+@each_level()
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 9])
-def test_int8_head_integer_tiles_give_the_16_bit_models_bits_at_every_level(m):
+def test_int8_head_integer_tiles_give_the_16_bit_models_bits_at_every_level(level, m):
     """The VNNI tile (avx512_bf16, amx), the AVX2 madd tile (avx2, avx512) and the NEON one (SDOT or
     SMULL) compute the same exact integer dots and the same float32 steps, so the lm_head's logits do
     not depend on the level, and each is exactly x16_model's."""
@@ -243,15 +243,14 @@ def test_int8_head_integer_tiles_give_the_16_bit_models_bits_at_every_level(m):
     x[0, 32:64] = 0.0   # an all-zero group: d = 0
     x[0, 0], x[0, 1:32] = 1.0, -128.0 / 32512.0   # X = -128 against codes -128: each tile's widest products
     want = x16_model(x, codes, scale16)
-    for level in SIMD_LEVELS:
-        got = cpu_matmul.kernels(level).int8_mm_f32(x, blocked, blocked_scale)
-        assert torch.equal(got, want), level
-        assert torch.equal(cpu_matmul.kernels(level).int8_mm_f32(x[-1:].contiguous(), blocked, blocked_scale)[0],
-                           got[-1]), level
+    ops = cpu_matmul.kernels(level)
+    got = ops.int8_mm_f32(x, blocked, blocked_scale)
+    assert torch.equal(got, want)
+    assert torch.equal(ops.int8_mm_f32(x[-1:].contiguous(), blocked, blocked_scale)[0], got[-1])
 
 
-@pytest.mark.skipif(not SIMD_LEVELS, reason="no level with tiles on this CPU")
-def test_int8_head_float_switch_keeps_the_float_tile(monkeypatch):
+@each_level()
+def test_int8_head_float_switch_keeps_the_float_tile(level, monkeypatch):
     """SGRUN_INT8_HEAD=float (what bench_lm_head.py alternates) runs the float FMA tile: float32 sums of
     the exact products, within 1e-5 of float64, where the integer tile's 16-bit inputs are not."""
     g = torch.Generator().manual_seed(11)
@@ -261,13 +260,12 @@ def test_int8_head_float_switch_keeps_the_float_tile(monkeypatch):
     blocked, blocked_scale = cpu_matmul.pack_int8(codes), cpu_matmul.pack_int8_scales(scale16.float())
     x = torch.randn(2, k, generator=g) * 3
     ref = x.double() @ (codes.double() * scale16.double().repeat_interleave(32, dim=1)).T
-    for level in SIMD_LEVELS:
-        ops = cpu_matmul.kernels(level)
-        monkeypatch.setenv("SGRUN_INT8_HEAD", "float")
-        floats = ops.int8_mm_f32(x, blocked, blocked_scale)
-        monkeypatch.delenv("SGRUN_INT8_HEAD")
-        assert (floats.double() - ref).abs().max() < 1e-5 * ref.abs().max(), level
-        assert torch.equal(ops.int8_mm_f32(x, blocked, blocked_scale), x16_model(x, codes, scale16)), level
+    ops = cpu_matmul.kernels(level)
+    monkeypatch.setenv("SGRUN_INT8_HEAD", "float")
+    floats = ops.int8_mm_f32(x, blocked, blocked_scale)
+    monkeypatch.delenv("SGRUN_INT8_HEAD")
+    assert (floats.double() - ref).abs().max() < 1e-5 * ref.abs().max()
+    assert torch.equal(ops.int8_mm_f32(x, blocked, blocked_scale), x16_model(x, codes, scale16))
 
 
 @each_level()
