@@ -11,7 +11,7 @@ Several builds: `$SGRUN_LLAMA_BENCH` may name more than one llama-bench (os.path
 them); every test runs on each and the fastest counts, and a build killed by a signal is
 reported and skipped. Why: on an Intel Xeon with AMX (6 December 2026) the
 GGML_NATIVE build's AMX kernel for Q4_1 (`tinygemm_kernel_amx`) died of SIGILL at its first
-`tileloadd` in every prompt test (pp512, pp2048), and of SIGSEGV in every decode after a
+`tileloadd` in the prompt tests (pp512, pp2048; SIGSEGV in some pp2048 runs), and of SIGSEGV in every decode after a
 context (`-d`), while its plain decode (tg128) ran, the fastest there. llama.cpp's open pull request 26954 names the cause: an AMX tile configuration the
 compiler can drop. A build without AMX (GGML_NATIVE=OFF, AVX-512 VNNI/BF16 on) prefills, so
 llama.cpp at its best there is the AMX build's tg and the other build's pp. llama-server
