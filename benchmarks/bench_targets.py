@@ -69,7 +69,7 @@ def measure_level(args) -> dict:
 
     import sgrun
     from bench_engine import dense_folder, hf_decode, hf_generate, sg_decode
-    from peer_llama_cpp import bench as llama_bench, binaries, crashed, last_by_build, last_by_policy
+    from peer_llama_cpp import bench as llama_bench, best_setting, binaries, builds_note, last_by_policy
     from sgrun.models.fetch import default_model_path
     torch.set_num_threads(args.threads)
     parts, rng, gguf, r = args.parts.split(","), random.Random(0), default_model_path(), {}
@@ -97,20 +97,19 @@ def measure_level(args) -> dict:
         for f in runs.values():
             f()
         log(f"llama-bench: {' and '.join(binaries('llama-bench')) or 'not installed'}")
-        policy = None
-        if llama_bench(gguf, args.threads, gen=128, reps=1) is not None:   # its wait policy, chosen once
-            policy = max(last_by_policy, key=last_by_policy.get)
-            log(f"llama.cpp tg128 by OpenMP wait policy: {dict(last_by_policy)}; {policy} runs in the rounds"
-                + (f"; by build: {dict(last_by_build)}, crashed: {dict(crashed)}" if len(binaries('llama-bench')) > 1
-                   else ""))
+        setting = None
+        if llama_bench(gguf, args.threads, gen=128, reps=1) is not None:   # its wait policy and build, chosen once
+            setting = best_setting()
+            log(f"llama.cpp tg128 by OpenMP wait policy: {dict(last_by_policy)}; {setting} runs in the rounds"
+                + (f"; {builds_note()}" if builds_note() else ""))
         rounds: dict[str, list[float]] = {k: [] for k in runs}
         rounds["llama.cpp tg128"], bandwidth = [], []
         for _ in range(args.rounds):
             bandwidth.append(read_bandwidth_gbs())
             for k, f in runs.items():
                 rounds[k].append(f())
-            if policy is not None:
-                rounds["llama.cpp tg128"].append(llama_bench(gguf, args.threads, gen=128, reps=1, policies=(policy,)))
+            if setting is not None:
+                rounds["llama.cpp tg128"].append(llama_bench(gguf, args.threads, gen=128, reps=1, **setting))
         got = {k: statistics.median(v) if v else None for k, v in rounds.items()}
         for k, v in got.items():
             log(f"decode {k}: {v:.1f} tok/s (rounds {[round(x, 1) for x in rounds[k]]})" if v is not None
@@ -130,8 +129,7 @@ def measure_level(args) -> dict:
                 r[f"depth{depth}_vs_llama"] = ours / theirs
             log(f"decode after {depth} tokens: sgrun {ours:.1f} tok/s, llama.cpp tg128 @ d{depth} "
                 + (f"{theirs:.1f} tok/s" if theirs else "not installed")
-                + (f" (by build: {dict(last_by_build)}, crashed: {dict(crashed)})" if len(binaries("llama-bench")) > 1
-                   else ""))
+                + (f" ({builds_note()})" if builds_note() else ""))
     best_hf = max(hf, key=lambda k: r.get("decode", {}).get(f"transformers {k}", 0)) if hf else None
     if best_hf:
         r["transformers_dtype"] = best_hf
@@ -166,18 +164,18 @@ def measure_level(args) -> dict:
         for m in hf.values():
             hf_generate(m, [warm], 1)
         by = {"sgrun": [], **{k: [] for k in hf}, "llama.cpp pp2048": []}
-        pp_policy = None
+        pp_setting = {}
         for i in range(args.rounds):
             prompt_i = ids(rng, 2048)
             by["sgrun"].append(sg_ttft(prompt_i))
             for k, m in hf.items():
                 by[k].append(hf_generate(m, [prompt_i], 1)[0])
-            pp = llama_bench(gguf, args.threads, prompt=2048, reps=1,
-                             **({"policies": (pp_policy,)} if pp_policy else {}))
+            pp = llama_bench(gguf, args.threads, prompt=2048, reps=1, **pp_setting)
             if pp:
-                if not pp_policy and len(binaries("llama-bench")) > 1:
-                    log(f"llama.cpp pp2048 by build: {dict(last_by_build)}, crashed: {dict(crashed)}")
-                pp_policy = pp_policy or max(last_by_policy, key=last_by_policy.get)
+                if not pp_setting:   # the first round tried every policy and build: the rest run the fastest
+                    pp_setting = best_setting()
+                    if builds_note():
+                        log(f"llama.cpp pp2048 {builds_note()}; {pp_setting} runs in the later rounds")
                 by["llama.cpp pp2048"].append(2048 / pp)
         med = {k: statistics.median(v) if v else None for k, v in by.items()}
         ours = med["sgrun"]

