@@ -26,6 +26,8 @@ def startup_report(parts: EngineParts) -> dict:
     else:
         out.update(compile=False)
     out.update(decode_blocks="sgrun C++" if parts.fused is not None else "torch")
+    if parts.fused is not None:
+        out.update(weight_pages=parts.fused.huge_pages.summary())
     out.update(kernels_summary(parts))
     if parts.graph_report is not None:
         g = parts.graph_report

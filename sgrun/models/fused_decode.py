@@ -23,6 +23,7 @@ import weakref
 
 import torch
 
+from sgrun.models.huge_pages import back_with_huge_pages
 from sgrun.models.llama import LlamaModel
 from sgrun.models.quant_linear import KERNEL_MAX_ROWS, DenseLinear, Int4Linear, Int8Linear
 
@@ -93,6 +94,13 @@ class FusedDecode:
         self.max_rows = min(getattr(lin, "max_rows", KERNEL_MAX_ROWS) for lw in layers
                             for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
         self.ids = [self.first, *self.inner, self.last]
+        # Every byte a step streams, onto 2 MB pages (huge_pages.py): in place, so the bound
+        # tensors stay as they are.
+        streamed = [t for lw in layers for lin in (lw.qkv, lw.o, lw.gate_up, lw.down)
+                    for t in _linear_parts(lin, dt)[1:3]]
+        if self.token_tables is not None:
+            streamed += [embed.blocked, embed.blocked_scale, head.blocked, head.blocked_scale]
+        self.huge_pages = back_with_huge_pages(streamed)
         tables = [self.token_tables] if self.token_tables is not None else []
         weakref.finalize(self, self.module.decode_block_free, list(self.ids) + tables)
 
