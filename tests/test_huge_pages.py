@@ -73,3 +73,14 @@ def test_default_engine_streams_weights_from_huge_pages(engine):
     out = engine.generate(["The capital of France is"], sgrun.SamplingParams(max_new_tokens=4, temperature=0,
                                                                             ignore_eos=True))[0]
     assert len(out.token_ids) == 4
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
+def test_the_kv_pool_faults_in_on_huge_pages():
+    from sgrun.engine.page_pool import PagePool
+    # 48 MiB a tensor: past glibc's largest mmap threshold (32 MiB), so fresh memory, never a reused heap
+    pool = PagePool(num_layers=1, num_pages=8191, page_size=16, kv_heads=3, head_dim=64, dtype=torch.bfloat16)
+    k = pool.k[0]
+    assert k.shape == (3, 8192, 16, 64) and k.dtype == torch.bfloat16 and not k.any(), "a pool starts zeroed"
+    if huge_pages._usable():   # THP madvise or always: the zeros faulted in on 2 MB pages
+        assert anon_huge_kb(k.data_ptr(), k.numel() * 2) >= 40 << 10

@@ -80,6 +80,13 @@ class Team {
     }
     work(gen);
     while (finished_.load(std::memory_order_acquire) < chunks) SG_CPU_RELAX();
+    // Close the generation before the next job's fields are written: a worker that read this
+    // generation's ticket with chunks left, then stalled while the caller finished them, compares
+    // its chunk index with chunks_ again, and the next job's larger count would let its claim
+    // succeed with the next job's fields (that chunk ran twice, and its extra count let the
+    // caller return while a chunk still ran on the caller's stack: segfaults in for_each_tile,
+    // session 25). Its claim now fails, as the ticket moved on; no chunk index reaches kClosed.
+    ticket_.store((gen << 32) | kClosed, std::memory_order_seq_cst);
   }
 
   // From now on, idle workers run fn(ctx, 0), fn(ctx, 1), ... until one returns false or the next
@@ -173,6 +180,7 @@ class Team {
     }
   }
 
+  static constexpr uint64_t kClosed = 0xffffffffu;   // a finished generation's ticket: nothing left to claim
   const int64_t spin_us_;
   std::mutex run_mutex_;
   int started_ = 0;                               // guarded by run_mutex_

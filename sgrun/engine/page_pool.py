@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from sgrun.models.huge_pages import zeros_on_huge_pages
+
 
 class PoolExhausted(Exception):
     """Not enough free pages; the scheduler reacts by evicting cache or preempting."""
@@ -25,8 +27,12 @@ class PagePool:
         # attend to it and write their K/V there, so they never touch a request's pages.
         shape = (kv_heads, num_pages + 1, page_size, head_dim)
         self.scratch_page = num_pages
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        if torch.device(device).type == "cpu":   # pages the kernel can back with 2 MB ones (huge_pages.py)
+            self.k = [zeros_on_huge_pages(shape, dtype) for _ in range(num_layers)]
+            self.v = [zeros_on_huge_pages(shape, dtype) for _ in range(num_layers)]
+        else:
+            self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+            self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.ref = [0] * num_pages
         self._free: list[int] = list(range(num_pages - 1, -1, -1))
 

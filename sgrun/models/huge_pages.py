@@ -15,6 +15,11 @@ and contents stay, so tensors already bound in C++ need nothing. A block shared 
 memory is merged whole; that only changes how it is backed. Ubuntu and Debian ship THP as
 `madvise`, where nothing is huge without this; where THP is `never`, or the kernel refuses, the
 weights stay on 4 KB pages and the report says so. `SGRUN_HUGE_PAGES=0` turns it off.
+
+The KV pool (`zeros_on_huge_pages`, engine/page_pool.py) is marked before it is first written, so
+its pages fault in huge: a decode deep in a context reads as many KV bytes a step as weights
+(~70 MB at 3,000 tokens of SmolLM2 in bf16), and collapsing a pool of gigabytes after the fact
+would cost seconds at start-up.
 """
 
 from __future__ import annotations
@@ -81,6 +86,32 @@ def _ranges(tensors: Iterable[torch.Tensor]) -> list[tuple[int, int]]:
     return list(seen.items())
 
 
+def _madvise():
+    libc = ctypes.CDLL(None, use_errno=True)
+    madvise = libc.madvise
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+def _usable() -> bool:
+    return (sys.platform.startswith("linux") and enabled() and thp_mode() not in (None, "never")
+            and huge_page_bytes() <= 32 << 20)
+
+
+def zeros_on_huge_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """torch.zeros(shape, dtype) on the CPU, its whole 2 MB blocks marked MADV_HUGEPAGE before the
+    zeros are written, so they fault in as huge pages (where the kernel allows; else as 4 KB)."""
+    t = torch.empty(shape, dtype=dtype)
+    if _usable() and t.numel() > 0:
+        size = huge_page_bytes()
+        ptr, n = t.data_ptr(), t.numel() * t.element_size()
+        first, end = -(-ptr // size) * size, (ptr + n) // size * size
+        if end > first:
+            _madvise()(first, end - first, MADV_HUGEPAGE)   # a refusal leaves 4 KB pages: nothing to do
+    return t.zero_()
+
+
 def back_with_huge_pages(tensors: Iterable[torch.Tensor]) -> HugePageReport:
     """Moves the memory of `tensors` (CPU) onto transparent huge pages, in place (see the module)."""
     report = HugePageReport()
@@ -101,10 +132,7 @@ def back_with_huge_pages(tensors: Iterable[torch.Tensor]) -> HugePageReport:
     ranges = _ranges(tensors)
     report.weight_bytes = sum(n for _, n in ranges)
     starts = sorted({b for ptr, n in ranges for b in range(ptr - ptr % size, ptr + n, size)})
-    libc = ctypes.CDLL(None, use_errno=True)
-    madvise = libc.madvise
-    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    madvise.restype = ctypes.c_int
+    madvise = _madvise()
     refused: set[str] = set()
     huge: set[int] = set()
     for start in starts:

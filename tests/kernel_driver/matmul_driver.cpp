@@ -257,8 +257,32 @@ void test_bf16(int64_t n, int64_t k) {
 
 }  // namespace
 
+// The team's generations: jobs back to back whose chunk counts alternate small and large, each
+// chunk counted in its own job's slot. Every chunk must run exactly once, in its own job: a worker
+// that read the last generation's ticket before the next job's fields were written must not claim
+// a chunk with them (it ran a chunk of the new job twice, and the extra count let a caller return
+// while a chunk still ran on its stack's lambda: the segfaults of session 25).
+void test_team_generations() {
+  constexpr int kJobs = 200000;
+  std::vector<std::atomic<int>> runs(static_cast<size_t>(kJobs) * 16);
+  for (auto& r : runs) r.store(0);
+  for (int job = 0; job < kJobs; ++job) {
+    const int64_t chunks = job % 2 ? 12 : 2;
+    team::parallel_for(4, chunks, 1, [&, job](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) runs[static_cast<size_t>(job) * 16 + c].fetch_add(1);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));   // a stray late chunk would land by now
+  int64_t wrong = 0;
+  for (int job = 0; job < kJobs; ++job)
+    for (int c = 0; c < 16; ++c)
+      wrong += runs[static_cast<size_t>(job) * 16 + c].load() != (c < (job % 2 ? 12 : 2) ? 1 : 0);
+  check(wrong == 0, "team", "every chunk of 200,000 jobs ran once, in its own job", static_cast<double>(wrong));
+}
+
 int main() {
   std::printf("tiles: %s\n", SGRUN_SIMD_TILES);
+  test_team_generations();
   test_int4(48, 96);
   test_int4(80, 576);
   test_int8(48, 200);
