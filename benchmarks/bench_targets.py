@@ -15,7 +15,8 @@ Peers on the same GGUF file and thread count:
   build, the fastest counts, a build killed by a signal is skipped: llama.cpp's
   AMX prefill on an Intel Xeon, peer_llama_cpp.py); each line says which binaries ran;
 - transformers: dense weights in bf16 and in float32, both measured, the faster one used (for
-  TTFT the faster prefill, elsewhere the faster decode).
+  TTFT the faster prefill, elsewhere the faster decode), in a process of its own under OpenMP's
+  default wait policy (peer_transformers.py: this process's PASSIVE had halved its decode).
 Every line carries the load average: the machine is shared, compare ratios within one run. The
 decode and TTFT parts run in interleaved rounds (each round runs sgrun, transformers and
 llama-bench once, in turn), so a host that slows down slows every system of a ratio alike; the
@@ -68,7 +69,8 @@ def measure_level(args) -> dict:
     import torch
 
     import sgrun
-    from bench_engine import dense_folder, hf_decode, hf_generate, sg_decode
+    from bench_engine import dense_folder, sg_decode
+    from peer_transformers import TransformersPeer
     from peer_llama_cpp import bench as llama_bench, best_setting, binaries, builds_note, last_by_policy
     from sgrun.models.fetch import default_model_path
     torch.set_num_threads(args.threads)
@@ -79,13 +81,12 @@ def measure_level(args) -> dict:
         engine.parts.compiled.warm_up()
     r["config"] = {k: v for k, v in engine.startup_report().items() if isinstance(v, (str, bool))}
     log(f"sgrun: {r['config']}")
-    hf = {}
+    hf, peer = {}, None
     if set(parts) & {"decode", "mixed", "ttft"}:
-        import transformers
-        folder = dense_folder(gguf)
-        for dt in (torch.bfloat16, torch.float32):
-            hf[str(dt).replace("torch.", "")] = transformers.AutoModelForCausalLM.from_pretrained(
-                str(folder), dtype=dt).eval()
+        # In its own process, under OpenMP's default wait policy: this one's PASSIVE halved its
+        # decode (peer_transformers.py).
+        peer = TransformersPeer(dense_folder(gguf), ["bfloat16", "float32"], args.threads)
+        hf = peer.models
     prompt = ids(rng, 32)
     if "decode" in parts:
         # Interleaved: each round runs every system once, llama-bench included, so a host that
@@ -93,7 +94,7 @@ def measure_level(args) -> dict:
         # hour). The bandwidth the roofline divides by is read in the same rounds, just before
         # sgrun's decode, and each round's step is set against its own reading.
         runs = {"sgrun": lambda: sg_decode(engine, prompt, 128)}
-        runs.update({f"transformers {k}": (lambda m=m: hf_decode(m, prompt, 128)) for k, m in hf.items()})
+        runs.update({f"transformers {k}": (lambda m=m: m.decode(prompt, 128)) for k, m in hf.items()})
         for f in runs.values():
             f()
         log(f"llama-bench: {' and '.join(binaries('llama-bench')) or 'not installed'}")
@@ -146,7 +147,7 @@ def measure_level(args) -> dict:
             ours = sum(n for _, n in work) / (time.perf_counter() - t)
             secs = toks = 0.0
             for p, n in work[:args.sequential_sample]:
-                s, k = hf_generate(hf[best_hf], [p], n)
+                s, k = hf[best_hf].generate([p], n)
                 secs, toks = secs + s, toks + k
             r[f"mixed{count}"] = {"sgrun": ours, "transformers_one_at_a_time": toks / secs}
             r[f"mixed{count}_vs_hf"] = ours / (toks / secs)
@@ -162,14 +163,14 @@ def measure_level(args) -> dict:
         warm = ids(rng, 2048)
         sg_ttft(warm)
         for m in hf.values():
-            hf_generate(m, [warm], 1)
+            m.generate([warm], 1)
         by = {"sgrun": [], **{k: [] for k in hf}, "llama.cpp pp2048": []}
         pp_setting = {}
         for i in range(args.rounds):
             prompt_i = ids(rng, 2048)
             by["sgrun"].append(sg_ttft(prompt_i))
             for k, m in hf.items():
-                by[k].append(hf_generate(m, [prompt_i], 1)[0])
+                by[k].append(m.generate([prompt_i], 1)[0])
             pp = llama_bench(gguf, args.threads, prompt=2048, reps=1, **pp_setting)
             if pp:
                 if not pp_setting:   # the first round tried every policy and build: the rest run the fastest
@@ -228,6 +229,8 @@ def measure_level(args) -> dict:
             f"{[round(b, 1) for b, _ in pairs]}) = {roof * 1e3:.2f} ms; batch-1 step {step * 1e3:.2f} ms; "
             f"per round step / roofline {[round(x, 2) for x in ratios]}: {r['roofline_ratio']:.2f}x (median)")
     engine.close()
+    if peer is not None:
+        peer.close()
     if "startup" in parts:
         r.update(measure_startup(args))
     return r
