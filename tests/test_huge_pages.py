@@ -6,7 +6,6 @@ from __future__ import annotations
 import platform
 import sys
 
-import pytest
 import torch
 
 from sgrun.models import huge_pages
@@ -34,12 +33,15 @@ def anon_huge_kb(ptr: int, nbytes: int) -> int:
     return total
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
 def test_weights_move_onto_huge_pages_in_place_with_their_contents():
     w = torch.randint(-128, 127, (24 << 20,), dtype=torch.int8)   # 24 MiB: whole 2 MB blocks inside
     scales = torch.randn(3000)
     before_w, before_s, ptr = w.clone(), scales.clone(), w.data_ptr()
     report = huge_pages.back_with_huge_pages([w, scales, w[10:20], None])
+    assert w.data_ptr() == ptr and torch.equal(w, before_w) and torch.equal(scales, before_s)
+    if not sys.platform.startswith("linux"):   # nothing to move: the report says why
+        assert report.summary() == "off (not Linux)" and report.huge_bytes == 0
+        return
     assert report.weight_bytes == w.numel() + scales.numel() * 4   # the view and None add nothing
     assert w.data_ptr() == ptr and torch.equal(w, before_w) and torch.equal(scales, before_s)
     if kernel_collapses():
@@ -51,6 +53,7 @@ def test_weights_move_onto_huge_pages_in_place_with_their_contents():
 
 
 def test_switched_off_by_the_environment(monkeypatch):
+    monkeypatch.setattr(huge_pages.sys, "platform", "linux")
     monkeypatch.setenv(huge_pages.DISABLE_ENV, "0")
     w = torch.zeros(4 << 20, dtype=torch.uint8)
     report = huge_pages.back_with_huge_pages([w])
@@ -58,6 +61,7 @@ def test_switched_off_by_the_environment(monkeypatch):
 
 
 def test_thp_never_is_reported(monkeypatch):
+    monkeypatch.setattr(huge_pages.sys, "platform", "linux")
     monkeypatch.setattr(huge_pages, "thp_mode", lambda: "never")
     report = huge_pages.back_with_huge_pages([torch.zeros(4 << 20, dtype=torch.uint8)])
     assert report.summary() == "off (transparent huge pages never)"
@@ -75,12 +79,12 @@ def test_default_engine_streams_weights_from_huge_pages(engine):
     assert len(out.token_ids) == 4
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="transparent huge pages are Linux's")
 def test_the_kv_pool_faults_in_on_huge_pages():
     from sgrun.engine.page_pool import PagePool
-    # 48 MiB a tensor: past glibc's largest mmap threshold (32 MiB), so fresh memory, never a reused heap
     pool = PagePool(num_layers=1, num_pages=8191, page_size=16, kv_heads=3, head_dim=64, dtype=torch.bfloat16)
     k = pool.k[0]
     assert k.shape == (3, 8192, 16, 64) and k.dtype == torch.bfloat16 and not k.any(), "a pool starts zeroed"
-    if huge_pages._usable():   # THP madvise or always: the zeros faulted in on 2 MB pages
+    if huge_pages._usable():   # THP madvise or always: nothing is resident until written, then 2 MB pages
+        assert anon_huge_kb(k.data_ptr(), k.numel() * 2) == 0, "the pool must be faulted lazily, not at start-up"
+        k.fill_(1.0)
         assert anon_huge_kb(k.data_ptr(), k.numel() * 2) >= 40 << 10

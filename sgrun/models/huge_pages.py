@@ -16,8 +16,8 @@ memory is merged whole; that only changes how it is backed. Ubuntu and Debian sh
 `madvise`, where nothing is huge without this; where THP is `never`, or the kernel refuses, the
 weights stay on 4 KB pages and the report says so. `SGRUN_HUGE_PAGES=0` turns it off.
 
-The KV pool (`zeros_on_huge_pages`, engine/page_pool.py) is marked before it is first written, so
-its pages fault in huge: a decode deep in a context reads as many KV bytes a step as weights
+The KV pool (`zeros_on_huge_pages`, engine/page_pool.py) gets a mapping of its own, marked before it
+is first written, so its pages fault in huge as they are first used: a decode deep in a context reads as many KV bytes a step as weights
 (~70 MB at 3,000 tokens of SmolLM2 in bf16), and collapsing a pool of gigabytes after the fact
 would cost seconds at start-up.
 """
@@ -26,9 +26,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
+import math
+import mmap
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterable
 
 import torch
@@ -58,19 +62,21 @@ def enabled() -> bool:
     return os.environ.get(DISABLE_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
+@functools.lru_cache(maxsize=None)   # read once: the pool asks for every layer's K and V
 def thp_mode() -> str | None:
     """The bracketed word of /sys/kernel/mm/transparent_hugepage/enabled, or None where unreadable."""
     try:
-        text = open(f"{_THP}/enabled").read()
+        text = Path(_THP, "enabled").read_text()
     except OSError:
         return None
     start, end = text.find("["), text.find("]")
     return text[start + 1:end] if 0 <= start < end else None
 
 
+@functools.lru_cache(maxsize=None)
 def huge_page_bytes() -> int:
     try:
-        return int(open(f"{_THP}/hpage_pmd_size").read())
+        return int(Path(_THP, "hpage_pmd_size").read_text())
     except (OSError, ValueError):
         return 2 << 20
 
@@ -86,6 +92,7 @@ def _ranges(tensors: Iterable[torch.Tensor]) -> list[tuple[int, int]]:
     return list(seen.items())
 
 
+@functools.lru_cache(maxsize=None)
 def _madvise():
     libc = ctypes.CDLL(None, use_errno=True)
     madvise = libc.madvise
@@ -94,41 +101,51 @@ def _madvise():
     return madvise
 
 
+def _why_not() -> str | None:
+    """Why nothing can go onto huge pages here (the report's words), or None where it can."""
+    if not sys.platform.startswith("linux"):
+        return "off (not Linux)"
+    if not enabled():
+        return f"off ({DISABLE_ENV}=0)"
+    mode = thp_mode()
+    if mode in (None, "never"):
+        return "off (transparent huge pages " + ("unavailable" if mode is None else "never") + ")"
+    if huge_page_bytes() > 32 << 20:   # e.g. 512 MB PMDs on 64 KB-page arm64 kernels: a block would dwarf the model
+        return f"off (huge pages are {huge_page_bytes() >> 20} MiB here)"
+    return None
+
+
 def _usable() -> bool:
-    return (sys.platform.startswith("linux") and enabled() and thp_mode() not in (None, "never")
-            and huge_page_bytes() <= 32 << 20)
+    return _why_not() is None
 
 
 def zeros_on_huge_pages(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """torch.zeros(shape, dtype) on the CPU, its whole 2 MB blocks marked MADV_HUGEPAGE before the
-    zeros are written, so they fault in as huge pages (where the kernel allows; else as 4 KB)."""
-    t = torch.empty(shape, dtype=dtype)
-    if _usable() and t.numel() > 0:
-        size = huge_page_bytes()
-        ptr, n = t.data_ptr(), t.numel() * t.element_size()
-        first, end = -(-ptr // size) * size, (ptr + n) // size * size
-        if end > first:
-            _madvise()(first, end - first, MADV_HUGEPAGE)   # a refusal leaves 4 KB pages: nothing to do
-    return t.zero_()
+    """torch.zeros(shape, dtype) on the CPU, in an anonymous private mapping of its own, marked
+    MADV_HUGEPAGE before anything touches it and starting on a 2 MB boundary: the kernel's zero
+    pages, faulted in on first write as huge pages (where the kernel allows; else as 4 KB). Nothing
+    is written here, so a pool of gigabytes costs nothing at start-up (writing its zeros at once had
+    cost ~1 s: docs/cpu_kernels.md). The tensor holds the mapping; it is unmapped with the tensor."""
+    if not _usable():
+        return torch.zeros(shape, dtype=dtype)
+    numel = math.prod(shape)
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    if nbytes == 0:
+        return torch.zeros(shape, dtype=dtype)
+    size = huge_page_bytes()
+    buf = mmap.mmap(-1, nbytes + size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)   # private: shared would be shmem
+    buf.madvise(mmap.MADV_HUGEPAGE)   # a refusal leaves 4 KB pages: nothing to do
+    offset = -ctypes.addressof(ctypes.c_char.from_buffer(buf)) % size
+    return torch.frombuffer(buf, dtype=dtype, count=numel, offset=offset).view(shape)
 
 
 def back_with_huge_pages(tensors: Iterable[torch.Tensor]) -> HugePageReport:
     """Moves the memory of `tensors` (CPU) onto transparent huge pages, in place (see the module)."""
     report = HugePageReport()
-    if not sys.platform.startswith("linux"):
-        report.note = "off (not Linux)"
-        return report
-    if not enabled():
-        report.note = f"off ({DISABLE_ENV}=0)"
-        return report
-    mode = thp_mode()
-    if mode in (None, "never"):
-        report.note = "off (transparent huge pages " + ("unavailable" if mode is None else "never") + ")"
+    why_not = _why_not()
+    if why_not is not None:
+        report.note = why_not
         return report
     size = huge_page_bytes()
-    if size > 32 << 20:   # e.g. 512 MB PMDs on 64 KB-page arm64 kernels: a block would dwarf the model
-        report.note = f"off (huge pages are {size >> 20} MiB here)"
-        return report
     ranges = _ranges(tensors)
     report.weight_bytes = sum(n for _, n in ranges)
     starts = sorted({b for ptr, n in ranges for b in range(ptr - ptr % size, ptr + n, size)})
