@@ -1,6 +1,6 @@
 """Where a prefill goes: torch.profiler over one whole-prompt prefill (max_new_tokens=1).
 
-    python benchmarks/profile_prefill.py [--lengths 512,2048] [--quantization int4,none] [--threads 2]
+    python benchmarks/profile_prefill.py [--lengths 512,2048] [--quantization int4,none] [--dtype auto] [--threads 2]
                                          [--attention-backend cpp|torch] [--top N] [--compare-paths]
                                          [--kernel]
 
@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 import sgrun
 from sgrun.cpu_kernels.prefill_attention import bf16_from as prefill_cpp_bf16_from
 from sgrun.models import quant_linear
-from bench_options import add_quantization, add_threads, load_avg, machine_line
+from bench_options import add_dtype, add_quantization, add_threads, load_avg, machine_line
 
 MATMUL = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_weight_int8pack_mm",
           "aten::_weight_int4pack_mm_for_cpu")
@@ -97,7 +97,7 @@ def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 
     and SDPA, best of 7, as wall time and as CPU time per thread (time.process_time / threads,
     which other tenants' load does not inflate the way it does wall time)."""
     import torch.nn.functional as F
-    from sgrun.cpu_kernels.prefill_attention import load_kernel
+    from sgrun.cpu_kernels.prefill_attention import load_kernel, use_amx
     op = load_kernel()
     H, KV, D = heads
     pages = -(-length // page_size)
@@ -112,7 +112,10 @@ def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 
                                                             enable_gqa=True)}
     if op is not None:
         calls["C++ prefill kernel"] = lambda: op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5,
-                                                                   out, False, prefill_cpp_bf16_from())
+                                                                   out, False, prefill_cpp_bf16_from(), False)
+        if use_amx(op):   # the same walk with its products on AMX tiles, as the amx level runs it
+            calls["C++ prefill kernel, AMX tiles"] = lambda: op.prefill_attention(
+                q, k_cache, v_cache, table, *meta, D ** -0.5, out, False, prefill_cpp_bf16_from(), True)
     flop = H * length * (length + 1) / 2 * D * 4
     for name, call in calls.items():
         call()
@@ -176,6 +179,7 @@ def main() -> None:
     ap.add_argument("--lengths", default="512,2048")
     add_quantization(ap, "int4,none", several=True)
     add_threads(ap)
+    add_dtype(ap, "auto")   # what a user gets (auto_config.py); bf16 to profile the bf16 model
     ap.add_argument("--attention-backend", default=None, help="cpp | torch (default: the engine's)")
     ap.add_argument("--top", type=int, default=0, help="also list the N ops with the most self time")
     ap.add_argument("--kernel", action="store_true",
@@ -194,9 +198,9 @@ def main() -> None:
             time_kernel(length, args.threads)
         return
     for quant in args.quantization.split(","):
-        engine = sgrun.Engine(dtype="bfloat16", num_threads=args.threads, quantization=quant,
+        engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=quant,
                               attention_backend=args.attention_backend)
-        print(f"\nsgrun {quant}, attention backend {engine.runner.backend}")
+        print(f"\nsgrun {quant}, dtype {engine.dtype}, attention backend {engine.runner.backend}")
         wrap(engine.runner.model, "forward", "sgrun::model_forward")
         wrap(engine.runner.attn, "forward", "sgrun::attention")
         params = sgrun.SamplingParams(max_new_tokens=1, temperature=0)

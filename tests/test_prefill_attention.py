@@ -1,5 +1,6 @@
 """The C++ causal prefill attention (cpu_kernels/prefill_attention.py): the kernel against a float64
-reference at every CPU level the machine runs (its AVX512-BF16 path, its AVX2 path on bf16 and
+reference at every CPU level the machine runs (its AMX path where the CPU has the tiles, its
+AVX512-BF16 path, its AVX2 path on bf16 and
 float32 pools, its portable path; chunks with and without earlier context in the pages), a row's
 result the same whether its prompt runs whole or in chunks, the CPU backend with it against
 the SDPA path on mixed batches, the real model with it against SDPA (greedy tokens in float32, logprobs in bf16, a chunked prefill and a
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 import sgrun
 from paged_batch import segments_over_tables
 from cpu_levels import LEVELS, op_level  # noqa: F401  (op_level is a fixture)
+from sgrun.cpu_kernels import isa
 from sgrun.cpu_kernels import prefill_attention as prefill_attention_cpp
 from sgrun.cpu_kernels.prefill_attention import dtype_name
 from sgrun.engine.attention.choice import make_attention_backend
@@ -29,16 +31,36 @@ from sgrun.engine.page_pool import PagePool
 FAST_PATHS = {"avx2": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
               "avx512": {64: ("avx2", "avx2"), 16: ("avx2", "avx2")},
               "avx512_bf16": {64: ("avx512_bf16", "avx512_bf16"), 16: ("avx2", "avx2")},
+              "amx": {64: ("avx512_bf16", "avx512_bf16"), 16: ("avx2", "avx2")},   # that walk, on tiles
               "neon": {64: ("neon", "neon"), 16: ("neon", "neon")},
               "neon_dotprod": {64: ("neon", "neon"), 16: ("neon", "neon")}}
 
 
-@pytest.fixture(scope="module", params=LEVELS, ids=LEVELS)
+# amx runs avx512_bf16's build, with the products of that path on AMX tiles: a level of its own here.
+KERNEL_LEVELS = LEVELS + [lv.name for lv in isa.supported_levels() if lv.name == "amx"]
+
+
+class AtLevel:
+    """A level's kernel module called as the engine calls it there: prefill_attention's last
+    argument (`amx`) is whether the level is amx."""
+
+    def __init__(self, module, level: str):
+        self.module, self.amx = module, level == "amx"
+
+    def prefill_attention(self, *args):
+        return self.module.prefill_attention(*args, self.amx)
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+
+@pytest.fixture(scope="module", params=KERNEL_LEVELS, ids=KERNEL_LEVELS)
 def op(request):
-    """The kernel built for each CPU level this machine runs (tests/cpu_levels.py); a level whose
+    """The kernel built for each CPU level this machine runs (tests/cpu_levels.py, plus amx); a level whose
     build fails fails here, nothing is skipped, and so does one whose build lacks the vector path
-    its CPU features give (a guard macro that no longer matches the level's flags)."""
-    kernel = prefill_attention_cpp.load_kernel(request.param)
+    its CPU features give (a guard macro that no longer matches the level's flags), or whose CPU has
+    AMX tiles the kernel cannot use."""
+    kernel = AtLevel(prefill_attention_cpp.load_kernel(request.param), request.param)
     assert kernel is not None, f"the C++ kernel must build at CPU level {request.param} (g++ is in .ci/run)"
     want = FAST_PATHS.get(request.param, {64: ("", ""), 16: ("", "")})
     got = {d: (kernel.fast_path("bfloat16", d), kernel.fast_path("float32", d)) for d in want}
@@ -47,6 +69,8 @@ def op(request):
     # float16 pools (a float32 model's fp16 KV cache) take the level's float32 FMA path: the
     # float32 one, except at avx512_bf16, which builds no bf16 tiles for them (its head dim 16's path)
     assert kernel.fast_path("float16", 64) == want[16][1]
+    cpu_has_tiles = {"amx_tile", "amx_bf16"} <= isa.cpu_features()
+    assert kernel.amx_ready() == (cpu_has_tiles and request.param in ("avx512_bf16", "amx")), request.param
     return kernel
 
 
@@ -191,6 +215,36 @@ def test_rows_same_whole_or_chunked(op, dtype, head_dim, bf16_from):
     assert torch.equal(out[5:], whole)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("head_dim", [32, 64, 96, 128])
+def test_amx_tiles_run_where_the_kernel_has_them(op, dtype, head_dim):
+    """Asked for AMX tiles (the amx level's call), a kernel that has them runs the AVX512-BF16
+    walk's products on them: the output is not bitwise the dot-product path's (another order of
+    float32 sums), yet as close to it as two bf16 attentions are; every head dim with bf16 tiles
+    (C tiles in one group of four and two). A kernel without them (another build, a CPU without
+    the tiles) ignores the request: bitwise its own path."""
+    H, KV, D, ps = 9, 3, head_dim, 16
+    gen, k_cache, v_cache, segments, T = _shuffled_pages(head_dim + 3, KV, D, ps, dtype)
+    q = torch.randn(T, H, D, generator=gen).to(dtype)
+    meta = [torch.tensor([getattr(s, f) for s in segments]) for f in ("q_start", "q_len", "ctx_len")]
+    table = torch.nn.utils.rnn.pad_sequence([s.pages for s in segments], batch_first=True)
+    outs = {}
+    for amx in (False, True):
+        outs[amx] = torch.full((T, H, D), float("nan"), dtype=dtype)
+        op.module.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, outs[amx], False, 0, amx)
+    assert not outs[True].isnan().any()
+    if op.amx_ready() and op.fast_path(dtype_name(dtype), D) == "avx512_bf16":
+        assert not torch.equal(outs[True], outs[False])
+        torch.testing.assert_close(outs[True].float(), outs[False].float(), atol=2e-2, rtol=2e-2)
+        for s in segments:   # and each against the float64 reference, as tight as the dot products'
+            rows = slice(s.q_start, s.q_start + s.q_len)
+            want = reference(q[rows], k_cache, v_cache, s.pages, s.ctx_len, D ** -0.5)
+            errs = [(outs[a][rows].double() - want).abs().max().item() for a in (False, True)]
+            assert errs[1] <= 1.5 * errs[0] + 1e-3, (s, errs)
+    else:
+        assert torch.equal(outs[True], outs[False])
+
+
 @pytest.mark.parametrize("pool", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("portable,head_dim,page_size,bf16_from", [
     (False, 64, 16, 0), (False, 64, 7, 100), (False, 128, 5, 10 ** 9), (False, 16, 7, 0), (True, 64, 16, 0),
@@ -249,8 +303,9 @@ def test_backend_with_kernel_matches_sdpa_backend(op, op_level):
     k, v = (torch.randn(T, KV, D, generator=gen).to(torch.bfloat16) for _ in range(2))
     kernel = make_attention_backend(pools[0], H, KV, D)
     assert isinstance(kernel, CppPagedAttention)
-    assert kernel.prefill_op is (op if op.fast_path("bfloat16", D) else None)   # no vector path: SDPA
-    kernel.prefill_op = op   # at such a level, the portable path
+    assert kernel.prefill_op is (op.module if op.fast_path("bfloat16", D) else None)   # no vector path: SDPA
+    assert kernel.prefill_amx == (op_level == "amx")
+    kernel.prefill_op = op.module   # at such a level, the portable path
     sdpa = TorchPagedAttention(pools[1], H, KV, D)
     outs = []
     for backend in (kernel, sdpa):

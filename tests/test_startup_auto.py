@@ -61,12 +61,17 @@ def test_start_up_line_names_level_dtype_weights_kernels_and_compile(model_path)
     assert f"dtype {str(engine.dtype).replace('torch.', '')}" in line
     assert "weights int4" in line and "attention " in line and line.endswith("compile off")
     assert report["compile"] is False and report["weights"].startswith("int4")
-    # the prefill attention names its vector path, and on a float32 pool at avx512_bf16 where bf16 products start
+    # the prefill attention names its vector path (amx: the AVX512-BF16 walk on AMX tiles, at the
+    # amx level), and on a float32 pool where bf16 products start
     attn = engine.runner.attn
     if getattr(attn, "prefill_op", None) is not None:
         path = attn.prefill_op.fast_path(str(engine.dtype).replace("torch.", ""), attn.D)
-        assert f"prefill sgrun C++ {path}" in line, line
-        assert ("bf16 products from position" in line) == (path == "avx512_bf16" and engine.dtype == torch.float32), line
+        on_tiles = auto_config.cpu_level() == "amx" and path == "avx512_bf16"
+        assert attn.prefill_amx == on_tiles
+        named = "amx" if on_tiles else path
+        assert f"prefill sgrun C++ {named}" in line, line
+        assert ("bf16 products from position" in line) == (named in ("avx512_bf16", "amx")
+                                                           and engine.dtype == torch.float32), line
 
 
 def test_built_model_cache_reuses_rebuilds_when_corrupt_and_can_be_switched_off(cache_dir, monkeypatch):

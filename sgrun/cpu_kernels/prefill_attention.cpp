@@ -8,6 +8,9 @@
 //   SG_PREFILL_SIMD (avx2, avx512, and what the bf16 tiles lack at avx512_bf16, float16 pools
 //   included): float32 FMA on bf16, float16 or float32 pools (prefill_attention_avx2.cpp); the same on aarch64 NEON (neon,
 //   neon_dotprod: prefill_attention_neon.cpp);
+//   SG_PREFILL_AMX (amx, inside the avx512_bf16 build): SG_PREFILL_BF16's walk with its products on
+//   AMX tiles, taken where the caller asks for it (`amx`: the level is amx) and `amx_ready()`
+//   (prefill_attention_amx.cpp);
 // else the portable path below (any dtype, any head dim, no intrinsics), row by row.
 // Under float32 queries the pool may be narrower (a float32 model's float16 or bf16 KV cache,
 // kv_cache_dtype): every path widens it exactly as it packs, so only the pack step sees its type.
@@ -89,6 +92,15 @@ bool fast_path_available() {
 #endif
 }
 
+// Whether this build has the AMX tile path and this CPU and kernel let it run (asked once).
+bool amx_ready() {
+#ifdef SG_PREFILL_AMX
+  return amx::ready();
+#else
+  return false;
+#endif
+}
+
 // The vector path a pool of `dtype` ("bfloat16", "float32", "float16") with `head_dim` takes; "" for none.
 std::string fast_path(const std::string& dtype, int64_t head_dim) {
   const at::ScalarType dt = dtype == "bfloat16" ? at::kBFloat16 : dtype == "float32" ? at::kFloat
@@ -136,10 +148,11 @@ void split_at_position(const Segments& seg, int64_t from, SplitSegments& low, Sp
 // are widened exactly, so every product and sum stays float32). bf16_from: on the AVX512-BF16
 // path, float32 queries' rows from that position on take bf16 products (their Q, and the pool's K
 // and V unless bf16 already, rounded to bf16; 0: every row); other paths and bf16 queries ignore
-// it. float16 queries (a float16 model) take the portable path.
+// it. float16 queries (a float16 model) take the portable path. amx: the AVX512-BF16 path's products
+// run on AMX tiles where amx_ready() (else it is ignored); the level amx asks for it.
 void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor tables,
                        at::Tensor q_starts, at::Tensor q_lens, at::Tensor ctx_lens, double scale,
-                       at::Tensor out, bool portable, int64_t bf16_from) {
+                       at::Tensor out, bool portable, int64_t bf16_from, bool amx) {
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "bad shapes");
   const at::ScalarType qt = q.scalar_type(), ct = k_cache.scalar_type();
   const bool narrow_pool = qt == at::kFloat && (ct == at::kBFloat16 || ct == at::kHalf);
@@ -195,6 +208,16 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
       auto* kp = reinterpret_cast<const C*>(k_cache.data_ptr());
       auto* vp = reinterpret_cast<const C*>(v_cache.data_ptr());
       auto* op = reinterpret_cast<E*>(out.data_ptr());
+#ifdef SG_PREFILL_AMX
+      if (amx && amx::ready()) {
+        if (D == 32) attend_packed<amx::Path<2, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+        if (D == 64) attend_packed<amx::Path<4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+        if (D == 96) attend_packed<amx::Path<6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+        if (D == 128) attend_packed<amx::Path<8, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+        return;
+      }
+#endif
+      (void)amx;
       using namespace bf16dot;
       if (D == 32) attend_packed<Path<2, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
       if (D == 64) attend_packed<Path<4, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);

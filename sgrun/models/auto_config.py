@@ -159,7 +159,9 @@ def prefill_summary(attn, dtype: torch.dtype) -> str:
         return "SDPA"
     from sgrun.cpu_kernels.prefill_attention import dtype_name
     path = attn.prefill_op.fast_path(dtype_name(attn.pool.k[0].dtype), attn.D) or "portable"
-    if path == "avx512_bf16" and dtype == torch.float32:
+    if path == "avx512_bf16" and getattr(attn, "prefill_amx", False):
+        path = "amx"   # the same walk, its products on AMX tiles
+    if path in ("avx512_bf16", "amx") and dtype == torch.float32:
         return f"sgrun C++ {path} (bf16 products from position {attn.prefill_bf16_from})"
     return f"sgrun C++ {path}"
 

@@ -19,7 +19,7 @@ import torch
 from torch.nn.utils.rnn import pad_sequence
 
 from sgrun.cpu_kernels.pool_dtypes import pool_dtypes_under
-from sgrun.cpu_kernels.prefill_attention import BF16_FROM_DEFAULT
+from sgrun.cpu_kernels.prefill_attention import BF16_FROM_DEFAULT, use_amx
 from sgrun.engine.attention.backend import Segment
 from sgrun.engine.attention.torch_backend import TorchPagedAttention
 from sgrun.engine.attention.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes
@@ -36,6 +36,7 @@ class CppPagedAttention(TorchPagedAttention):
         # A float32 pool's prefill rows from this position on take bf16 products where the kernel
         # has the AVX512-BF16 path (cpu_kernels/prefill_attention.py: why, and SGRUN_PREFILL_BF16_FROM).
         self.prefill_bf16_from = prefill_bf16_from
+        self.prefill_amx = use_amx(prefill_op)   # that path's products on AMX tiles (the amx level)
         self.cascade = cascade   # read each step, so it can be switched on a live engine
         self.min_saved_pages = MIN_SAVED_PAGES
         self.cascade_steps = 0   # prepared batches that attended at least one shared prefix once
@@ -156,4 +157,5 @@ class CppPagedAttention(TorchPagedAttention):
         if q.stride(2) != 1 or q.stride(1) != self.D:   # the kernel reads rows of contiguous [H, D]
             q = q.contiguous()
         self.prefill_op.prefill_attention(q, self.pool.k[layer], self.pool.v[layer], self.prefill_table,
-                                          *self.prefill_meta, self.scale, out, False, self.prefill_bf16_from)
+                                          *self.prefill_meta, self.scale, out, False, self.prefill_bf16_from,
+                                          self.prefill_amx)
