@@ -111,6 +111,31 @@ def test_float32_activations_give_the_same_bits_at_every_x86_level(m):
         assert torch.equal(cpu_matmul.kernels(level).int4_mm(x, packed, scales, n), want), level
 
 
+@pytest.mark.parametrize("m", [255, 256, 300, 1024])
+def test_amx_int8_tiles_give_the_other_tiles_bits(m):
+    """At amx, float32 activations of 256 rows and more (a prefill chunk) take the AMX-INT8 tiles
+    (matmul_amx.cpp) where the CPU has them: the same exact integer dots and the same float32 steps
+    in the same order as the VNNI tile, so the same bits, rows past the last full tile included.
+    Where the build or the CPU lacks them, `set_amx` says so and the output is the level's own."""
+    top = SIMD_LEVELS[-1]
+    ops = cpu_matmul.kernels(top)
+    n, k = 960, 576
+    packed, scales, _, parts = random_int4(n, k, seed=11)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * 3
+    try:
+        assert ops.module.set_amx(False) is False
+        plain = ops.int4_mm(x, packed, scales, n)
+        has_tiles = {"amx_tile", "amx_int8"} <= isa.cpu_features() and "int4q8x512" in ops.module.tiles()
+        assert ops.module.set_amx(True) == has_tiles
+        tiled = ops.int4_mm(x, packed, scales, n)
+    finally:
+        ops.module.set_amx(isa.active_level().name == "amx")
+    assert torch.equal(tiled, plain)
+    torch.testing.assert_close(tiled.double(), q8_reference(x, parts), rtol=1e-4, atol=1e-3)
+    if "avx2" in SIMD_LEVELS:   # and the AVX2 tile's bits, as every x86 level
+        assert torch.equal(tiled, cpu_matmul.kernels("avx2").int4_mm(x, packed, scales, n))
+
+
 @each_level()
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
 def test_dequantize_is_the_weight_rounded_once(level, dtype):

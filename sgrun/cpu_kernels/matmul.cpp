@@ -98,6 +98,19 @@ std::string tiles() {
 
 bool fast_path() { return !tiles().empty(); }
 
+// Whether float32 activations of a prefill chunk's row count take the AMX-INT8 tiles
+// (matmul_amx.cpp): `want` (the level is amx) where the CPU and Linux allow them. Returns whether
+// they now do. The output bits are the same either way; only the speed changes.
+bool set_amx(bool want) {
+#ifdef SGRUN_AMX_Q8
+  amx_q8::wanted().store(want, std::memory_order_relaxed);
+  return amx_q8::enabled();
+#else
+  (void)want;
+  return false;
+#endif
+}
+
 // The output every op below writes: [m, n], contiguous, in x's dtype (float32 rows for the
 // int8 lm_head). The `_into` forms write a buffer the caller keeps (decode_block.cpp reuses one per
 // activation across a step's layers: at batch 1 a layer's allocations and views cost ~30 us with the
@@ -165,6 +178,14 @@ void int4_mm_into(const at::Tensor& x, const at::Tensor& codes, const at::Tensor
           k, groups, yf + r * n + b * LANES, n);
     });
   };
+#ifdef SGRUN_AMX_Q8
+  // The AMX tiles give the VNNI tile's bits too (matmul_amx.cpp), so rows stay invariant.
+  if (x.scalar_type() == at::kFloat && m >= amx_q8::kMinRows && amx_q8::enabled()) {
+    amx_q8::int4_q8(cb, sb, cs, ss, qx, m, k, n, yf, [](int64_t count, auto&& f) {
+      team::parallel_for(at::get_num_threads(), count, 1, f);
+    });
+  } else
+#endif
 #ifdef SGRUN_Q8_TILES_512
   // Both tiles give bit-identical rows (matmul_avx512.cpp), so choosing by row count keeps rows invariant.
   if (m >= q8x512::kMinRows) {

@@ -43,11 +43,12 @@ FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_MATMUL_FAIL"
 _HERE = Path(__file__).parent
 # One translation unit: shared helpers, then every ISA's tiles (each compiles only under its own
 # level's flags), then the torch driver. A new ISA is one more file in this list.
-SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "matmul_avx512_vnni.cpp", "matmul_avx2.cpp", "matmul_neon.cpp", "matmul.cpp",
+SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "matmul_avx512_vnni.cpp", "matmul_amx.cpp",
+           "matmul_avx2.cpp", "matmul_neon.cpp", "matmul.cpp",
            "decode_layer_abi.cpp", "decode_block.cpp")
 
 KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
-                   ["fast_path", "tiles", "int4_dequantize_t", "bf16_unpack_t",
+                   ["fast_path", "tiles", "set_amx", "int4_dequantize_t", "bf16_unpack_t",
                     "int8_table_rows", "decode_block_new", "decode_block_run", "decode_block_free", "decode_forward",
                     "decode_tables_new", "decode_logits", "weight_prefetch_bytes",
                     "team_parallel_address"],
@@ -131,12 +132,17 @@ class MatmulKernels:
 
 def kernels(level: isa.Level | str | None = None) -> MatmulKernels | None:
     """The ops for `level` (default: the active level), or None where it has no tiles or the build failed."""
-    built = isa.build_level(isa.resolve(level))
+    resolved = isa.resolve(level)
+    built = isa.build_level(resolved)
     if not has_tiles(built):
         return None
     module = KERNEL.load(built)
     if module is None or not module.fast_path():
         return None
+    # amx shares avx512_bf16's build: its prefill-sized float32 matmuls take the AMX-INT8 tiles
+    # (matmul_amx.cpp) where the CPU allows them, with the same output bits (so a process that
+    # also asks for avx512_bf16's kernels, as the tests do, changes speed only).
+    module.set_amx(resolved.name == "amx")
     _register_fakes(built.name)
     return MatmulKernels(built.name, "bf16dot" in module.tiles().split(), module)
 
