@@ -25,9 +25,6 @@
 #if defined(SGRUN_Q8_TILES_512) && defined(__x86_64__) && defined(__GNUC__) && !defined(SGRUN_AMX_Q8)
 #define SGRUN_AMX_Q8 1
 #include <atomic>
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-int8")
@@ -39,14 +36,9 @@ namespace amx_q8 {
 constexpr int64_t kMinRows = 256;   // below it the VNNI tile was as fast or faster (docs/cpu_kernels.md)
 constexpr int64_t kTileRows = 16;
 
-// AMX-TILE (CPUID 7.0 EDX bit 24) and AMX-INT8 (bit 25), and the tile state granted; asked once.
+// The CPU's AMX-INT8 tiles, granted to this process (amx_tiles.cpp); asked once.
 inline bool ready() {
-  static const bool ok = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
-    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
-  }();
+  static const bool ok = amx_tiles::granted(amx_tiles::kInt8);
   return ok;
 }
 

@@ -86,8 +86,9 @@ def bf16_from() -> int:
 _HERE = Path(__file__).parent
 # One translation unit: the shared walk, every ISA's path (each compiles only under its own
 # level's flags), then the torch driver. A new ISA is one more file in this list.
-SOURCES = ("prefill_attention_common.cpp", "prefill_attention_avx512_bf16.cpp", "prefill_attention_amx.cpp",
-           "prefill_attention_avx2.cpp", "prefill_attention_neon.cpp", "prefill_attention.cpp")
+SOURCES = ("prefill_attention_common.cpp", "prefill_attention_avx512_bf16.cpp", "amx_tiles.cpp",
+           "prefill_attention_amx.cpp", "prefill_attention_avx2.cpp", "prefill_attention_neon.cpp",
+           "prefill_attention.cpp")
 
 KERNEL = CppKernel("prefill_attention", tuple(_HERE / s for s in SOURCES),
                    ["prefill_attention", "fast_path_available", "fast_path", "amx_ready"], what="C++ prefill attention",

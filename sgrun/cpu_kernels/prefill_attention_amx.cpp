@@ -23,10 +23,6 @@
 // TDPBF16PS treats bf16 denormals as 0: probabilities below 2^-126, which weigh nothing).
 #if defined(SG_PREFILL_BF16) && defined(__x86_64__) && defined(__GNUC__) && !defined(SG_PREFILL_AMX)
 #define SG_PREFILL_AMX 1
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16")
 #include <immintrin.h>
@@ -39,15 +35,9 @@ using bf16dot::Packed;
 
 constexpr int kTileRows = 16;   // query rows per tile: a tile register's rows
 
-// Whether the CPU has AMX-TILE and AMX-BF16 (CPUID leaf 7: EDX bits 24 and 22) and the kernel gave
-// this process the tile state; asked once.
+// The CPU's AMX-BF16 tiles, granted to this process (amx_tiles.cpp); asked once.
 inline bool ready() {
-  static const bool ok = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return false;
-    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
-  }();
+  static const bool ok = amx_tiles::granted(amx_tiles::kBf16);
   return ok;
 }
 
@@ -187,18 +177,7 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
     }
   }
   _tile_release();
-  for (int r = 0; r < nrows; ++r) {
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_load_ps(l[r])));
-    for (int v = 0; v < ND; ++v) {
-      const __m512 y = _mm512_mul_ps(_mm512_load_ps(o[r] + 16 * v), inv);
-      if constexpr (std::is_same_v<Elem, float>) {
-        _mm512_storeu_ps(orow[r] + 16 * v, y);
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(orow[r] + 16 * v),
-                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(y)));
-      }
-    }
-  }
+  bf16dot::write_rows<ND, R>(o, l, nrows, orow);
 }
 #undef SG_AMX_EACH
 #undef SG_AMX_ZERO

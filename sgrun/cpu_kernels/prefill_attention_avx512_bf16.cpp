@@ -81,6 +81,23 @@ void pack_block(const Elem* kc, const Elem* vc, int64_t kv_head_stride, int64_t 
   }
 }
 
+// The first nrows of R rows' results: O / (the sum of their lane-wise sums l), as the output's element.
+template <int ND, int R, class Elem>
+void write_rows(const float (*o)[ND * 16], const float (*l)[16], int nrows, Elem* const* orow) {
+  for (int r = 0; r < nrows; ++r) {
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_load_ps(l[r])));
+    for (int v = 0; v < ND; ++v) {
+      const __m512 y = _mm512_mul_ps(_mm512_load_ps(o[r] + 16 * v), inv);
+      if constexpr (std::is_same_v<Elem, float>) {
+        _mm512_storeu_ps(orow[r] + 16 * v, y);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(orow[r] + 16 * v),
+                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(y)));
+      }
+    }
+  }
+}
+
 // R query rows of one (segment, kv head) against its packed context. ND = D / 16. Elem: the
 // pool's element (uint16_t: bf16 bits; float), which q and the output rows share.
 template <int ND, int R, class Elem>
@@ -185,18 +202,7 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < ND; ++v) _mm512_store_ps(o[r] + 16 * v, ov[r][v]);
   }
-  for (int r = 0; r < nrows; ++r) {
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(_mm512_load_ps(l[r])));
-    for (int v = 0; v < ND; ++v) {
-      const __m512 y = _mm512_mul_ps(_mm512_load_ps(o[r] + 16 * v), inv);
-      if constexpr (std::is_same_v<Elem, float>) {
-        _mm512_storeu_ps(orow[r] + 16 * v, y);
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(orow[r] + 16 * v),
-                            reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(y)));
-      }
-    }
-  }
+  write_rows<ND, R>(o, l, nrows, orow);
 }
 
 // The path as attend_packed (prefill_attention_common.cpp) runs it. ND = D / 16; E: the query's
