@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import sgrun
+from sgrun.cpu_kernels import isa
 from sgrun.engine import compile_policy
 from sgrun.models import auto_config, model_cache
 from sgrun.models.loader import load_model, resolve_dtype
@@ -61,6 +62,11 @@ def test_start_up_line_names_level_dtype_weights_kernels_and_compile(model_path)
     assert f"dtype {str(engine.dtype).replace('torch.', '')}" in line
     assert "weights int4" in line and "attention " in line and line.endswith("compile off")
     assert report["compile"] is False and report["weights"].startswith("int4")
+    # at amx a float32 model's prefill-sized int4 matmuls run on AMX-INT8 tiles, whether its linears
+    # were built here or came back from the built-model cache (pickled under their build's level name)
+    tiles = (auto_config.cpu_level() == "amx" and engine.dtype == torch.float32
+             and {"amx_tile", "amx_int8"} <= isa.cpu_features())
+    assert ("AMX-INT8" in report["weights"]) == tiles, report["weights"]
     # the prefill attention names its vector path (amx: the AVX512-BF16 walk on AMX tiles, at the
     # amx level), and on a float32 pool where bf16 products start
     attn = engine.runner.attn

@@ -111,6 +111,15 @@ bool set_amx(bool want) {
 #endif
 }
 
+// Whether they do now.
+bool amx_active() {
+#ifdef SGRUN_AMX_Q8
+  return amx_q8::enabled();
+#else
+  return false;
+#endif
+}
+
 // The output every op below writes: [m, n], contiguous, in x's dtype (float32 rows for the
 // int8 lm_head). The `_into` forms write a buffer the caller keeps (decode_block.cpp reuses one per
 // activation across a step's layers: at batch 1 a layer's allocations and views cost ~30 us with the

@@ -48,7 +48,7 @@ SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "ma
            "decode_layer_abi.cpp", "decode_block.cpp")
 
 KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
-                   ["fast_path", "tiles", "set_amx", "int4_dequantize_t", "bf16_unpack_t",
+                   ["fast_path", "tiles", "set_amx", "amx_active", "int4_dequantize_t", "bf16_unpack_t",
                     "int8_table_rows", "decode_block_new", "decode_block_run", "decode_block_free", "decode_forward",
                     "decode_tables_new", "decode_logits", "weight_prefetch_bytes",
                     "team_parallel_address"],
@@ -102,6 +102,11 @@ class MatmulKernels:
             return Q8_MAX_ROWS
         return DENSE_FMA_MAX_ROWS if dense else Q8_MAX_ROWS
 
+    @property
+    def amx_prefill(self) -> bool:
+        """Float32 activations of 256 rows and more run on AMX-INT8 tiles (matmul_amx.cpp)."""
+        return bool(self.module.amx_active())
+
     def _op(self, name: str):
         return getattr(torch.ops.sgrun, f"{name}_{self.level}")
 
@@ -132,17 +137,17 @@ class MatmulKernels:
 
 def kernels(level: isa.Level | str | None = None) -> MatmulKernels | None:
     """The ops for `level` (default: the active level), or None where it has no tiles or the build failed."""
-    resolved = isa.resolve(level)
-    built = isa.build_level(resolved)
+    built = isa.build_level(isa.resolve(level))
     if not has_tiles(built):
         return None
     module = KERNEL.load(built)
     if module is None or not module.fast_path():
         return None
-    # amx shares avx512_bf16's build: its prefill-sized float32 matmuls take the AMX-INT8 tiles
-    # (matmul_amx.cpp) where the CPU allows them, with the same output bits (so a process that
-    # also asks for avx512_bf16's kernels, as the tests do, changes speed only).
-    module.set_amx(resolved.name == "amx")
+    # amx shares avx512_bf16's build: in a process at the amx level its prefill-sized float32
+    # matmuls take the AMX-INT8 tiles (matmul_amx.cpp) where the CPU allows them, with the same
+    # output bits. Read from the process's level, not `level`: a cached model's linears come back
+    # through kernels(<their build's name>), i.e. "avx512_bf16" (model_cache.py).
+    module.set_amx(isa.active_level().name == "amx")
     _register_fakes(built.name)
     return MatmulKernels(built.name, "bf16dot" in module.tiles().split(), module)
 

@@ -136,7 +136,10 @@ def weight_format(model) -> str:
     lin = model.layers[0].gate_up
     kind = type(lin).__name__.replace("Linear", "").lower()
     kind = f"dense {str(model.dtype).replace('torch.', '')}" if kind == "dense" else kind
-    return f"{kind} ({'sgrun ' + cpu_level() + ' kernel' if getattr(lin, 'cpp', False) else 'torch kernel'})"
+    if not getattr(lin, "cpp", False):
+        return f"{kind} (torch kernel)"
+    amx = kind == "int4" and model.dtype == torch.float32 and lin.ops.amx_prefill
+    return f"{kind} (sgrun {cpu_level()} kernel{'; prefill chunks of 256+ rows on AMX-INT8 tiles' if amx else ''})"
 
 
 def kernels_summary(parts) -> dict:
