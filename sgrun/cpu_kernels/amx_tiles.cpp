@@ -1,10 +1,11 @@
-// Whether this process may run AMX tile instructions: the CPU has the tile unit and the wanted
+// Whether this process may run AMX tile instructions, and the tile configuration's layout: the CPU has the tile unit and the wanted
 // dot-product unit (CPUID leaf 7, EDX), and Linux granted the process the tile state (arch_prctl
 // ARCH_REQ_XCOMP_PERM for XTILEDATA, Linux 5.16+; without it a tile instruction faults). Shared by
 // the builds that have an AMX path (prefill_attention_amx.cpp, matmul_amx.cpp): listed in their
 // SOURCES before those files. Portable C++ elsewhere: answers false off x86-64 Linux.
 #ifndef SG_AMX_TILES_CPP
 #define SG_AMX_TILES_CPP 1
+#include <cstdint>
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__)
 #include <cpuid.h>
 #include <sys/syscall.h>
@@ -32,6 +33,20 @@ inline bool granted(unsigned units) {
   return false;
 #endif
 }
+
+// LDTILECFG's 64-byte operand, palette 1: each tile's rows and bytes per row (`shape`), the rest 0.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  TileConfig& shape(int tile, int tile_rows, int bytes_per_row) {
+    rows[tile] = static_cast<uint8_t>(tile_rows);
+    colsb[tile] = static_cast<uint16_t>(bytes_per_row);
+    return *this;
+  }
+};
 
 }  // namespace amx_tiles
 }  // namespace

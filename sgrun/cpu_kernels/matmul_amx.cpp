@@ -50,18 +50,12 @@ inline std::atomic<bool>& wanted() {
 inline bool enabled() { return wanted().load(std::memory_order_relaxed) && ready(); }
 
 // tmm0-3: C, 16 x 16 int32 (two pairs, alternate groups); tmm4/5: A, 16 columns x 32 codes; tmm6: B, 8 x (16 rows x 4 k).
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-  TileConfig() {
-    for (int t : {0, 1, 2, 3}) colsb[t] = 64, rows[t] = 16;
-    for (int t : {4, 5}) colsb[t] = 32, rows[t] = 16;
-    colsb[6] = 64, rows[6] = 8;
-  }
-};
+inline amx_tiles::TileConfig tile_config() {
+  amx_tiles::TileConfig cfg;
+  for (int t : {0, 1, 2, 3}) cfg.shape(t, 16, 64);
+  for (int t : {4, 5}) cfg.shape(t, 16, 32);
+  return cfg.shape(6, 8, 64);
+}
 
 // One column block's codes, one byte each, as A tiles: [groups][16 columns][32 k].
 inline void decode_block(const uint8_t* codes, int64_t groups, uint8_t* a) {
@@ -139,7 +133,7 @@ void int4_q8(const uint8_t* cb, const uint16_t* sb, int64_t cs, int64_t ss, cons
   // Units of two column blocks: their codes decoded, then every row tile against them.
   const int64_t units = (blocks + 1) / 2;
   parallel_for(units, [&](int64_t u0, int64_t u1) {
-    const TileConfig cfg;
+    const amx_tiles::TileConfig cfg = tile_config();
     _tile_loadconfig(&cfg);
     std::vector<uint8_t> a(static_cast<size_t>(2 * groups * LANES * GROUP));
     std::vector<float> scale(static_cast<size_t>(2 * groups * 2 * LANES));   // [block][group][s | min][16]

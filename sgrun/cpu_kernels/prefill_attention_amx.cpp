@@ -41,20 +41,12 @@ inline bool ready() {
   return ok;
 }
 
-// Palette 1, all eight tiles 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-  TileConfig() {
-    for (int t = 0; t < 8; ++t) {
-      colsb[t] = 64;
-      rows[t] = kTileRows;
-    }
-  }
-};
+// All eight tiles 16 rows x 64 bytes.
+inline amx_tiles::TileConfig tile_config() {
+  amx_tiles::TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.shape(t, kTileRows, 64);
+  return cfg;
+}
 
 // A tile's number is part of its instruction (GCC's _tile_* macros paste it into the asm), so the
 // four C tiles are spelled out: SG_AMX_EACH(n, OP) runs OP(0) .. OP(n - 1), OP a macro.
@@ -95,7 +87,7 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
     for (int i = 0; i < 16; ++i) l[r][i] = 0.0f;
     for (int d = 0; d < D; ++d) o[r][d] = 0.0f;
   }
-  const TileConfig cfg;
+  const amx_tiles::TileConfig cfg = tile_config();
   _tile_loadconfig(&cfg);
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const int64_t blocks = max_pos / kKeyBlock + 1;
