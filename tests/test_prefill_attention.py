@@ -379,16 +379,14 @@ def test_engine_bf16_logprobs_close_with_kernel(bf16_engine, native_op):
 
 def test_default_engine_long_prompt_across_the_bf16_split(shared_engine, native_op):
     """The default configuration (int4, dtype auto) on a prompt that crosses BF16_FROM: on a
-    float32 pool at avx512_bf16 its rows past position 1,024 take bf16 products (at amx, all of them). The first token's
+    float32 pool at avx512_bf16 its rows past position 1,024 take bf16 products. The first token's
     top-5 logprobs stay within 0.15 of SDPA's, and a chunked prefill (chunks of 256 that start on
     both sides of the split) gives every token and logprob bit for bit as the whole prompt does."""
     engine = shared_engine
     attn = engine.runner.attn
     chosen = attn.prefill_op
     assert chosen is (native_op if native_op.fast_path(dtype_name(engine.runner.model.dtype), attn.D) else None)
-    # the split sits at 1,024, or at 0 where the bf16 products run on AMX tiles (the amx level)
-    want = prefill_attention_cpp.BF16_FROM_AMX if attn.prefill_amx else prefill_attention_cpp.BF16_FROM_DEFAULT
-    assert attn.prefill_bf16_from == prefill_attention_cpp.bf16_from(attn.prefill_amx) == want
+    assert attn.prefill_bf16_from == prefill_attention_cpp.bf16_from() == prefill_attention_cpp.BF16_FROM_DEFAULT
     prompt = [(i * 7919) % 30000 + 100 for i in range(1200)]
     params = sgrun.SamplingParams(max_new_tokens=4, temperature=0, logprobs=5)
     batch_tokens = engine.scheduler.max_batch_tokens

@@ -65,22 +65,16 @@ FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_PREFILL_FAIL"
 # products; earlier rows keep float32 ones. Why a position: attention is a small part of a short
 # prefill (~10% at 512 tokens) and most of a long one (a third at 2,048 on Zen 4), so short prompts
 # keep float32 bits at little cost, and a row's path depends on its position alone (chunked = whole).
-# Where that path runs on AMX tiles (the amx level) the float32 rows cost ~5x the tiled ones, so
-# every row takes bf16 products there (BF16_FROM_AMX): TTFT 512 tokens 0.563 -> 0.518 s, 2,048
-# tokens 2.196 -> 1.993 s, and bench_drift.py --prefill-paths (30 prompts, 823 positions) KL 0.002325
-# -> 0.002416, top-1 96.7% -> 96.6%, exact greedy 12 -> 13 of 30, llama.cpp's 0.002861, 96.6%, 11
-# (docs/cpu_kernels.md). SGRUN_PREFILL_BF16_FROM sets it (0: every row; a huge number: none).
+# SGRUN_PREFILL_BF16_FROM sets it (0: every row; a huge number: none).
 BF16_FROM_ENV = "SGRUN_PREFILL_BF16_FROM"
 BF16_FROM_DEFAULT = 1024
-BF16_FROM_AMX = 0
 
 
-def bf16_from(amx: bool = False) -> int:
-    """The first position whose row takes bf16 products on a float32 pool (BF16_FROM_ENV, else the
-    default: BF16_FROM_AMX where the path runs on AMX tiles, `amx`, else BF16_FROM_DEFAULT)."""
+def bf16_from() -> int:
+    """The first position whose row takes bf16 products on a float32 pool (BF16_FROM_ENV, else the default)."""
     raw = os.environ.get(BF16_FROM_ENV, "").strip()
     if not raw:
-        return BF16_FROM_AMX if amx else BF16_FROM_DEFAULT
+        return BF16_FROM_DEFAULT
     try:
         value = int(raw)
     except ValueError:

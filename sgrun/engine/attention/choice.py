@@ -45,10 +45,10 @@ def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, he
         op = load_kernel()
         if op is not None:
             from sgrun.engine.attention.cpp_backend import CppPagedAttention
-            from sgrun.cpu_kernels.prefill_attention import bf16_from, prefill_kernel_for, use_amx
-            prefill_op = prefill_kernel_for(pool.k[0].dtype, head_dim, query_dtype)
+            from sgrun.cpu_kernels.prefill_attention import bf16_from, prefill_kernel_for
             return CppPagedAttention(pool, num_heads, num_kv_heads, head_dim, op, cascade=cascade,
-                                     prefill_op=prefill_op, prefill_bf16_from=bf16_from(use_amx(prefill_op)))
+                                     prefill_op=prefill_kernel_for(pool.k[0].dtype, head_dim, query_dtype),
+                                     prefill_bf16_from=bf16_from())
         backend = "torch"
     if backend == "torch":
         from sgrun.engine.attention.torch_backend import TorchPagedAttention
