@@ -127,7 +127,11 @@ def test_amx_int8_tiles_give_the_other_tiles_bits(m):
         plain = ops.int4_mm(x, packed, scales, n)
         has_tiles = {"amx_tile", "amx_int8"} <= isa.cpu_features() and "int4q8x512" in ops.module.tiles()
         assert ops.module.set_amx(True) == has_tiles
+        before = ops.module.amx_calls()
         tiled = ops.int4_mm(x, packed, scales, n)
+        # the tiles served this call exactly where they exist and the rows reach 256 (equal bits alone
+        # would not show they ran)
+        assert ops.module.amx_calls() - before == int(has_tiles and m >= 256)
     finally:
         ops.module.set_amx(isa.active_level().name == "amx")
     assert torch.equal(tiled, plain)

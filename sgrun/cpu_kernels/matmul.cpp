@@ -120,6 +120,15 @@ bool amx_active() {
 #endif
 }
 
+// How many int4_mm calls the AMX-INT8 tiles have served in this process.
+int64_t amx_calls() {
+#ifdef SGRUN_AMX_Q8
+  return amx_q8::calls().load(std::memory_order_relaxed);
+#else
+  return 0;
+#endif
+}
+
 // The output every op below writes: [m, n], contiguous, in x's dtype (float32 rows for the
 // int8 lm_head). The `_into` forms write a buffer the caller keeps (decode_block.cpp reuses one per
 // activation across a step's layers: at batch 1 a layer's allocations and views cost ~30 us with the

@@ -47,6 +47,12 @@ inline std::atomic<bool>& wanted() {
   return w;
 }
 
+// Calls served on the tiles, so a test can tell they ran (their output bits are the VNNI tile's).
+inline std::atomic<int64_t>& calls() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
 inline bool enabled() { return wanted().load(std::memory_order_relaxed) && ready(); }
 
 // tmm0-3: C, 16 x 16 int32 (two pairs, alternate groups); tmm4/5: A, 16 columns x 32 codes; tmm6: B, 8 x (16 rows x 4 k).
@@ -117,6 +123,7 @@ inline void apply_group(const int32_t* dots, const float* s, const float* mn, co
 template <class ParallelFor>
 void int4_q8(const uint8_t* cb, const uint16_t* sb, int64_t cs, int64_t ss, const QuantRows& qx, int64_t m,
              int64_t k, int64_t n, float* y, ParallelFor&& parallel_for) {
+  calls().fetch_add(1, std::memory_order_relaxed);
   const int64_t groups = k / GROUP, blocks = n / LANES, tiles = (m + kTileRows - 1) / kTileRows;
   // Every row tile's B operands, d and sums, packed once (pack_rows writes every byte: kept
   // between calls and never zero-filled, which had cost ~15% of a 2,048-row call).
