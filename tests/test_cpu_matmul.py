@@ -111,6 +111,36 @@ def test_float32_activations_give_the_same_bits_at_every_x86_level(m):
         assert torch.equal(cpu_matmul.kernels(level).int4_mm(x, packed, scales, n), want), level
 
 
+PANEL_LEVELS = [lv for lv in SIMD_LEVELS if lv in ("avx2", "avx512")]   # the levels without a VNNI tile
+
+
+@pytest.mark.skipif(not PANEL_LEVELS, reason="an x86 CPU's levels (the panel is AVX2 code)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("m", [3, 4, 5, 6, 7, 257, 515])
+def test_the_avx2_panel_serves_six_rows_and_more_with_the_tiles_bits(dtype, m, monkeypatch):
+    """At the levels without a VNNI tile, int4_mm of 6 rows and more runs the panel
+    (matmul_avx2.cpp's int4_q8_panel: codes decoded once per block, then every row of a chunk of 256):
+    each row's output is the one-row tile's bits, the tail rows after the last pass of 3 and the rows
+    past a chunk included, and the whole output is the AVX2 tile's (SGRUN_INT4_PANEL=off)."""
+    n, k = 960, 576
+    packed, scales, _, parts = random_int4(n, k, seed=13)
+    x = (torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * 3).to(dtype)
+    for level in PANEL_LEVELS:
+        ops = cpu_matmul.kernels(level)
+        before = ops.module.panel_calls()
+        y = ops.int4_mm(x, packed, scales, n)
+        assert ops.module.panel_calls() - before == int(m >= 6), level   # the panel served exactly these (kPanelMinRows)
+        for r in sorted({0, 1, m // 2, m - 2, m - 1} | ({255, 256} if m > 256 else set())):
+            assert torch.equal(ops.int4_mm(x[r:r + 1].contiguous(), packed, scales, n)[0], y[r]), (level, r)
+        if dtype == torch.float32:
+            torch.testing.assert_close(y.double(), q8_reference(x, parts), rtol=1e-4, atol=1e-3)
+        with monkeypatch.context() as patch:
+            patch.setenv("SGRUN_INT4_PANEL", "off")
+            before = ops.module.panel_calls()
+            assert torch.equal(ops.int4_mm(x, packed, scales, n), y), level
+            assert ops.module.panel_calls() == before, level
+
+
 @pytest.mark.parametrize("m", [255, 256, 300, 1024])
 def test_amx_int8_tiles_give_the_other_tiles_bits(m):
     """At amx, float32 activations of 256 rows and more (a prefill chunk) take the AMX-INT8 tiles

@@ -57,6 +57,13 @@ bool int8_head_float_forced() {
   return v != nullptr && std::string(v) == "float";
 }
 
+// SGRUN_INT4_PANEL=off: int4_mm keeps the AVX2 tile where the panel would run (benchmarks/bench_matmul.py
+// times the two side by side). Read per call: well under a microsecond against a 4-row matmul's tens.
+bool int4_panel_off() {
+  const char* v = std::getenv("SGRUN_INT4_PANEL");
+  return v != nullptr && std::string(v) == "off";
+}
+
 void check_x(const at::Tensor& x, int64_t k_multiple, bool float_ok) {
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || (float_ok && x.scalar_type() == at::kFloat)),
               float_ok ? "x must be a 2-D bf16 or float32 tensor" : "x must be a 2-D bf16 tensor");
@@ -124,6 +131,15 @@ bool amx_active() {
 int64_t amx_calls() {
 #ifdef SGRUN_AMX_Q8
   return amx_q8::calls().load(std::memory_order_relaxed);
+#else
+  return 0;
+#endif
+}
+
+// How many int4_mm calls the AVX2 panel (matmul_avx2.cpp's int4_q8_panel) has served in this process.
+int64_t panel_calls() {
+#ifdef SGRUN_SIMD_PANEL
+  return simd::panel_calls().load(std::memory_order_relaxed);
 #else
   return 0;
 #endif
@@ -208,6 +224,14 @@ void int4_mm_into(const at::Tensor& x, const at::Tensor& codes, const at::Tensor
   // Both tiles give bit-identical rows (matmul_avx512.cpp), so choosing by row count keeps rows invariant.
   if (m >= q8x512::kMinRows) {
     run(Vnni512Int4Q8{});
+  } else
+#endif
+#ifdef SGRUN_SIMD_PANEL
+  // The panel gives the AVX2 tile's bits (matmul_avx2.cpp) where the level has no VNNI tile.
+  if (m >= simd::kPanelMinRows && !int4_panel_off()) {
+    simd::int4_q8_panel(cb, sb, cs, ss, qx, m, k, n, yf, [&](int64_t count, auto&& f) {
+      team::parallel_for(at::get_num_threads(), count, grain_for(m, k, 1), f);
+    });
   } else
 #endif
   {
