@@ -141,6 +141,25 @@ def test_the_avx2_panel_serves_six_rows_and_more_with_the_tiles_bits(dtype, m, m
             assert ops.module.panel_calls() == before, level
 
 
+@pytest.mark.skipif(not PANEL_LEVELS, reason="an x86 CPU's levels")
+@pytest.mark.parametrize("m", [1, 7, 64])
+def test_float32_rows_quantize_as_the_generic_loop_does(m):
+    """Float32 activations are quantized by matmul_common.cpp's AVX2 group code, bf16 ones by the
+    generic loop it replaced: at the levels without bf16 dot products the bf16 path computes in
+    float32 and rounds once, so the same values through both give the same bf16 bits exactly when
+    both quantize alike, ties of x * 127 / max|x| (rounded to the nearest even) and zero groups included."""
+    n, k = 960, 576
+    packed, scales, _, _ = random_int4(n, k, seed=17)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * 4
+    ties = torch.tensor([127.0, 0.5, 1.5, 2.5, -0.5, -1.5, 126.5, -126.5, 3.5, -2.5, 64.5, 0.0])
+    x[:, :ties.numel()] = ties          # group 0: max |x| = 127, so x * 127 / max|x| is x itself
+    x[:, 32:64] = 0.0                   # group 1: all zero (d = 0)
+    xb = x.bfloat16()
+    for level in PANEL_LEVELS:
+        ops = cpu_matmul.kernels(level)
+        assert torch.equal(ops.int4_mm(xb, packed, scales, n), ops.int4_mm(xb.float(), packed, scales, n).bfloat16()), level
+
+
 @pytest.mark.parametrize("m", [255, 256, 300, 1024])
 def test_amx_int8_tiles_give_the_other_tiles_bits(m):
     """At amx, float32 activations of 256 rows and more (a prefill chunk) take the AMX-INT8 tiles

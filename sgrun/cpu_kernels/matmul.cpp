@@ -195,7 +195,7 @@ void int4_mm_into(const at::Tensor& x, const at::Tensor& codes, const at::Tensor
   QuantRows& qx = qx_kept;
   if (x.scalar_type() == at::kFloat) {
     const float* xf = xc.data_ptr<float>();
-    quantize_rows(m, k, [&](int64_t r, int64_t i) { return xf[r * k + i]; }, qx, at::get_num_threads());
+    quantize_float_rows(m, k, xf, qx, at::get_num_threads());
   } else {
     const uint16_t* xb = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
     quantize_rows(m, k, [&](int64_t r, int64_t i) { return bf16_to_float(xb[r * k + i]); }, qx,
