@@ -10,9 +10,9 @@ Per CPU level (sgrun/cpu_kernels/isa.py; the CPU model, its SIMD flags and the l
 - sgrun dequantize + dense: what a chunk above KERNEL_MAX_ROWS pays (C++ dequantize, then F.linear);
 - dense bf16: F.linear on the dequantized weight (oneDNN), the weight already in memory;
 - sgrun bf16: the same dense bf16 weight through the C++ kernel (DenseLinear's path);
-- f32 tile (the levels with the AVX2 panel, avx2 and avx512): int4 f32 again with
-  `SGRUN_INT4_PANEL=off`, the AVX2 tile the panel replaces from 6 rows (the same output bits), timed
-  right after `int4 f32`, so the two columns are an A/B in one process.
+- f32 tile (the levels with the AVX2 panel, avx2 and avx512): int4 f32 again with the panel
+  switched off (`set_panel(False)`), the AVX2 tile the panel replaces from 6 rows (the same output
+  bits), timed right after `int4 f32`, so the two columns are an A/B in one process.
 
 Each figure is the minimum over `--reps` calls (the machine is shared: the minimum is the least
 disturbed estimate of a call's own cost), in microseconds, with the load average. Weights are
@@ -84,7 +84,7 @@ def bench_level(ops: cpu_matmul.MatmulKernels, args) -> None:
         dense = ops.int4_dequantize(packed, scales, n, k)
         dense_packed = cpu_matmul.pack_bf16(dense.contiguous())
         print(f"\n{name}  (load {load_avg()})")
-        panel = "int4q8x512" not in ops.module.tiles() and "avx2" in ops.module.tiles()
+        panel = bool(ops.module.set_panel(True))   # this level's build has the panel
         print(f"  {'rows':>5} {'int4 bf16':>11} {'int4 f32':>11} {'torch int4':>11} {'deq+dense':>11} {'dense bf16':>11}"
               f" {'sgrun bf16':>11}   torch/sgrun" + (f" {'f32 tile':>11}  tile/panel" if panel else ""))
         for m in (int(r) for r in args.rows.split(",")):
@@ -99,11 +99,11 @@ def bench_level(ops: cpu_matmul.MatmulKernels, args) -> None:
             line = (f"  {m:>5} {ours:>9.1f}us {ours_f32:>9.1f}us {theirs:>9.1f}us {deq:>9.1f}us {den:>9.1f}us"
                     f" {ours_bf16:>9.1f}us   {theirs / min(ours, ours_f32):5.2f}x")
             if panel:
-                os.environ["SGRUN_INT4_PANEL"] = "off"
+                ops.module.set_panel(False)
                 try:
                     tile = best_us(lambda: ops.int4_mm(xf, packed, scales, n), args.reps)
                 finally:
-                    del os.environ["SGRUN_INT4_PANEL"]
+                    ops.module.set_panel(True)
                 line += f" {tile:>9.1f}us  {tile / ours_f32:5.2f}x"
             print(line)
 

@@ -111,43 +111,48 @@ def test_float32_activations_give_the_same_bits_at_every_x86_level(m):
         assert torch.equal(cpu_matmul.kernels(level).int4_mm(x, packed, scales, n), want), level
 
 
-PANEL_LEVELS = [lv for lv in SIMD_LEVELS if lv in ("avx2", "avx512")]   # the levels without a VNNI tile
+PANEL_LEVELS = ("avx2", "avx512")   # the x86 levels without a VNNI tile: the AVX2 panel serves there
 
 
-@pytest.mark.skipif(not PANEL_LEVELS, reason="an x86 CPU's levels (the panel is AVX2 code)")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
 @pytest.mark.parametrize("m", [3, 4, 5, 6, 7, 257, 515])
-def test_the_avx2_panel_serves_six_rows_and_more_with_the_tiles_bits(dtype, m, monkeypatch):
+def test_the_avx2_panel_serves_six_rows_and_more_with_the_tiles_bits(dtype, m):
     """At the levels without a VNNI tile, int4_mm of 6 rows and more runs the panel
-    (matmul_avx2.cpp's int4_q8_panel: codes decoded once per block, then every row of a chunk of 256):
-    each row's output is the one-row tile's bits, the tail rows after the last pass of 3 and the rows
-    past a chunk included, and the whole output is the AVX2 tile's (SGRUN_INT4_PANEL=off)."""
+    (matmul_avx2.cpp's int4_q8_panel: codes decoded once per block, then every row of a chunk of 256);
+    every other level's build has none. Each row's output is the one-row tile's bits, the tail rows
+    after the last pass of 3 and the rows past a chunk included, and the whole output is the AVX2
+    tile's (the panel switched off)."""
     n, k = 960, 576
     packed, scales, _, parts = random_int4(n, k, seed=13)
     x = (torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * 3).to(dtype)
-    for level in PANEL_LEVELS:
+    for level in SIMD_LEVELS:
         ops = cpu_matmul.kernels(level)
+        has_panel = bool(ops.module.set_panel(True))
+        assert has_panel == (level in PANEL_LEVELS), level
         before = ops.module.panel_calls()
         y = ops.int4_mm(x, packed, scales, n)
-        assert ops.module.panel_calls() - before == int(m >= 6), level   # the panel served exactly these (kPanelMinRows)
+        # the panel served exactly these calls (kPanelMinRows = 6)
+        assert ops.module.panel_calls() - before == int(has_panel and m >= 6), level
         for r in sorted({0, 1, m // 2, m - 2, m - 1} | ({255, 256} if m > 256 else set())):
             assert torch.equal(ops.int4_mm(x[r:r + 1].contiguous(), packed, scales, n)[0], y[r]), (level, r)
         if dtype == torch.float32:
             torch.testing.assert_close(y.double(), q8_reference(x, parts), rtol=1e-4, atol=1e-3)
-        with monkeypatch.context() as patch:
-            patch.setenv("SGRUN_INT4_PANEL", "off")
+        try:
+            ops.module.set_panel(False)
             before = ops.module.panel_calls()
             assert torch.equal(ops.int4_mm(x, packed, scales, n), y), level
             assert ops.module.panel_calls() == before, level
+        finally:
+            ops.module.set_panel(True)
 
 
-@pytest.mark.skipif(not PANEL_LEVELS, reason="an x86 CPU's levels")
 @pytest.mark.parametrize("m", [1, 7, 64])
 def test_float32_rows_quantize_as_the_generic_loop_does(m):
-    """Float32 activations are quantized by matmul_common.cpp's AVX2 group code, bf16 ones by the
-    generic loop it replaced: at the levels without bf16 dot products the bf16 path computes in
-    float32 and rounds once, so the same values through both give the same bf16 bits exactly when
-    both quantize alike, ties of x * 127 / max|x| (rounded to the nearest even) and zero groups included."""
+    """Float32 activations are quantized by matmul_common.cpp's AVX2 group code on x86 (the generic
+    loop on NEON), bf16 ones by the generic loop: at the levels without bf16 dot products the bf16
+    path computes in float32 and rounds once, so the same values through both give the same bf16 bits
+    exactly when both quantize alike, ties of x * 127 / max|x| (rounded to the nearest even) and zero
+    groups included."""
     n, k = 960, 576
     packed, scales, _, _ = random_int4(n, k, seed=17)
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * 4
@@ -155,7 +160,9 @@ def test_float32_rows_quantize_as_the_generic_loop_does(m):
     x[:, :ties.numel()] = ties          # group 0: max |x| = 127, so x * 127 / max|x| is x itself
     x[:, 32:64] = 0.0                   # group 1: all zero (d = 0)
     xb = x.bfloat16()
-    for level in PANEL_LEVELS:
+    levels = [lv for lv in SIMD_LEVELS if not cpu_matmul.kernels(lv).bf16_dot]
+    assert levels, SIMD_LEVELS   # every CPU with tiles has a level without bf16 dot products (avx2, neon)
+    for level in levels:
         ops = cpu_matmul.kernels(level)
         assert torch.equal(ops.int4_mm(xb, packed, scales, n), ops.int4_mm(xb.float(), packed, scales, n).bfloat16()), level
 

@@ -57,13 +57,6 @@ bool int8_head_float_forced() {
   return v != nullptr && std::string(v) == "float";
 }
 
-// SGRUN_INT4_PANEL=off: int4_mm keeps the AVX2 tile where the panel would run (benchmarks/bench_matmul.py
-// times the two side by side). Read per call: well under a microsecond against a 4-row matmul's tens.
-bool int4_panel_off() {
-  const char* v = std::getenv("SGRUN_INT4_PANEL");
-  return v != nullptr && std::string(v) == "off";
-}
-
 void check_x(const at::Tensor& x, int64_t k_multiple, bool float_ok) {
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kBFloat16 || (float_ok && x.scalar_type() == at::kFloat)),
               float_ok ? "x must be a 2-D bf16 or float32 tensor" : "x must be a 2-D bf16 tensor");
@@ -136,7 +129,21 @@ int64_t amx_calls() {
 #endif
 }
 
-// How many int4_mm calls the AVX2 panel (matmul_avx2.cpp's int4_q8_panel) has served in this process.
+// Whether int4_mm of 6 rows and more takes the AVX2 panel (matmul_avx2.cpp's int4_q8_panel; `want`,
+// default true) or the AVX2 tile it replaces, with the same bits. Returns whether the panel now
+// serves: false where this build has none (NEON) or never takes it (a level with the VNNI tile,
+// which serves every row count from two, int4_mm_into below).
+bool set_panel(bool want) {
+#if defined(SGRUN_SIMD_PANEL) && !defined(SGRUN_Q8_TILES_512)
+  simd::panel_wanted().store(want, std::memory_order_relaxed);
+  return want;
+#else
+  (void)want;
+  return false;
+#endif
+}
+
+// How many int4_mm calls the panel has served in this process.
 int64_t panel_calls() {
 #ifdef SGRUN_SIMD_PANEL
   return simd::panel_calls().load(std::memory_order_relaxed);
@@ -228,7 +235,7 @@ void int4_mm_into(const at::Tensor& x, const at::Tensor& codes, const at::Tensor
 #endif
 #ifdef SGRUN_SIMD_PANEL
   // The panel gives the AVX2 tile's bits (matmul_avx2.cpp) where the level has no VNNI tile.
-  if (m >= simd::kPanelMinRows && !int4_panel_off()) {
+  if (m >= simd::kPanelMinRows && simd::panel_wanted().load(std::memory_order_relaxed)) {
     simd::int4_q8_panel(cb, sb, cs, ss, qx, m, k, n, yf, [&](int64_t count, auto&& f) {
       team::parallel_for(at::get_num_threads(), count, grain_for(m, k, 1), f);
     });

@@ -48,7 +48,7 @@ SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "ma
            "decode_layer_abi.cpp", "decode_block.cpp")
 
 KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
-                   ["fast_path", "tiles", "set_amx", "amx_active", "amx_calls", "panel_calls", "int4_dequantize_t", "bf16_unpack_t",
+                   ["fast_path", "tiles", "set_amx", "amx_active", "amx_calls", "set_panel", "panel_calls", "int4_dequantize_t", "bf16_unpack_t",
                     "int8_table_rows", "decode_block_new", "decode_block_run", "decode_block_free", "decode_forward",
                     "decode_tables_new", "decode_logits", "weight_prefetch_bytes",
                     "team_parallel_address"],

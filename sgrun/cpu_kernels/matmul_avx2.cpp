@@ -367,6 +367,15 @@ inline std::atomic<int64_t>& panel_calls() {
   return n;
 }
 
+// Whether int4_mm takes the panel from kPanelMinRows (default) or keeps int4_q8_tile: `set_panel`,
+// for benchmarks/bench_matmul.py's A/B in one process. A relaxed load per call, so the decode path
+// pays nothing for the switch (an environment variable read per call would cost ~0.5 us, 120 times
+// a step).
+inline std::atomic<bool>& panel_wanted() {
+  static std::atomic<bool> w{true};
+  return w;
+}
+
 // y[m, n] (float32) = the int8-quantized rows qx x the int4 weight, for m >= kPanelMinRows: column
 // blocks split over the team's threads (parallel_for(count, f(begin, end))), rows in chunks of
 // kPanelChunkRows, each chunk's every block decoded once and multiplied by all its rows.
