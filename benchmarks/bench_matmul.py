@@ -10,9 +10,9 @@ Per CPU level (sgrun/cpu_kernels/isa.py; the CPU model, its SIMD flags and the l
 - sgrun dequantize + dense: what a chunk above KERNEL_MAX_ROWS pays (C++ dequantize, then F.linear);
 - dense bf16: F.linear on the dequantized weight (oneDNN), the weight already in memory;
 - sgrun bf16: the same dense bf16 weight through the C++ kernel (DenseLinear's path);
-- f32 tile (the levels with the AVX2 panel, avx2 and avx512): int4 f32 again with the panel
-  switched off (`set_panel(False)`), the AVX2 tile the panel replaces from 6 rows (the same output
-  bits), timed right after `int4 f32`, so the two columns are an A/B in one process.
+- f32 tile (the levels with the int4 panel: avx2, avx512, neon, neon_dotprod): int4 f32 again with
+  the panel switched off (`set_panel(False)`), the level's tile the panel replaces from 6 rows (the
+  same output bits), timed right after `int4 f32`, so the two columns are an A/B in one process.
 
 Each figure is the minimum over `--reps` calls (the machine is shared: the minimum is the least
 disturbed estimate of a call's own cost), in microseconds, with the load average. Weights are

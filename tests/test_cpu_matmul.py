@@ -111,17 +111,19 @@ def test_float32_activations_give_the_same_bits_at_every_x86_level(m):
         assert torch.equal(cpu_matmul.kernels(level).int4_mm(x, packed, scales, n), want), level
 
 
-PANEL_LEVELS = ("avx2", "avx512")   # the x86 levels without a VNNI tile: the AVX2 panel serves there
+# The levels whose int8-activation tiles have a panel: the x86 ones without a VNNI tile (the AVX2
+# panel) and ARM's with dotprod (the NEON panel; tests/test_kernel_driver.py runs it under qemu here).
+PANEL_LEVELS = ("avx2", "avx512", "neon_dotprod")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
-@pytest.mark.parametrize("m", [3, 4, 5, 6, 7, 257, 515])
-def test_the_avx2_panel_serves_six_rows_and_more_with_the_tiles_bits(dtype, m):
+@pytest.mark.parametrize("m", [3, 4, 5, 6, 7, 9, 257, 515])
+def test_the_int4_panel_serves_six_rows_and_more_with_the_tiles_bits(dtype, m):
     """At the levels without a VNNI tile, int4_mm of 6 rows and more runs the panel
-    (matmul_avx2.cpp's int4_q8_panel: codes decoded once per block, then every row of a chunk of 256);
+    (matmul_panel.cpp's int4_q8_panel: codes decoded once per block, then every row of a chunk of 256);
     every other level's build has none. Each row's output is the one-row tile's bits, the tail rows
-    after the last pass of 3 and the rows past a chunk included, and the whole output is the AVX2
-    tile's (the panel switched off)."""
+    after the last full pass (3 rows on AVX2, 5 on NEON) and the rows past a chunk included, and the
+    whole output is the level's tile's (the panel switched off)."""
     n, k = 960, 576
     packed, scales, _, parts = random_int4(n, k, seed=13)
     x = (torch.randn(m, k, generator=torch.Generator().manual_seed(m)) * 3).to(dtype)

@@ -32,6 +32,9 @@ TARGETS = {
 }
 if not NATIVE_ARM:
     TARGETS["avx2"] = ("g++", "-march=x86-64-v3", [])
+# The levels with the int4 panel: AVX2's, and NEON's where SDOT is (without it the panel counted
+# too few instructions fewer than the tile to keep; matmul_neon.cpp).
+PANEL_LEVELS = ("avx2", "neon_dotprod")
 
 
 @pytest.mark.parametrize("level", list(TARGETS))
@@ -47,6 +50,9 @@ def test_matmul_tiles_at_every_isa(level, tmp_path):
     run = subprocess.run(runner + [str(binary)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.strip().endswith("ALL OK"), run.stdout + run.stderr
     assert run.stdout.startswith(f"tiles: {level}\n"), run.stdout   # the level's own tiles ran, not another's
+    # the int4 panel (matmul_panel.cpp) exists exactly where it should, and gave the tile's bits
+    assert ("ok   int4 panel n=80 k=576" in run.stdout) == (level in PANEL_LEVELS), run.stdout
+    assert "ok   quantize float rows" in run.stdout, run.stdout
 
 
 # The attention paths have no dotprod-specific code: neon's build is neon_dotprod's.

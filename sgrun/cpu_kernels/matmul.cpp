@@ -129,10 +129,10 @@ int64_t amx_calls() {
 #endif
 }
 
-// Whether int4_mm of 6 rows and more takes the AVX2 panel (matmul_avx2.cpp's int4_q8_panel; `want`,
-// default true) or the AVX2 tile it replaces, with the same bits. Returns whether the panel now
-// serves: false where this build has none (NEON) or never takes it (a level with the VNNI tile,
-// which serves every row count from two, int4_mm_into below).
+// Whether int4_mm of 6 rows and more takes the int4 panel (matmul_panel.cpp, AVX2 or NEON; `want`,
+// default true) or the level's tile it replaces, with the same bits. Returns whether the panel now
+// serves: false where this build has none or never takes it (a level with the VNNI tile, which
+// serves every row count from two, int4_mm_into below).
 bool set_panel(bool want) {
 #if defined(SGRUN_SIMD_PANEL) && !defined(SGRUN_Q8_TILES_512)
   simd::panel_wanted().store(want, std::memory_order_relaxed);
@@ -234,7 +234,7 @@ void int4_mm_into(const at::Tensor& x, const at::Tensor& codes, const at::Tensor
   } else
 #endif
 #ifdef SGRUN_SIMD_PANEL
-  // The panel gives the AVX2 tile's bits (matmul_avx2.cpp) where the level has no VNNI tile.
+  // The panel gives the level's tile's bits (matmul_panel.cpp) where the level has no VNNI tile.
   if (m >= simd::kPanelMinRows && simd::panel_wanted().load(std::memory_order_relaxed)) {
     simd::int4_q8_panel(cb, sb, cs, ss, qx, m, k, n, yf, [&](int64_t count, auto&& f) {
       team::parallel_for(at::get_num_threads(), count, grain_for(m, k, 1), f);

@@ -44,7 +44,7 @@ _HERE = Path(__file__).parent
 # One translation unit: shared helpers, then every ISA's tiles (each compiles only under its own
 # level's flags), then the torch driver. A new ISA is one more file in this list.
 SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "matmul_avx512_vnni.cpp", "amx_tiles.cpp", "matmul_amx.cpp",
-           "matmul_avx2.cpp", "matmul_neon.cpp", "matmul.cpp",
+           "matmul_avx2.cpp", "matmul_neon.cpp", "matmul_panel.cpp", "matmul.cpp",
            "decode_layer_abi.cpp", "decode_block.cpp")
 
 KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),

@@ -295,10 +295,12 @@ void bf16_f32_tile(const uint32_t* w, int64_t block_stride, const uint16_t* x, i
 // most 2 * 15 * 127, as int4_q8_tile's), and the float32 steps after it are int4_q8_tile's, in its
 // order, so every output is bit-identical to that tile's and so to every x86 level's: rows stay
 // invariant whichever of the two serves a row count.
+// The driver that runs it (row chunks, threads, the switch) is matmul_panel.cpp's, shared with NEON.
 #define SGRUN_SIMD_PANEL 1
-constexpr int64_t kPanelMinRows = 6;    // below it int4_q8_tile (the panel 0.94-0.98x at 4 rows, 1.06-1.16x at 6)
-constexpr int kPanelRows = 3;           // rows per pass: 6 int16 sums, 2 quads, 1 broadcast (4 spilled more)
-constexpr int64_t kPanelChunkRows = 256;   // rows per column-block pass (their int8 activations stay in L2)
+using PanelQuad = __m256i;                // 8 columns' quads
+constexpr int64_t kPanelQuadsPer4K = 2;   // PanelQuads a column block holds per 4 k
+constexpr int64_t kPanelMinRows = 6;      // below it int4_q8_tile (the panel 0.94-0.98x at 4 rows, 1.06-1.16x at 6)
+constexpr int kPanelRows = 3;             // rows per pass: 6 int16 sums, 2 quads, 1 broadcast (4 spilled more)
 
 // One column block's codes as quads: out[2q] the dwords of columns 0-7 for k = 4q..4q+3, out[2q+1]
 // those of columns 8-15 (bytes c[n, 4q], c[n, 4q+1], c[n, 4q+2], c[n, 4q+3]); codes in the
@@ -359,51 +361,6 @@ void int4_q8_panel_tile(const __m256i* quads, const uint16_t* scales, const int8
       _mm256_storeu_ps(yr + 8, a1);
     }
   }
-}
-
-// Calls served by the panel, so a test can tell it ran (its output bits are int4_q8_tile's).
-inline std::atomic<int64_t>& panel_calls() {
-  static std::atomic<int64_t> n{0};
-  return n;
-}
-
-// Whether int4_mm takes the panel from kPanelMinRows (default) or keeps int4_q8_tile: `set_panel`,
-// for benchmarks/bench_matmul.py's A/B in one process. A relaxed load per call, so the decode path
-// pays nothing for the switch (an environment variable read per call would cost ~0.5 us, 120 times
-// a step).
-inline std::atomic<bool>& panel_wanted() {
-  static std::atomic<bool> w{true};
-  return w;
-}
-
-// y[m, n] (float32) = the int8-quantized rows qx x the int4 weight, for m >= kPanelMinRows: column
-// blocks split over the team's threads (parallel_for(count, f(begin, end))), rows in chunks of
-// kPanelChunkRows, each chunk's every block decoded once and multiplied by all its rows.
-template <class ParallelFor>
-void int4_q8_panel(const uint8_t* cb, const uint16_t* sb, int64_t cs, int64_t ss, const QuantRows& qx, int64_t m,
-                   int64_t k, int64_t n, float* y, ParallelFor&& parallel_for) {
-  panel_calls().fetch_add(1, std::memory_order_relaxed);
-  const int64_t groups = k / GROUP, blocks = n / LANES;
-  parallel_for(blocks, [&](int64_t b0, int64_t b1) {
-    thread_local std::vector<__m256i> kept;   // k / 2 quads a block (24 KB at k = 1,536)
-    std::vector<__m256i>& quads = kept;
-    quads.resize(static_cast<size_t>(k / 2));
-    for (int64_t r0 = 0; r0 < m; r0 += kPanelChunkRows) {
-      const int64_t r1 = std::min(m, r0 + kPanelChunkRows);
-      for (int64_t b = b0; b < b1; ++b) {
-        decode_block_quads(cb + b * cs, k, quads.data());
-        auto rows = [&](auto count, int64_t r) {
-          int4_q8_panel_tile<decltype(count)::value>(quads.data(), sb + b * ss, qx.q.data() + r * k,
-                                                     qx.d.data() + r * groups, qx.sum.data() + r * groups, k, groups,
-                                                     y + r * n + b * LANES, n);
-        };
-        int64_t r = r0;
-        for (; r + kPanelRows <= r1; r += kPanelRows) rows(Const<kPanelRows>{}, r);
-        if (r1 - r == 2) rows(Const<2>{}, r);
-        else if (r1 - r == 1) rows(Const<1>{}, r);
-      }
-    }
-  });
 }
 
 }  // namespace simd

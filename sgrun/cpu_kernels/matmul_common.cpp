@@ -21,6 +21,8 @@
 #include <vector>
 #if defined(__AVX2__)
 #include <immintrin.h>
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
 #endif
 
 namespace {
@@ -163,16 +165,52 @@ inline void quantize_group_avx2(const float* x, int8_t* q, float* d_out, float* 
 }
 #endif
 
-// quantize_rows of a contiguous float32 [m, k]: the AVX2 group above where the build has it.
+#if defined(__aarch64__) && defined(__ARM_NEON)
+// quantize_group_avx2's steps in NEON vectors (every aarch64 level): the max over |x|'s bit
+// patterns, the same d and 1/d, x * (1/d) rounded to the nearest even by FCVTNS (as std::rint in
+// the default rounding mode), the exact integer sum, narrowing that cannot saturate.
+inline void quantize_group_neon(const float* x, int8_t* q, float* d_out, float* sum_out) {
+  float32x4_t v[8];
+  int32x4_t mx = vdupq_n_s32(0);
+  for (int i = 0; i < 8; ++i) {
+    v[i] = vld1q_f32(x + 4 * i);
+    mx = vmaxq_s32(mx, vreinterpretq_s32_u32(vandq_u32(vreinterpretq_u32_f32(v[i]), vdupq_n_u32(0x7fffffffu))));
+  }
+  const int32_t amax_bits = vmaxvq_s32(mx);
+  float amax;
+  std::memcpy(&amax, &amax_bits, sizeof(amax));
+  const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  int32x4_t qi[8], s = vdupq_n_s32(0);
+  for (int i = 0; i < 8; ++i) {
+    qi[i] = vcvtnq_s32_f32(vmulq_f32(v[i], vdupq_n_f32(inv)));
+    s = vaddq_s32(s, qi[i]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    const int16x8_t a = vcombine_s16(vqmovn_s32(qi[4 * h]), vqmovn_s32(qi[4 * h + 1]));
+    const int16x8_t b = vcombine_s16(vqmovn_s32(qi[4 * h + 2]), vqmovn_s32(qi[4 * h + 3]));
+    vst1q_s8(q + 16 * h, vcombine_s8(vqmovn_s16(a), vqmovn_s16(b)));
+  }
+  *d_out = d;
+  *sum_out = d * static_cast<float>(vaddvq_s32(s));
+}
+#endif
+
+// quantize_rows of a contiguous float32 [m, k]: the vector group above where the build has one.
 inline void quantize_float_rows(int64_t m, int64_t k, const float* x, QuantRows& out, int threads) {
-#if defined(__AVX2__)
+#if defined(__AVX2__) || (defined(__aarch64__) && defined(__ARM_NEON))
   const int64_t groups = k / GROUP;
   fit_rows(out, m, k);
   for_row_chunks(threads, m, k, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t g = 0; g < groups; ++g)
+      for (int64_t g = 0; g < groups; ++g) {
+#if defined(__AVX2__)
         quantize_group_avx2(x + r * k + g * GROUP, out.q.data() + r * k + g * GROUP, out.d.data() + r * groups + g,
                             out.sum.data() + r * groups + g);
+#else
+        quantize_group_neon(x + r * k + g * GROUP, out.q.data() + r * k + g * GROUP, out.d.data() + r * groups + g,
+                            out.sum.data() + r * groups + g);
+#endif
+      }
   });
 #else
   quantize_rows(m, k, [&](int64_t r, int64_t i) { return x[r * k + i]; }, out, threads);

@@ -5,6 +5,8 @@
 //   4 products per lane (16 columns x 4 k in four instructions), without it widening multiplies
 //   (SMULL) and pairwise accumulates (SADALP) give the same int32 sums. Scale and minimum are
 //   applied per group in float32, as on AVX2.
+// - int4_q8_panel_tile (dotprod): the same numbers for 6 rows and more, each block's codes decoded
+//   once per chunk of rows (matmul_panel.cpp drives it, as on AVX2).
 // - int8_f32_tile / bf16_f32_tile: the lm_head's int8 and dense bf16 weights widened to float32, FMA;
 //   int8_x16_tile: the lm_head's int8 codes x 16-bit integer activations, x86's bits (SDOT or SMULL).
 // Layouts: matmul_common.cpp. Every row runs the same instructions whatever the row count.
@@ -98,6 +100,82 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
     for (int b = 0; b < NB; ++b)
       for (int c = 0; c < 4; ++c) vst1q_f32(y + r * n_total + b * LANES + 4 * c, acc[r][b][c]);
 }
+
+// The int4 x int8-activation panel (matmul_panel.cpp drives it), with dotprod only:
+// int4_q8_tile's numbers for kPanelMinRows rows and more, each column block's codes decoded once per
+// chunk of rows instead of once per 4 rows. The tile spends ~14 instructions per block and 4 k on
+// the decode (2 loads, 4 masks and shifts, 8 zips) against a broadcast and 4 SDOT per row; here a
+// row's 4 k are 4 SDOT in their indexed form (vdotq_laneq_s32), which take the row's 4 activations
+// from one lane of a 16-byte load, the quads' loads shared by the pass's 5 rows. Without dotprod
+// the products themselves (4 instructions per column quad) dominate and a panel counted 1.03-1.06x
+// fewer instructions than the tile: not worth a second code path.
+// Exactness: the same exact integer dot per column and group as int4_q8_tile, then its float32
+// steps in its order (the float sums kept in y between groups: a stored float reloads as itself),
+// so the bits are int4_q8_tile's. Not timed on an ARM CPU (none at hand): dynamic instruction
+// counts under qemu are in docs/cpu_kernels.md (1.19x fewer than the tile at 6 rows, 1.34x at 256).
+#if defined(__ARM_FEATURE_DOTPROD)
+#define SGRUN_SIMD_PANEL 1
+using PanelQuad = int8x16_t;              // 4 columns' quads
+constexpr int64_t kPanelQuadsPer4K = 4;   // PanelQuads a column block holds per 4 k
+constexpr int64_t kPanelMinRows = 6;      // as on AVX2 (qemu's counts: 1.19x fewer instructions at 6 rows)
+constexpr int kPanelRows = 5;             // rows per pass: 20 int32 sums, 5 activation vectors, 4 quads (counted best of 3-6)
+
+// A column block's codes (pairs 2q and 2q+1 for k = 4q .. 4q+3) -> out[4q + c], columns 4c .. 4c+3,
+// as int4_q8_tile builds them in registers.
+inline void decode_block_quads(const uint8_t* codes, int64_t k, int8x16_t* out) {
+  const uint8x16_t low = vdupq_n_u8(0x0F);
+  for (int64_t q = 0; q < k / 4; ++q) {
+    const uint8x16_t v0 = vld1q_u8(codes + 2 * q * LANES), v1 = vld1q_u8(codes + (2 * q + 1) * LANES);
+    const uint8x16_t e0 = vandq_u8(v0, low), o0 = vshrq_n_u8(v0, 4);
+    const uint8x16_t e1 = vandq_u8(v1, low), o1 = vshrq_n_u8(v1, 4);
+    pairs_to_quads(vreinterpretq_s16_u8(vzip1q_u8(e0, o0)), vreinterpretq_s16_u8(vzip2q_u8(e0, o0)),
+                   vreinterpretq_s16_u8(vzip1q_u8(e1, o1)), vreinterpretq_s16_u8(vzip2q_u8(e1, o1)), out + 4 * q);
+  }
+}
+
+// Step J of 4 (4 k) of a half group: the quads w[4J .. 4J+3] x lane J of each row's 16 activations.
+template <int R, int J>
+inline void panel_quarter(int32x4_t (&dot)[R][4], const int8x16_t* w, const int8x16_t (&x16)[R]) {
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < 4; ++c) dot[r][c] = vdotq_laneq_s32(dot[r][c], w[4 * J + c], x16[r], J);
+}
+
+// R rows x one column block against its quads; the other arguments as int4_q8_tile's.
+template <int R>
+void int4_q8_panel_tile(const int8x16_t* quads, const uint16_t* scales, const int8_t* xq, const float* xd,
+                        const float* xsum, int64_t k, int64_t groups, float* y, int64_t n_total) {
+  for (int64_t g = 0; g < groups; ++g) {
+    int32x4_t dot[R][4];   // columns 4c .. 4c+3
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < 4; ++c) dot[r][c] = vdupq_n_s32(0);
+    // Half a group (16 k) per iteration, not unrolled: unrolling the group let GCC hoist its 32
+    // quad loads and spill them.
+#pragma GCC unroll 1
+    for (int64_t h = 0; h < 2; ++h) {
+      const int8x16_t* w = quads + 4 * (8 * g + 4 * h);
+      int8x16_t x16[R];
+      for (int r = 0; r < R; ++r) x16[r] = vld1q_s8(xq + r * k + g * GROUP + 16 * h);
+      panel_quarter<R, 0>(dot, w, x16);
+      panel_quarter<R, 1>(dot, w, x16);
+      panel_quarter<R, 2>(dot, w, x16);
+      panel_quarter<R, 3>(dot, w, x16);
+    }
+    const uint16_t* sg = scales + g * 2 * LANES;
+    float32x4_t s[4], mn[4];
+    for (int c = 0; c < 4; ++c) { s[c] = half4(sg + 4 * c); mn[c] = half4(sg + LANES + 4 * c); }
+    for (int r = 0; r < R; ++r) {
+      const float32x4_t d = vdupq_n_f32(xd[r * groups + g]), sum = vdupq_n_f32(xsum[r * groups + g]);
+      float* yr = y + r * n_total;
+      for (int c = 0; c < 4; ++c) {
+        float32x4_t a = g == 0 ? vdupq_n_f32(0.0f) : vld1q_f32(yr + 4 * c);
+        a = vfmaq_f32(a, vcvtq_f32_s32(dot[r][c]), vmulq_f32(s[c], d));
+        a = vfmaq_f32(a, mn[c], sum);
+        vst1q_f32(yr + 4 * c, a);
+      }
+    }
+  }
+}
+#endif
 
 // scale: fp16, one per column and group of 32 k ([groups, 16] per block), applied to each group's sum.
 template <int R, int NB>

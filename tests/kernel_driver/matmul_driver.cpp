@@ -4,8 +4,10 @@
 // compiles it natively for avx2. It draws random int4 / int8 / bf16 weights and activations
 // (a fixed LCG), computes a float64 reference of what each tile promises, runs the tiles over
 // every row block the driver's tiling makes (row counts 1..11), and checks each output against
-// the reference and each row bitwise against the same row computed alone. Prints one line per
-// check and "ALL OK" at the end; exits 1 on the first failure.
+// the reference and each row bitwise against the same row computed alone. The int4 panel
+// (matmul_panel.cpp) and the vector quantizer of float32 activations are held to the tile's and
+// the generic loop's bits. Prints one line per check and "ALL OK" at the end; exits 1 on the
+// first failure.
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "matmul_common.cpp"
 #include "matmul_avx2.cpp"
 #include "matmul_neon.cpp"
+#include "matmul_panel.cpp"
 
 #ifndef SGRUN_SIMD_TILES
 #error "no simd tiles for this target"
@@ -255,6 +258,73 @@ void test_bf16(int64_t n, int64_t k) {
   }, 1e-5);
 }
 
+
+// The int4 panel (matmul_panel.cpp with the level's decode_block_quads / int4_q8_panel_tile) against
+// int4_q8_tile, bit for bit, at row counts around kPanelRows' multiples and past a chunk of
+// kPanelChunkRows (the rows of a chunk's tail pass and of the next chunk), on the team's threads.
+void test_int4_panel(int64_t n, int64_t k) {
+#ifdef SGRUN_SIMD_PANEL
+  const int64_t blocks = n / LANES, groups = k / GROUP, rows = simd::kPanelChunkRows + 2 * simd::kPanelRows + 1;
+  std::vector<uint8_t> packed(n * k / 2);
+  std::vector<uint16_t> scales(n * groups * 2);
+  for (auto& c : packed) c = static_cast<uint8_t>(uniform() * 256);
+  for (int64_t i = 0; i < n * groups; ++i) {
+    scales[(i / LANES) * 2 * LANES + i % LANES] = float_to_half(static_cast<float>(uniform() * 0.02 + 1e-3));
+    scales[(i / LANES) * 2 * LANES + LANES + i % LANES] = float_to_half(static_cast<float>(-uniform() * 0.15));
+  }
+  std::vector<float> x(rows * k);
+  for (auto& v : x) v = static_cast<float>(normal());
+  QuantRows qx;
+  quantize_rows(rows, k, [&](int64_t r, int64_t i) { return x[r * k + i]; }, qx);
+  const int64_t cs = k / 2 * LANES, ss = groups * 2 * LANES;
+  std::vector<float> tile(rows * n);
+  run_tiles(rows, blocks, [&](auto r_count, auto nb, int64_t b, int64_t r) {
+    simd::int4_q8_tile<decltype(r_count)::value, decltype(nb)::value>(
+        packed.data() + b * cs, scales.data() + b * ss, cs, ss, qx.q.data() + r * k, qx.d.data() + r * groups,
+        qx.sum.data() + r * groups, k, groups, tile.data() + r * n + b * LANES, n);
+  });
+  int64_t bad = 0;
+  for (int64_t m : {simd::kPanelMinRows, simd::kPanelMinRows + 1, int64_t{11}, int64_t{17}, rows}) {
+    std::vector<float> y(m * n, -1.0f);
+    const int64_t before = simd::panel_calls().load();
+    simd::int4_q8_panel(packed.data(), scales.data(), cs, ss, qx, m, k, n, y.data(), [](int64_t count, auto&& f) {
+      team::parallel_for(3, count, 1, f);
+    });
+    bad += simd::panel_calls().load() != before + 1;
+    for (int64_t e = 0; e < m * n; ++e) bad += std::memcmp(&y[e], &tile[e], sizeof(float)) != 0;
+  }
+  std::printf("%s int4 panel n=%lld k=%lld = int4_q8_tile bitwise, up to %lld rows (%lld differ)\n", bad ? "FAIL" : "ok  ",
+              static_cast<long long>(n), static_cast<long long>(k), static_cast<long long>(rows), static_cast<long long>(bad));
+  if (bad) ++failures;
+#else
+  (void)n;
+  (void)k;
+  std::printf("no   int4 panel at %s (tests/test_kernel_driver.py says which levels must have one)\n", SGRUN_SIMD_TILES);
+#endif
+}
+
+// quantize_float_rows (the level's vector group) against quantize_rows (the generic loop): the same
+// bytes, d and sums, with exact ties (x / d = k + 0.5), an all-zero group, a one-value group and a
+// group of tiny values among random rows.
+void test_quantize_float_rows() {
+  constexpr int64_t m = 5, k = 4 * GROUP;
+  std::vector<float> x(m * k);
+  for (auto& v : x) v = static_cast<float>(normal() * 4);
+  for (int64_t i = 0; i < GROUP; ++i) {
+    x[i] = static_cast<float>(i % 2 ? i - 15.5 : -(i + 0.5));             // both signs
+    x[GROUP + i] = (i == 0) ? 127.0f : static_cast<float>(i) + 0.5f;   // d = 1: x / d = i + 0.5, ties to even
+    x[2 * GROUP + i] = 0.0f;                                              // d = 0
+    x[3 * GROUP + i] = i == 7 ? -3.0f : 0.0f;                             // one value: q = -127
+  }
+  for (int64_t i = 0; i < GROUP; ++i) x[k + i] = static_cast<float>(i - 16) * 1e-30f;   // tiny, 1 / d still finite
+  QuantRows want, got;
+  quantize_rows(m, k, [&](int64_t r, int64_t i) { return x[r * k + i]; }, want);
+  quantize_float_rows(m, k, x.data(), got, 3);
+  const bool same = want.q == got.q && std::memcmp(want.d.data(), got.d.data(), want.d.size() * 4) == 0 &&
+                    std::memcmp(want.sum.data(), got.sum.data(), want.sum.size() * 4) == 0;
+  const bool ties = want.q[GROUP + 1] == 2 && want.q[GROUP + 2] == 2 && want.q[GROUP + 3] == 4;   // 1.5, 2.5, 3.5
+  check(same && ties, "quantize", "float rows = the generic loop (bytes, d, sums; ties, zeros, tiny values)", 0);
+}
 }  // namespace
 
 // The team's generations: jobs back to back whose chunk counts alternate small and large, each
@@ -285,6 +355,9 @@ int main() {
   test_team_generations();
   test_int4(48, 96);
   test_int4(80, 576);
+  test_int4_panel(48, 96);
+  test_int4_panel(80, 576);
+  test_quantize_float_rows();
   test_int8(48, 200);
   test_int8_x16(48, 576);
   test_int8_x16(80, 96);
