@@ -5,10 +5,12 @@
                                          [--kernel]
 
 For each setting it prints the unprofiled TTFT (median of 3), then the profiled breakdown of
-the model forward: attention (everything inside the backend's per-layer call: KV writes and the
-prefill kernel or SDPA), the int4/int8 weight dequantization prefill pays per linear per chunk,
-the GEMMs, norm / RoPE / activation elementwise ops, other tensor ops, and Python (forward
-time not covered by any op). With --compare-paths (formerly --compare-sdpa) it only times TTFT
+the model forward the engine picks (model_runner.forward_for; a compiled graph is set aside for
+the profiled request, as it shows no ops): attention (everything inside the backend's per-layer
+call: KV writes and the prefill kernel or SDPA), the C++ blocks between attention calls
+(decode_block.cpp: the int4 linears with their activation quantization, norms, RoPE, the MLP),
+the int4/int8 weight dequantization an eager prefill pays per linear per chunk, the GEMMs, norm /
+RoPE / activation elementwise ops, other tensor ops, and Python (forward time not covered by any op). With --compare-paths (formerly --compare-sdpa) it only times TTFT
 with each prefill attention path in the same engine, interleaved: the level's C++ kernel, the
 AVX2 build's where the level is above it, SDPA (longer prompts than max_batch_tokens are chunked
 prefills, whose later chunks attend the earlier ones in the pages); with --kernel it times the
@@ -37,7 +39,8 @@ MATMUL = ("aten::linear", "aten::mm", "aten::addmm", "aten::matmul", "aten::_wei
 ELEMENTWISE = ("aten::rms_norm", "aten::_fused_rms_norm", "aten::mul", "aten::add", "aten::cat", "aten::neg",
                "aten::silu", "aten::addcmul", "aten::sub", "aten::copy_", "aten::to", "aten::_to_copy")
 REGIONS = {"sgrun::attention": "attention (KV write + prefill attention)",
-           "sgrun::dequantize": "weight dequantization (per linear per chunk)"}
+           "sgrun::dequantize": "weight dequantization (per linear per chunk)",
+           "sgrun::blocks": "C++ blocks (int4 linears, norms, RoPE, MLP: decode_block.cpp)"}
 
 
 def wrap(obj, name: str, region: str) -> None:
@@ -47,6 +50,21 @@ def wrap(obj, name: str, region: str) -> None:
         with record_function(region):
             return orig(*a, **k)
     setattr(obj, name, wrapped)
+
+
+def wrap_forward_for(runner) -> None:
+    """Every forward the runner picks (the C++ blocks' `fused.forward`, a compiled graph, or eager
+    model.forward: model_runner.forward_for) runs inside the sgrun::model_forward region."""
+    pick = runner.forward_for
+
+    def forward_for(num_tokens: int):
+        forward = pick(num_tokens)
+
+        def wrapped(*a, **k):
+            with record_function("sgrun::model_forward"):
+                return forward(*a, **k)
+        return wrapped
+    runner.forward_for = forward_for
 
 
 def breakdown(prof) -> dict[str, float]:
@@ -201,8 +219,10 @@ def main() -> None:
         engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, quantization=quant,
                               attention_backend=args.attention_backend)
         print(f"\nsgrun {quant}, dtype {engine.dtype}, attention backend {engine.runner.backend}")
-        wrap(engine.runner.model, "forward", "sgrun::model_forward")
+        wrap_forward_for(engine.runner)
         wrap(engine.runner.attn, "forward", "sgrun::attention")
+        if engine.runner.fused is not None:   # the C++ blocks between attention calls (decode_block.cpp)
+            wrap(engine.runner.fused.module, "decode_block_run", "sgrun::blocks")
         params = sgrun.SamplingParams(max_new_tokens=1, temperature=0)
         if args.compare_paths:
             compare_paths(engine, [int(x) for x in args.lengths.split(",")], rng, params)
@@ -215,17 +235,27 @@ def main() -> None:
                 engine.flush_cache()
                 ttfts.append(engine.generate([p], params)[0].ttft)
             engine.flush_cache()
+            # A compiled graph calls no Python wrapper and shows no per-op breakdown, so the profiled
+            # request runs without one (the C++ blocks or eager); the unprofiled TTFTs are the engine's own.
+            runner = engine.runner
+            compiled, runner.compiled = runner.compiled, None
             prof = profile(activities=[ProfilerActivity.CPU])
             engine.run_on_loop(prof.__enter__)
             t = time.perf_counter()
-            engine.generate([prompts[3]], params)
+            try:
+                engine.generate([prompts[3]], params)
+            finally:
+                runner.compiled = compiled
             wall = time.perf_counter() - t
             engine.run_on_loop(lambda: prof.__exit__(None, None, None))
             parts = breakdown(prof)
             total = parts.pop("_total")
             print(f"[{quant}, {length} tokens] TTFT {statistics.median(ttfts) * 1e3:.0f} ms unprofiled (median of 3: "
-                  f"{', '.join(f'{x * 1e3:.0f}' for x in ttfts)}); profiled forward {total:.0f} ms, "
+                  f"{', '.join(f'{x * 1e3:.0f}' for x in ttfts)}); profiled forward (eager) {total:.0f} ms, "
                   f"request {wall * 1e3:.0f} ms  (load {load_avg()})")
+            if total <= 0:
+                raise SystemExit("the profiled request ran no model.forward: the engine's forward path changed "
+                                 "(model_runner.forward_for); update this benchmark's wrappers")
             for name, ms in sorted(parts.items(), key=lambda kv: -kv[1]):
                 print(f"  {name:<52} {ms:8.1f} ms  {100 * ms / total:5.1f}%")
             if args.top:
