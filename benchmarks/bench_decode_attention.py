@@ -13,6 +13,11 @@ median time spent inside decode attention (`_attend_decodes`, the C++ backend's 
 gathers, masks and bmm/softmax; for the kernel the kernel calls and cascade merges), and that
 time's share of the step. The load average is printed with every line.
 
+The C++ backend runs twice: "cpp (one call)" is what an engine runs, an all-decode batch's every
+layer with its attention in one C++ call (decode_forward), whose attention Python cannot time
+(reported as n/a); "cpp (per layer)" turns that call off (`decode_forward_args` -> None), so
+the kernel is called, and timed, once per layer: its attention time is the kernel's.
+
 `--against REV` alternates the in-place kernel with the decode kernel of git revision REV
 instead of the gather path (same backend, pool and engine; an older kernel runs without cascade).
 `--agent-requests 0` skips the agent part. OMP_WAIT_POLICY=PASSIVE unless set (as bench_engine.py).
@@ -88,14 +93,18 @@ class AlternatingSteps:
         del self.engine.step, self.engine.runner.run   # back to the class methods
 
 
+ONE_CALL, PER_LAYER = "cpp (one call)", "cpp (per layer)"
+
+
 def report(label: str, times: dict[str, list[tuple[float, float]]]) -> dict[str, tuple[float, float]]:
     out = {}
     for name, rows in times.items():
         step = statistics.median(r[0] for r in rows) * 1e3
         attn = statistics.median(r[1] for r in rows) * 1e3
         out[name] = (step, attn)
-        print(f"  {label:<28} {name:<14} step {step:8.1f} ms   decode attention {attn:7.1f} ms "
-              f"({100 * attn / step:4.1f}% of the step)   n={len(rows)}   (load {load_avg()})")
+        part = ("decode attention     n/a (inside the one C++ call)" if name == ONE_CALL else
+                f"decode attention {attn:7.1f} ms ({100 * attn / step:4.1f}% of the step)")
+        print(f"  {label:<28} {name:<15} step {step:8.1f} ms   {part}   n={len(rows)}   (load {load_avg()})")
     return out
 
 
@@ -135,15 +144,20 @@ def main() -> None:
         other = CppPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D, op if hasattr(op, "chunk_tokens") else OlderKernel(op),
                                   cascade=False, prefill_op=cpp.prefill_op)
         other_name = f"kernel {args.against}"[:14]
+        other.decode_forward_args = lambda dtype: None   # per layer, timed (and the one call reaches only its own kernel)
     print(f"engine: dtype {engine.dtype}, quantization {engine.quantization}, {args.threads} threads, "
           f"page size {engine.pool.page_size}, torch {torch.__version__}")
     rng = random.Random(0)
     prompts = [[rng.randrange(100, 40000) for _ in range(args.context - 8)] for _ in range(max(batches))]
 
-    def use(attn, cascade: bool = True) -> Callable[[], None]:
+    def use(attn, cascade: bool = True, per_layer: bool = False) -> Callable[[], None]:
         def apply() -> None:
             engine.runner.attn = attn
             cpp.cascade = cascade
+            if per_layer:   # no one-call forward: the kernel runs (and is timed) per layer
+                cpp.decode_forward_args = lambda dtype: None
+            elif "decode_forward_args" in vars(cpp):
+                del cpp.decode_forward_args
         return apply
 
     results = {}
@@ -151,7 +165,8 @@ def main() -> None:
         # Requests admitted first decode while later ones still prefill: they must not finish
         # before the whole batch is decoding (one prefill chunk of max_batch_tokens per step).
         steps = 2 * args.steps + 4 + batch * args.context // engine.scheduler.max_batch_tokens
-        alt = AlternatingSteps(engine, {"cpp (in place)": use(cpp), other_name: use(other)}, batch)
+        alt = AlternatingSteps(engine, {ONE_CALL: use(cpp), PER_LAYER: use(cpp, per_layer=True),
+                                        other_name: use(other)}, batch)
         cpp._run_decode_kernel = alt.timed(cpp._run_decode_kernel)   # the all-decode fast path skips _attend_decodes
         other._attend_decodes = alt.timed(other._attend_decodes)
         try:
@@ -161,6 +176,7 @@ def main() -> None:
             results[batch] = report(f"batch {batch} x {args.context}", alt.times)
         finally:
             alt.close()
+            use(cpp)()
             del cpp._run_decode_kernel, other._attend_decodes
 
     agent = None
@@ -168,11 +184,12 @@ def main() -> None:
         agent = agent_part(engine, cpp, use, rng, args)
     engine.close()
 
-    print(f"\nsummary (medians; ratios from steps alternated in this run; {other_name} -> cpp (in place))")
+    print(f"\nsummary (medians; ratios from steps alternated in this run; {other_name} -> cpp)")
     for batch, r in results.items():
-        (cs, ca), (ts, ta) = r["cpp (in place)"], r[other_name]
-        print(f"  batch {batch:>3} x {args.context}: step {ts:.1f} -> {cs:.1f} ms ({ts / cs:.2f}x); attention "
-              f"{ta:.1f} -> {ca:.1f} ms ({ta / max(ca, 1e-9):.1f}x); share {100 * ta / ts:.1f}% -> {100 * ca / cs:.1f}%")
+        (cs, _), (ls, la), (ts, ta) = r[ONE_CALL], r[PER_LAYER], r[other_name]
+        print(f"  batch {batch:>3} x {args.context}: step {ts:.1f} -> {cs:.1f} ms one call ({ts / cs:.2f}x), "
+              f"{ls:.1f} ms per layer; attention {ta:.1f} -> {la:.1f} ms per layer ({ta / max(la, 1e-9):.1f}x); "
+              f"share {100 * ta / ts:.1f}% -> {100 * la / ls:.1f}%")
     if agent is not None:
         (ons, ona), (offs, offa) = agent["cascade on"], agent["cascade off"]
         print(f"  agent: step {offs:.1f} -> {ons:.1f} ms ({offs / ons:.2f}x); attention {offa:.1f} -> {ona:.1f} ms "
@@ -201,8 +218,8 @@ def agent_part(engine, cpp, use, rng, args) -> dict:
     system = [rng.randrange(100, 40000) for _ in range(args.agent_prefix)]
     engine.generate([system + [7]], sgrun.SamplingParams(max_new_tokens=1))   # the system prompt into the cache
     agents = [system + [rng.randrange(100, 40000) for _ in range(32)] for _ in range(args.agent_requests)]
-    alt = AlternatingSteps(engine, {"cascade on": use(cpp, True), "cascade off": use(cpp, False)},
-                           args.agent_requests)
+    alt = AlternatingSteps(engine, {"cascade on": use(cpp, True, per_layer=True),
+                                    "cascade off": use(cpp, False, per_layer=True)}, args.agent_requests)
     cpp._run_decode_kernel = alt.timed(cpp._run_decode_kernel)   # the all-decode fast path skips _attend_decodes
     try:
         steps0 = cpp.cascade_steps
@@ -212,6 +229,7 @@ def agent_part(engine, cpp, use, rng, args) -> dict:
         return report(f"agent {args.agent_requests} x {args.agent_prefix}+32", alt.times)
     finally:
         alt.close()
+        use(cpp)()
         del cpp._run_decode_kernel
 
 
