@@ -4,10 +4,17 @@
                                         [--context 64] [--attention-backend cpp|torch]
 
 For each setting it prints the step's wall time without the profiler, then the profiled
-breakdown: matmuls, attention gathers (page copies), attention math, KV writes, norm / RoPE /
+breakdown: matmuls, the C++ blocks between attention calls (decode_block.cpp: the int4 linears,
+norms, RoPE, the MLP), attention gathers (page copies), attention math, KV writes, norm / RoPE /
 activation elementwise ops, other tensor ops, sampling, and Python (time inside the step not
 covered by any op). Next to it, the roofline: the bytes one step must read (weights + KV) over
 the memory bandwidth measured here, in the same run.
+
+The unprofiled step is the engine's own. An all-decode batch there runs every layer, attention
+and lm_head included, in one C++ call (decode_forward / decode_logits), which shows no parts to a
+profiler; the profiled steps turn that call off (the backend's `decode_forward_args` -> None), so
+the blocks and the attention kernel run, and are timed, once per layer: the profiled step is the
+sum of the parts the one call fuses, a little slower than it.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ CATEGORIES = {
                        "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::masked_fill_"),
     "KV write": ("aten::index_put_", "aten::_index_put_impl_"),
     "compiled blocks (fused norm/RoPE/activation)": ("Torch-Compiled Region", "CompiledFunction"),
+    "C++ blocks (int4 linears, norms, RoPE, MLP: decode_block.cpp)": ("sgrun::blocks",),
     "norm/RoPE/activation": ("aten::rms_norm", "aten::_fused_rms_norm", "aten::mul", "aten::add", "aten::cat",
                              "aten::neg", "aten::silu", "aten::addcmul", "aten::sub"),
 }
@@ -41,7 +49,14 @@ def category(name: str) -> str:
     for cat, names in CATEGORIES.items():
         if name in names:
             return cat
+    if is_sgrun_matmul(name):
+        return "matmul"
     return "other tensor ops"
+
+
+def is_sgrun_matmul(name: str) -> bool:
+    """sgrun's matmul ops are registered per CPU level (matmul.py): sgrun::int8_mm_f32_avx2, ..."""
+    return any(name.startswith(op + "_") for op in CATEGORIES["matmul"] if op.startswith("sgrun::"))
 
 
 def weight_bytes(model) -> int:
@@ -55,9 +70,8 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
     engine.generate(prompts, params.replace(max_new_tokens=2))           # warm-up
     # Unprofiled step time of pure decode steps (the first 2 steps include the prefill).
     counts = {"n": 0, "t": 0.0, "profile": False}
-    orig_step, orig_forward, orig_sample = engine.step, engine.runner.model.forward, engine.runner.run_sampling
-    compiled = engine.runner.compiled
-    orig_compiled = compiled.forward if compiled is not None else None
+    orig_step, orig_forward_for, orig_sample = engine.step, engine.runner.forward_for, engine.runner.run_sampling
+    fused = engine.runner.fused
 
     def step() -> None:
         counts["n"] += 1
@@ -70,13 +84,13 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
         if counts["n"] > 2:
             counts["t"] += time.perf_counter() - t
 
-    def forward(*a, **k):
-        with record_function("sgrun::model_forward"):
-            return orig_forward(*a, **k)
+    def forward_for(num_tokens: int):   # whichever forward the runner picks: C++ blocks, compiled graph, eager
+        forward = orig_forward_for(num_tokens)
 
-    def compiled_forward(*a, **k):
-        with record_function("sgrun::model_forward"):
-            return orig_compiled(*a, **k)
+        def wrapped(*a, **k):
+            with record_function("sgrun::model_forward"):
+                return forward(*a, **k)
+        return wrapped
 
     def sample(*a, **k):
         with record_function("sgrun::sampling"):
@@ -91,22 +105,32 @@ def profile_setting(engine: sgrun.Engine, batch: int, rng: random.Random, contex
         with record_function("sgrun::decode_attention"):
             return orig_attend(*a, **k)
 
-    engine.step, engine.runner.model.forward, engine.runner.run_sampling = step, forward, sample
-    if compiled is not None:
-        compiled.forward = compiled_forward
+    orig_blocks = fused.module.decode_block_run if fused is not None else None
+
+    def blocks(*a, **k):   # one C++ block between attention calls: no aten op inside
+        with record_function("sgrun::blocks"):
+            return orig_blocks(*a, **k)
+
+    engine.step, engine.runner.forward_for, engine.runner.run_sampling = step, forward_for, sample
     setattr(attn, attend_name, attend)
     try:
         engine.generate(prompts, params)
         plain_ms = counts["t"] / max(1, counts["n"] - 2) * 1e3
         counts.update(n=0, t=0.0, profile=True)
+        if hasattr(attn, "decode_forward_args"):   # the parts, per layer (the module docstring)
+            attn.decode_forward_args = lambda dtype: None
+        if fused is not None:
+            fused.module.decode_block_run = blocks
         prof = profile(activities=[ProfilerActivity.CPU])
         engine.run_on_loop(prof.__enter__)
         engine.generate(prompts, params)
         engine.run_on_loop(lambda: prof.__exit__(None, None, None))
     finally:
-        del engine.step, engine.runner.model.forward, engine.runner.run_sampling  # back to the class methods
-        if compiled is not None:
-            del compiled.forward
+        del engine.step, engine.runner.forward_for, engine.runner.run_sampling  # back to the class methods
+        if "decode_forward_args" in vars(attn):
+            del attn.decode_forward_args
+        if fused is not None:
+            fused.module.decode_block_run = orig_blocks
         delattr(attn, attend_name)
     return {"plain_ms": plain_ms, "steps": max(1, counts["n"] - 2), "prof": prof}
 
@@ -122,7 +146,8 @@ def breakdown(prof, steps: int) -> dict[str, float]:
         if ev.name in region_total:
             region_total[ev.name] += ev.cpu_time_total / 1e3
     for ev in events:
-        if not (ev.name.startswith("aten::") or ev.name in CATEGORIES["matmul"]):
+        if not (ev.name.startswith("aten::") or ev.name in CATEGORIES["matmul"] or is_sgrun_matmul(ev.name)
+                or ev.name == "sgrun::blocks"):
             continue
         parent, regions = ev.cpu_parent, set()
         top = parent is None or not parent.name.startswith("aten::")
