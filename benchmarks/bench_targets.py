@@ -132,9 +132,9 @@ def measure_level(args) -> dict:
                 + (f"{theirs:.1f} tok/s" if theirs else "not installed")
                 + (f" ({builds_note()})" if builds_note() else ""))
     best_hf = max(hf, key=lambda k: r.get("decode", {}).get(f"transformers {k}", 0)) if hf else None
-    if best_hf:
+    if best_hf and "decode" in parts:
         r["transformers_dtype"] = best_hf
-        log(f"transformers runs {best_hf} (the faster here)")
+        log(f"transformers runs {best_hf} (the faster decode here)")
     if "mixed" in parts:
         for count in (24, 64):
             work = [(ids(rng, rng.randint(64, 1024)), rng.randint(16, 256)) for _ in range(count)]
@@ -145,14 +145,22 @@ def measure_level(args) -> dict:
             for h in handles:
                 h.result()
             ours = sum(n for _, n in work) / (time.perf_counter() - t)
-            secs = toks = 0.0
-            for p, n in work[:args.sequential_sample]:
-                s, k = hf[best_hf].generate([p], n)
-                secs, toks = secs + s, toks + k
-            r[f"mixed{count}"] = {"sgrun": ours, "transformers_one_at_a_time": toks / secs}
-            r[f"mixed{count}_vs_hf"] = ours / (toks / secs)
-            log(f"{count} mixed: sgrun {ours:.1f} output tok/s, transformers {best_hf} one at a time "
-                f"({args.sequential_sample} of {count}) {toks / secs:.1f}: {r[f'mixed{count}_vs_hf']:.1f}x")
+            # The peer in the dtype that decoded faster; without a decode part to tell, each dtype
+            # runs the sample and the faster counts (the peer at its best either way).
+            rates = {}
+            for dtype in ([best_hf] if "decode" in parts else list(hf)):
+                secs = toks = 0.0
+                for p, n in work[:args.sequential_sample]:
+                    s, k = hf[dtype].generate([p], n)
+                    secs, toks = secs + s, toks + k
+                rates[dtype] = toks / secs
+            peer_dtype = max(rates, key=rates.get)
+            r[f"mixed{count}"] = {"sgrun": ours, "transformers_one_at_a_time": rates[peer_dtype],
+                                  "transformers_dtype": peer_dtype}
+            r[f"mixed{count}_vs_hf"] = ours / rates[peer_dtype]
+            log(f"{count} mixed: sgrun {ours:.1f} output tok/s, transformers one at a time "
+                f"({args.sequential_sample} of {count}) " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items())
+                + f": {r[f'mixed{count}_vs_hf']:.1f}x against {peer_dtype}")
     if "ttft" in parts:
         # Interleaved rounds, as decode: each round prefills one fresh 2,048-token prompt in sgrun,
         # then in transformers (both dtypes: the one that decodes faster need not prefill faster;
