@@ -112,13 +112,13 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
 // Exactness: the same exact integer dot per column and group as int4_q8_tile, then its float32
 // steps in its order (the float sums kept in y between groups: a stored float reloads as itself),
 // so the bits are int4_q8_tile's. Not timed on an ARM CPU (none at hand): dynamic instruction
-// counts under qemu are in docs/cpu_kernels.md (1.19x fewer than the tile at 6 rows, 1.34x at 256).
+// counts under qemu are in docs/cpu_kernels.md (1.21x fewer than the tile at 6 rows, 1.39x at 256).
 #if defined(__ARM_FEATURE_DOTPROD)
 #define SGRUN_SIMD_PANEL 1
 using PanelQuad = int8x16_t;              // 4 columns' quads
 constexpr int64_t kPanelQuadsPer4K = 4;   // PanelQuads a column block holds per 4 k
-constexpr int64_t kPanelMinRows = 6;      // as on AVX2 (qemu's counts: 1.19x fewer instructions at 6 rows)
-constexpr int kPanelRows = 5;             // rows per pass: 20 int32 sums, 5 activation vectors, 4 quads (counted best of 3-6)
+constexpr int64_t kPanelMinRows = 6;      // as on AVX2 (qemu's counts: 1.21x fewer instructions at 6 rows)
+constexpr int kPanelRows = 5;             // rows per pass: 20 int32 sums, 5 activation vectors, 4 quads (counted best of 4-6)
 
 // A column block's codes (pairs 2q and 2q+1 for k = 4q .. 4q+3) -> out[4q + c], columns 4c .. 4c+3,
 // as int4_q8_tile builds them in registers.
