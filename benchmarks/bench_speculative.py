@@ -129,7 +129,7 @@ def main() -> None:
     # Warm-up: constraint compile, caches, first-call allocations (not measured).
     for _, prompt, extra in turns:
         for spec in (False, True):
-            engine.generate(prompt, sgrun.SamplingParams(max_new_tokens=8, temperature=0, speculative_ngram=spec,
+            engine.generate(prompt, sgrun.SamplingParams(max_new_tokens=args.max_tokens, temperature=0, speculative_ngram=spec,
                                                          **extra))
     load_before = load_avg()
     totals = {False: [0, 0.0], True: [0, 0.0]}

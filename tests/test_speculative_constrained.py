@@ -107,6 +107,25 @@ def test_greedy_outputs_identical_with_speculation_on_and_off(engine, chat_promp
         assert on.finish_reason == "stop"
 
 
+
+def test_logprobs_stay_aligned_when_jump_forward_follows_an_accepted_draft_token(engine, chat_prompt):
+    """Jump-forward after a verified draft token (its K/V already computed): the first forced
+    token's log-probability comes from the verify step's next row, as no later forward predicts it
+    again. It was dropped, so every later logprob entry described the token before its own
+    (bench_speculative.py's tool-call turn, 7 December 2026: 58 entries for 60 tokens)."""
+    prompt = chat_prompt(f"Tool result of get_order:\n{json.dumps(ORDER)}\n\nRepeat it as JSON.")
+    kw = dict(max_new_tokens=48, temperature=0, json_schema=ORDER_SCHEMA, jump_forward=True, logprobs=2)
+    before = engine.stats()
+    off, on = _both(engine, prompt, **kw)
+    assert engine.stats()["spec_draft_tokens"] > before["spec_draft_tokens"], "no draft was verified"
+    for out in (off, on):
+        assert len(out.logprobs) == len(out.token_ids)
+        assert [lp.token_id for lp in out.logprobs] == out.token_ids
+    same = next((i for i, (a, b) in enumerate(zip(off.token_ids, on.token_ids)) if a != b), len(on.token_ids))
+    for a, b in zip(off.logprobs[:same], on.logprobs[:same]):   # the verify rows' logprobs are the decode's
+        assert abs(a.logprob - b.logprob) < 0.2, (a, b)
+
+
 @pytest.mark.slow
 def test_seeded_constrained_sampling_keeps_its_distribution(engine):
     """400 seeded samples under a regex over three colour words after a repetitive prefix (so

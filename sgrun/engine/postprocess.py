@@ -73,7 +73,8 @@ class Postprocessor:
             if finish is None and seq.matcher is not None and p.jump_forward:
                 # After every accepted token, as a one-token step would: a jump drops the rest of
                 # a verified draft (the plain path would have appended the forced text there).
-                rebuilt = self._jump_forward(seq, _sampling_row(out, i), new_tokens, new_logprobs)
+                rebuilt = self._jump_forward(seq, _sampling_row(out, i), new_tokens, new_logprobs,
+                                             _sampling_row(out, i + 1) if i + 1 < len(out.tokens) else None)
                 if rebuilt and seq.matcher.is_terminated():
                     finish = "stop"
             if not rebuilt:
@@ -137,13 +138,16 @@ class Postprocessor:
         return None
 
     def _jump_forward(self, seq: Sequence, row_logprobs: torch.Tensor | None, new_tokens: list[int],
-                      new_logprobs: list[TokenLogprob]) -> bool:
+                      new_logprobs: list[TokenLogprob], next_row_logprobs: torch.Tensor | None = None) -> bool:
         """Append the text the constraint forces (retokenised, constrain/jump_forward.py) to this
         step's `new_tokens` / `new_logprobs`. Only the token sampled this step may be retokenised
         (tokens already reported never change, so usage and logprobs match the final sequence).
         A replacement of the sampled token is predicted by the same row, so its log-probability
         is known now; the other forced tokens get theirs from the next forward. Returns whether
-        anything was appended (the detokenizer is then rebuilt)."""
+        anything was appended (the detokenizer is then rebuilt).
+        `next_row_logprobs`: in a verify step, the row after the accepted token's, where that token
+        was a draft token and so already computed: the next forward starts after it and would not
+        predict the first forced token again, so its log-probability comes from this row."""
         want = seq.params.logprobs
         jump = jump_forward(seq.matcher, self.tokenizer, seq.output_ids, seq.params.max_new_tokens - seq.num_output,
                             max_rollback=1)
@@ -158,9 +162,10 @@ class Postprocessor:
         new_tokens += jump.tokens
         pending = first_new
         if want is not None:
-            if jump.rollback and row_logprobs is not None:
+            row = row_logprobs if jump.rollback else next_row_logprobs
+            if row is not None:
                 t = jump.tokens[0]
-                (lp, top), = token_logprobs(row_logprobs[None], [t], want, normalised=True)
+                (lp, top), = token_logprobs(row[None], [t], want, normalised=True)
                 new_logprobs.append(self._token_logprob(t, lp, top))
                 pending += 1
             if pending < len(seq.tokens):

@@ -99,6 +99,7 @@ class Scheduler:
         self.pool.decref(seq.page_table)
         seq.page_table = []
         seq.num_computed = 0
+        seq.kv_stale_from = None
         seq.cache_inserted_len = 0
         seq.draft = []
 
@@ -110,6 +111,7 @@ class Scheduler:
         for seq, _, accepted in computed:
             if accepted is not None:
                 self.settle_draft(seq, accepted)
+            seq.drop_stale_kv()
         for seq in last.finished:
             self.finish(seq)
 
@@ -119,6 +121,7 @@ class Scheduler:
         page is kept). The radix cache never saw them: commit caches prompt tokens only."""
         seq.num_computed -= len(seq.draft) - accepted
         seq.draft = []
+        seq.drop_stale_kv()   # jump-forward rewrote some of the accepted positions (sequence.py)
         keep = -(-(seq.num_computed + 1) // self.ps)
         if len(seq.page_table) > keep:
             self.pool.decref(seq.page_table[keep:])

@@ -58,6 +58,10 @@ class Sequence:
     status: Status = Status.WAITING
     page_table: list[int] = field(default_factory=list)
     num_computed: int = 0             # tokens whose K/V are in the pool
+    # First position whose K/V jump-forward made stale (retokenize_tail) in the step being settled:
+    # a verify step's K/V of draft tokens the retokenised tail replaced or dropped is recorded by
+    # the scheduler after post-processing, which must not count it (drop_stale_kv).
+    kv_stale_from: int | None = None
     cached_tokens: int = 0            # prompt tokens served from the radix cache at first admission
     admitted: bool = False
     locked_node: RadixNode | None = None
@@ -121,7 +125,19 @@ class Sequence:
 
     def retokenize_tail(self, rollback: int, tokens: list[int]) -> None:
         """Replace the last `rollback` tokens by `tokens` (jump-forward). K/V computed for the
-        replaced tokens is stale, so they are recomputed."""
+        replaced tokens is stale, so they are recomputed: from here, and again when the step is
+        settled (a verify step's draft positions are recorded as computed after this runs)."""
         del self.tokens[len(self.tokens) - rollback:]
         self.tokens.extend(tokens)
-        self.num_computed = min(self.num_computed, len(self.tokens) - len(tokens))
+        first_new = len(self.tokens) - len(tokens)
+        self.num_computed = min(self.num_computed, first_new)
+        self.kv_stale_from = first_new if self.kv_stale_from is None else min(self.kv_stale_from, first_new)
+
+    def drop_stale_kv(self) -> None:
+        """Once the step's K/V is recorded: none from kv_stale_from on counts as computed. Why: a
+        verify step computed K/V for its draft tokens, and jump-forward after an accepted one
+        replaced it (rollback) or dropped the drafts after it for forced text, at positions the
+        step then recorded; the next forward read the old tokens' K/V for the new ones."""
+        if self.kv_stale_from is not None:
+            self.num_computed = min(self.num_computed, self.kv_stale_from)
+            self.kv_stale_from = None
