@@ -108,22 +108,46 @@ def test_greedy_outputs_identical_with_speculation_on_and_off(engine, chat_promp
 
 
 
-def test_logprobs_stay_aligned_when_jump_forward_follows_an_accepted_draft_token(engine, chat_prompt):
+UPDATE_TOOL = {"type": "function", "function": {
+    "name": "update_order", "description": "Update an order's shipping record",
+    "parameters": {"type": "object", "properties": {
+        "order_id": {"type": "string"}, "email": {"type": "string"}, "tracking": {"type": "string"},
+        "carrier": {"type": "string", "enum": ["DHL", "UPS", "FedEx"]}},
+        "required": ["order_id", "email", "tracking", "carrier"], "additionalProperties": False}}}
+
+
+@pytest.mark.parametrize("kind", ["json_schema", "tool_call"])
+def test_logprobs_stay_aligned_when_jump_forward_follows_an_accepted_draft_token(engine, tokenizer, chat_prompt, kind):
     """Jump-forward after a verified draft token (its K/V already computed): the first forced
     token's log-probability comes from the verify step's next row, as no later forward predicts it
-    again. It was dropped, so every later logprob entry described the token before its own
-    (bench_speculative.py's tool-call turn, 7 December 2026: 58 entries for 60 tokens)."""
-    prompt = chat_prompt(f"Tool result of get_order:\n{json.dumps(ORDER)}\n\nRepeat it as JSON.")
-    kw = dict(max_new_tokens=48, temperature=0, json_schema=ORDER_SCHEMA, jump_forward=True, logprobs=2)
+    again, and K/V the step computed for draft tokens the jump replaced or dropped is not kept.
+    Both went wrong, so later logprob entries described the token before their own
+    (bench_speculative.py's tool-call turn, 7 December 2026: 58 entries for 60 tokens). The
+    schema case met the second, the tool call the first."""
+    kw: dict = dict(max_new_tokens=48, temperature=0, jump_forward=True, logprobs=2)
+    if kind == "json_schema":
+        prompt = chat_prompt(f"Tool result of get_order:\n{json.dumps(ORDER)}\n\nRepeat it as JSON.")
+        kw["json_schema"] = ORDER_SCHEMA
+    else:
+        prompt = tokenizer.apply_chat_template([
+            {"role": "system", "content": "You are an operations agent. Tool results are given verbatim."},
+            {"role": "user", "content": f"Tool result of get_order:\n{json.dumps(ORDER)}\n\nNow call update_order "
+                                        f"with this order's id, the customer's email, its tracking number and carrier "
+                                        f"DHL. Tools: {json.dumps([UPDATE_TOOL])}"}], add_generation_prompt=True)
+        kw.update(max_new_tokens=60, tool_calls={"format": "hermes", "tools": [UPDATE_TOOL], "mode": "required",
+                                                 "parallel": False})
     before = engine.stats()
     off, on = _both(engine, prompt, **kw)
     assert engine.stats()["spec_draft_tokens"] > before["spec_draft_tokens"], "no draft was verified"
     for out in (off, on):
         assert len(out.logprobs) == len(out.token_ids)
         assert [lp.token_id for lp in out.logprobs] == out.token_ids
-    same = next((i for i, (a, b) in enumerate(zip(off.token_ids, on.token_ids)) if a != b), len(on.token_ids))
-    for a, b in zip(off.logprobs[:same], on.logprobs[:same]):   # the verify rows' logprobs are the decode's
-        assert abs(a.logprob - b.logprob) < 0.2, (a, b)
+        # Each reported log-probability is the model's for that token after exactly the reported
+        # tokens: a fresh prefill scores them alike, within what decode, verify and prefill rows'
+        # rounding moves them (up to 0.18 nats measured here, off and on alike); an entry that
+        # describes another token, or K/V left from a replaced one, is off by nats.
+        scored = engine.score(prompt, [out.token_ids])[0]
+        assert max(abs(lp.logprob - s) for lp, s in zip(out.logprobs, scored)) < 0.5
 
 
 @pytest.mark.slow
