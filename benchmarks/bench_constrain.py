@@ -467,7 +467,8 @@ def main() -> None:
                     help="first-request masks on the real-world-like sample beside llguidance, and the 128-tool compile")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_options import machine_line, uptime
+    from bench_options import machine_line, require_peers, uptime
+    require_peers("llguidance", "xgrammar")
     print(machine_line(None), flush=True)
     from sgrun.constrain.token_spelling import vocab_spelling
     from sgrun.constrain.token_table import token_table

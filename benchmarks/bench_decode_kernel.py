@@ -37,13 +37,24 @@ import torch  # noqa: E402
 from bench_options import add_threads, load_avg, read_bandwidth_gbs, uptime, machine_line  # noqa: E402
 
 
+def revision_sources(rev: str) -> list[str]:
+    """The decode kernel's source files at `rev`, in build order: its paged_decode.py's SOURCES
+    (the kernel grew from 3 files to 6), or the first three for revisions before that list."""
+    import re
+    got = subprocess.run(["git", "show", f"{rev}:sgrun/cpu_kernels/paged_decode.py"], capture_output=True, text=True)
+    listed = re.search(r"^SOURCES = \((.*?)\)", got.stdout, re.S | re.M) if got.returncode == 0 else None
+    if listed:
+        return re.findall(r'"([\w.]+\.cpp)"', listed.group(1))
+    return ["paged_rows.cpp", "paged_chunk_attention.cpp", "paged_decode.cpp"]
+
+
 def build_revision(rev: str):
     """The decode kernel of git revision `rev`, built under its own name (from whichever of its
     source files that revision has, in build order)."""
     from sgrun.cpu_kernels.build import CppKernel
     folder = Path(tempfile.mkdtemp(prefix="sgrun_kernel_rev_"))
     names = []
-    for name in ("paged_rows.cpp", "paged_chunk_attention.cpp", "paged_decode.cpp"):
+    for name in revision_sources(rev):
         got = subprocess.run(["git", "show", f"{rev}:sgrun/cpu_kernels/{name}"], capture_output=True, text=True)
         if got.returncode != 0:   # revisions before the one kernel home
             got = subprocess.run(["git", "show", f"{rev}:sgrun/engine/{name}"], capture_output=True, text=True)

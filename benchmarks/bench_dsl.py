@@ -127,8 +127,8 @@ def run_dsl(url: str, questions: list[str]) -> dict:
         elapsed = time.perf_counter() - start
     finally:
         backend.close()
-    errors = [str(s.error) for s in states if s.error is not None]
-    calls = [c for s in states if s.error is None for c in s.calls]
+    errors = [str(s.error()) for s in states if s.error() is not None]   # ProgramState.error() is a method
+    calls = [c for s in states if s.error() is None for c in s.calls]
     return {"seconds": elapsed, "errors": errors, "calls": len(calls),
             "prompt_tokens": sum(c.get("prompt_tokens", 0) for c in calls),
             "cached_tokens": sum(c.get("cached_tokens", 0) for c in calls if c["kind"] == "gen"),

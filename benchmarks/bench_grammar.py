@@ -124,6 +124,8 @@ def bench_llguidance(tok, lt, kind: str, text: str, sample: str) -> dict:
 
 
 def main() -> None:
+    from bench_options import require_peers
+    require_peers("llguidance")
     from sgrun.models.loader import load_tokenizer
     tok = load_tokenizer(None)
     lt = llg_tokenizer(tok)

@@ -152,3 +152,13 @@ def cpu_line() -> str:
     flags = cpu_features()
     return (f"CPU: {cpu_model()}, {os.cpu_count()} cores, flags: "
             f"{' '.join(f for f in SIMD_FLAGS if f in flags) or 'none of ' + '/'.join(SIMD_FLAGS[:3])}")
+
+
+def require_peers(*modules: str) -> None:
+    """Stop with the line that installs the peers a side-by-side benchmark needs (pyproject's
+    `bench` extra pins them), instead of a ModuleNotFoundError halfway through its run."""
+    import importlib.util
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SystemExit(f"this benchmark runs beside {', '.join(modules)}; missing: {', '.join(missing)}. "
+                         "Install the peers with: pip install -e '.[bench]'")

@@ -4,8 +4,10 @@
 
 Each start is a new process (nothing carries over in memory), with $SGRUN_CACHE pointing at one
 folder that starts empty except for the model file (copied in, so the download is not timed):
-the first start builds the C++ kernels, the packed model (model_cache.py) and, in the
-background, the compiled graphs; later starts reuse all three. For each start it prints:
+the first start builds the C++ kernels, the packed model (model_cache.py) and, where the
+compile policy wants them, the compiled graphs in the background; later starts reuse all three.
+(Where the C++ decode blocks serve the model, the default on every CPU level with matmul tiles,
+the policy compiles nothing and `compiled` reads "never".) For each start it prints:
 
 - `engine`: seconds from process start until `sgrun.Engine()` returns (import torch included);
 - `first token`: until the first token of a short greedy request (the engine is usable);
