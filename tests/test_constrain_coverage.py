@@ -266,6 +266,18 @@ def test_not_of_a_property_type_test(tok):
            [{"fee": 1, "status": "cancelled"}, {}, {"status": "ok", "fee": {}}])
 
 
+def test_a_tightened_max_length_that_leaves_no_string_is_refused_as_too_complex_not_empty(tok):
+    """A pattern whose automaton times maxLength is too big to build gets a smaller maxLength
+    (above); when even the largest bound that builds is shorter than any string of the pattern
+    (here 5, against 13 characters at least), the schema is satisfiable but the bound admits
+    nothing: it was refused as "admits no output at all" (session 28); now as too complex, naming
+    maxLength."""
+    from sgrun.constrain.errors import ConstraintTooComplexError
+    schema = {"type": "string", "pattern": "(a|b)*a(a|b){10}c", "maxLength": 3000}
+    with pytest.raises(ConstraintTooComplexError, match="maxLength 3000 at # together with its pattern"):
+        compile_constraint(tok, json_schema=schema, use_cache=False, warm_up=False, budget_s=None)
+
+
 def test_format_with_a_large_max_length(tok):
     """Snowplow-style leaves: a format under maxLength 4096. uuid's own length already meets the
     bound (no counter); a uri's exact product is too big, so a smaller bound is enforced (sound,

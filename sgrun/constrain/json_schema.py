@@ -784,9 +784,16 @@ class SchemaCompiler:
                     raise
                 bound //= 2
         if bound != hi:
+            what = "format" if fmt else "pattern"
+            if node == NOTHING:
+                # Every bound small enough to build admits no string of the pattern: enforcing
+                # it would refuse a satisfiable schema as empty. Refuse it as too complex instead.
+                raise ConstraintTooComplexError(
+                    f"maxLength {hi} at {ptr} together with its {what} is too complex to compile (the exact "
+                    f"automaton is too big, and maxLength {bound}, the largest that builds, admits no string "
+                    f"of the {what}); lower maxLength or simplify the {what}")
             self.warn(f"maxLength {hi} at {ptr} is enforced as maxLength {bound} together with its "
-                      f"{'format' if fmt else 'pattern'} (the exact automaton is too big): longer strings are "
-                      f"rejected")
+                      f"{what} (the exact automaton is too big): longer strings are rejected")
         return self.nfa.shared(node) if node != NOTHING else NOTHING
 
     # --- arrays -------------------------------------------------------------------------
