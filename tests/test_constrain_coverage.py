@@ -269,7 +269,7 @@ def test_not_of_a_property_type_test(tok):
 def test_a_tightened_max_length_that_leaves_no_string_is_refused_as_too_complex_not_empty(tok):
     """A pattern whose automaton times maxLength is too big to build gets a smaller maxLength
     (above); when even the largest bound that builds is shorter than any string of the pattern
-    (here 5, against 13 characters at least), the schema is satisfiable but the bound admits
+    (here 5, against 12 characters at least), the schema is satisfiable but the bound admits
     nothing: it was refused as "admits no output at all" (session 28); now as too complex, naming
     maxLength."""
     from sgrun.constrain.errors import ConstraintTooComplexError
