@@ -47,8 +47,11 @@ def build(workdir: Path) -> Path:
 def count(qemu: str, plugin: Path, binary: Path, *args: int) -> int | None:
     done = subprocess.run([qemu, "-cpu", "max", "-plugin", str(plugin), "-d", "plugin", str(binary), *map(str, args)],
                           capture_output=True, text=True, timeout=600)
+    if done.returncode == 3:
+        return None   # panel_count.cpp: the level has no panel
     if done.returncode != 0:
-        return None   # 3: the level has no panel
+        raise SystemExit(f"{qemu} {binary.name} {' '.join(map(str, args))} failed ({done.returncode}): "
+                         f"{(done.stdout + done.stderr)[-2000:]}")
     return int(re.search(r"insns (\d+)", done.stdout + done.stderr).group(1))
 
 

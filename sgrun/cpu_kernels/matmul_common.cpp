@@ -138,7 +138,8 @@ void quantize_rows(int64_t m, int64_t k, Load load, QuantRows& out, int threads 
 // inf either way). Why: GCC's code for quantize_rows' loops ran ~1 ns an element at AVX2 (0.4 at
 // AVX-512), 6.8% of a 64-request mix at forced AVX2 once the int4 panel had sped up the linears
 // (perf, Zen 4); this runs 0.19 ns (a session harness, 2,048 x 1,536, bytes compared).
-inline void quantize_group_avx2(const float* x, int8_t* q, float* d_out, float* sum_out) {
+#define SGRUN_QUANTIZE_GROUP_SIMD 1
+inline void quantize_group_simd(const float* x, int8_t* q, float* d_out, float* sum_out) {
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8), v2 = _mm256_loadu_ps(x + 16),
                v3 = _mm256_loadu_ps(x + 24);
@@ -166,10 +167,11 @@ inline void quantize_group_avx2(const float* x, int8_t* q, float* d_out, float* 
 #endif
 
 #if defined(__aarch64__) && defined(__ARM_NEON)
-// quantize_group_avx2's steps in NEON vectors (every aarch64 level): the max over |x|'s bit
+// The AVX2 group's steps in NEON vectors (every aarch64 level): the max over |x|'s bit
 // patterns, the same d and 1/d, x * (1/d) rounded to the nearest even by FCVTNS (as std::rint in
 // the default rounding mode), the exact integer sum, narrowing that cannot saturate.
-inline void quantize_group_neon(const float* x, int8_t* q, float* d_out, float* sum_out) {
+#define SGRUN_QUANTIZE_GROUP_SIMD 1
+inline void quantize_group_simd(const float* x, int8_t* q, float* d_out, float* sum_out) {
   float32x4_t v[8];
   int32x4_t mx = vdupq_n_s32(0);
   for (int i = 0; i < 8; ++i) {
@@ -197,20 +199,14 @@ inline void quantize_group_neon(const float* x, int8_t* q, float* d_out, float* 
 
 // quantize_rows of a contiguous float32 [m, k]: the vector group above where the build has one.
 inline void quantize_float_rows(int64_t m, int64_t k, const float* x, QuantRows& out, int threads) {
-#if defined(__AVX2__) || (defined(__aarch64__) && defined(__ARM_NEON))
+#if defined(SGRUN_QUANTIZE_GROUP_SIMD)
   const int64_t groups = k / GROUP;
   fit_rows(out, m, k);
   for_row_chunks(threads, m, k, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t g = 0; g < groups; ++g) {
-#if defined(__AVX2__)
-        quantize_group_avx2(x + r * k + g * GROUP, out.q.data() + r * k + g * GROUP, out.d.data() + r * groups + g,
+      for (int64_t g = 0; g < groups; ++g)
+        quantize_group_simd(x + r * k + g * GROUP, out.q.data() + r * k + g * GROUP, out.d.data() + r * groups + g,
                             out.sum.data() + r * groups + g);
-#else
-        quantize_group_neon(x + r * k + g * GROUP, out.q.data() + r * k + g * GROUP, out.d.data() + r * groups + g,
-                            out.sum.data() + r * groups + g);
-#endif
-      }
   });
 #else
   quantize_rows(m, k, [&](int64_t r, int64_t i) { return x[r * k + i]; }, out, threads);

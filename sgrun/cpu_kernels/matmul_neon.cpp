@@ -48,11 +48,23 @@ inline void pairs_to_quads(int16x8_t a_lo, int16x8_t a_hi, int16x8_t b_lo, int16
   quad[3] = vreinterpretq_s8_s16(vzip2q_s16(a_hi, b_hi));
 }
 
+// Two pairs of k of a column block's codes (32 bytes at `at`: pair p, then pair p+1) -> its four
+// column quads, quad c holding columns 4c .. 4c+3 with each column's codes c[n, 2p .. 2p+3] in one lane.
+inline void codes_to_quads(const uint8_t* at, int8x16_t quad[4]) {
+  const uint8x16_t low = vdupq_n_u8(0x0F);
+  const uint8x16_t v0 = vld1q_u8(at), v1 = vld1q_u8(at + LANES);
+  // (c[n, 2p], c[n, 2p+1]) per column, for pair p and for pair p+1 ...
+  const uint8x16_t e0 = vandq_u8(v0, low), o0 = vshrq_n_u8(v0, 4);
+  const uint8x16_t e1 = vandq_u8(v1, low), o1 = vshrq_n_u8(v1, 4);
+  // ... then the two pairs of a column side by side.
+  pairs_to_quads(vreinterpretq_s16_u8(vzip1q_u8(e0, o0)), vreinterpretq_s16_u8(vzip2q_u8(e0, o0)),
+                 vreinterpretq_s16_u8(vzip1q_u8(e1, o1)), vreinterpretq_s16_u8(vzip2q_u8(e1, o1)), quad);
+}
+
 template <int R, int NB>
 void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_stride_codes,
                   int64_t block_stride_scales, const int8_t* xq, const float* xd, const float* xsum, int64_t k,
                   int64_t groups, float* y, int64_t n_total) {
-  const uint8x16_t low = vdupq_n_u8(0x0F);
   float32x4_t acc[R][NB][4];
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < NB; ++b)
@@ -65,16 +77,7 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
     for (int64_t p = 0; p < PAIRS_PER_GROUP; p += 2) {
       const int64_t pair = g * PAIRS_PER_GROUP + p;
       int8x16_t quad[NB][4];
-      for (int b = 0; b < NB; ++b) {
-        const uint8_t* base = codes + b * block_stride_codes + pair * LANES;
-        const uint8x16_t v0 = vld1q_u8(base), v1 = vld1q_u8(base + LANES);
-        // (c[n, 2p], c[n, 2p+1]) per column, for pair p and for pair p+1 ...
-        const uint8x16_t e0 = vandq_u8(v0, low), o0 = vshrq_n_u8(v0, 4);
-        const uint8x16_t e1 = vandq_u8(v1, low), o1 = vshrq_n_u8(v1, 4);
-        // ... then the two pairs of a column side by side: its 4 codes c[n, 2p .. 2p+3] in one lane.
-        pairs_to_quads(vreinterpretq_s16_u8(vzip1q_u8(e0, o0)), vreinterpretq_s16_u8(vzip2q_u8(e0, o0)),
-                       vreinterpretq_s16_u8(vzip1q_u8(e1, o1)), vreinterpretq_s16_u8(vzip2q_u8(e1, o1)), quad[b]);
-      }
+      for (int b = 0; b < NB; ++b) codes_to_quads(codes + b * block_stride_codes + pair * LANES, quad[b]);
       for (int r = 0; r < R; ++r) {
         int32_t four;
         std::memcpy(&four, xq + r * k + 2 * pair, sizeof(four));
@@ -123,14 +126,7 @@ constexpr int kPanelRows = 5;             // rows per pass: 20 int32 sums, 5 act
 // A column block's codes (pairs 2q and 2q+1 for k = 4q .. 4q+3) -> out[4q + c], columns 4c .. 4c+3,
 // as int4_q8_tile builds them in registers.
 inline void decode_block_quads(const uint8_t* codes, int64_t k, int8x16_t* out) {
-  const uint8x16_t low = vdupq_n_u8(0x0F);
-  for (int64_t q = 0; q < k / 4; ++q) {
-    const uint8x16_t v0 = vld1q_u8(codes + 2 * q * LANES), v1 = vld1q_u8(codes + (2 * q + 1) * LANES);
-    const uint8x16_t e0 = vandq_u8(v0, low), o0 = vshrq_n_u8(v0, 4);
-    const uint8x16_t e1 = vandq_u8(v1, low), o1 = vshrq_n_u8(v1, 4);
-    pairs_to_quads(vreinterpretq_s16_u8(vzip1q_u8(e0, o0)), vreinterpretq_s16_u8(vzip2q_u8(e0, o0)),
-                   vreinterpretq_s16_u8(vzip1q_u8(e1, o1)), vreinterpretq_s16_u8(vzip2q_u8(e1, o1)), out + 4 * q);
-  }
+  for (int64_t q = 0; q < k / 4; ++q) codes_to_quads(codes + 2 * q * LANES, out + 4 * q);
 }
 
 // Step J of 4 (4 k) of a half group: the quads w[4J .. 4J+3] x lane J of each row's 16 activations.

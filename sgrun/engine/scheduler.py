@@ -110,8 +110,9 @@ class Scheduler:
         self.commit([(seq, n) for seq, n, _ in computed])
         for seq, _, accepted in computed:
             if accepted is not None:
-                self.settle_draft(seq, accepted)
-            seq.drop_stale_kv()
+                self.settle_draft(seq, accepted)   # drops stale K/V too, before it trims pages
+            else:
+                seq.drop_stale_kv()
         for seq in last.finished:
             self.finish(seq)
 
