@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -41,7 +42,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
+os.environ.setdefault("SGRUN_CACHE", os.path.join(tempfile.gettempdir(), "sgcache"))
 
 from schema_order import SchemaOrder  # noqa: E402
 

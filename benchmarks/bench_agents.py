@@ -36,7 +36,7 @@ import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from agent_cases import ISSUE_TOOLS_UNIT_OPTIONAL as ISSUE_TOOLS, AgentCase, load_cases  # noqa: E402
-from bench_options import add_json_output, add_threads, forced_level_env, load_avg, machine_line, write_json  # noqa: E402
+from bench_options import add_json_output, add_threads, forced_level_env, load_avg, machine_line, server_log_path, write_json  # noqa: E402
 from bench_serve import serve, stop  # noqa: E402
 
 from sgrun.models.fetch import resolve_model_path  # noqa: E402
@@ -138,7 +138,7 @@ def main() -> int:
     for name, cmd, env in servers:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        log_path = f"/tmp/bench_agents_{name.replace(' ', '_')}.log"
+        log_path = server_log_path(f"bench_agents_{name.replace(' ', '_')}")
         try:
             proc, log = serve(cmd + [str(port)], url, log_path, env=env)
         except RuntimeError as exc:   # one server that does not start does not lose the others' columns

@@ -18,9 +18,10 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import tempfile
 import time
 
-os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
+os.environ.setdefault("SGRUN_CACHE", os.path.join(tempfile.gettempdir(), "sgcache"))
 
 import torch  # noqa: E402
 

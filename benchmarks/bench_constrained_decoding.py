@@ -23,10 +23,11 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
+os.environ.setdefault("SGRUN_CACHE", os.path.join(tempfile.gettempdir(), "sgcache"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_constrain import TOOL  # noqa: E402

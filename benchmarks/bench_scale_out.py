@@ -39,7 +39,7 @@ import httpx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from sgrun.server.replicas import free_port  # noqa: E402
-from bench_options import add_json_output, add_threads, write_json, machine_line  # noqa: E402
+from bench_options import add_json_output, add_threads, server_log_path, write_json, machine_line  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 WORDS = ("cargo manifest vessel harbour customs invoice pallet freight route tariff container crane berth "
@@ -235,7 +235,7 @@ def main() -> None:
         policy = name.split("-", 1)[1] if "-" in name else "cache_aware"
         tokens = args.replica_tokens * (2 if dp == 1 else 1)
         load_before = os.getloadavg()[0]
-        proc, url = start_server(dp, args.threads, policy, tokens, f"/tmp/bench_scale_out_{name}.log")
+        proc, url = start_server(dp, args.threads, policy, tokens, server_log_path(f"bench_scale_out_{name}"))
         try:
             r = asyncio.run(run_workload(url, args.agents, args.turns, args.concurrency, args.prefix_words,
                                          args.max_tokens, args.seed))

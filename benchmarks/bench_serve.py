@@ -28,7 +28,7 @@ import httpx
 from sgrun.models.fetch import resolve_model_path
 from sgrun.server.background import free_port
 from sgrun.bench import BenchConfig, print_report, run_benchmark
-from bench_options import add_dtype, add_json_output, add_threads, load_avg, write_json, machine_line
+from bench_options import add_dtype, add_json_output, add_threads, load_avg, server_log_path, write_json, machine_line
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 600) -> None:
@@ -100,7 +100,7 @@ def main() -> int:
         url = f"http://127.0.0.1:{port}"
         proc, log = serve([sys.executable, "-m", "sgrun.cli", "serve", "--model", gguf, "--port", str(port),
                            "--dtype", args.dtype, "--num-threads", str(args.threads), "--log-level", "warning"],
-                          url, "/tmp/bench_sgrun_serve.log")
+                          url, server_log_path("bench_sgrun_serve"))
         try:
             print("== sgrun serve")
             results["sgrun"] = run_workloads(url, args.chat_requests, args.agents_requests, args.workloads.split(","))
@@ -118,7 +118,7 @@ def main() -> int:
                                "--host", "127.0.0.1", "--n_threads", str(args.threads), "--n_ctx", "8192",
                                # by default a new request cuts off the running stream; queue instead
                                "--interrupt_requests", "False"],
-                              url, "/tmp/bench_llama_cpp_server.log",
+                              url, server_log_path("bench_llama_cpp_server"),
                               # OpenMP's default busy-waiting makes llama.cpp 10x slower on a shared
                               # box; passive waiting is its best setting here.
                               env={"OMP_WAIT_POLICY": "passive"})

@@ -4,7 +4,7 @@ Why a process: OpenMP's wait policy is read once per process, and the benchmarks
 `OMP_WAIT_POLICY=PASSIVE` for sgrun's sake (spinning OpenMP workers steal the two shared cores from
 its thread team). Under PASSIVE, torch's OpenMP workers sleep between transformers' small decode
 ops: its float32 decode read 10.7 / 12.2 tok/s against 21.6 / 24.0 under libgomp's default policy
-(AMX Xeon, session 25), so every ratio against it was flattered. The child runs under libgomp's
+(AMX Xeon, 7 December 2026), so every ratio against it was flattered. The child runs under libgomp's
 default (its workers spin briefly, then sleep: nothing spins while the parent measures sgrun).
 
     peer = TransformersPeer(folder, ["bfloat16", "float32"], threads=2)

@@ -1,4 +1,4 @@
-"""Real-world-like schemas written for sgrun (issue 13, round three): the shapes the MaskBench
+"""Real-world-like schemas written for sgrun (issue 13): the shapes the MaskBench
 sources are made of (GitHub repository files, Kubernetes objects, Snowplow events, Washington
 Post content, SchemaStore configuration files, Glaive function-calling schemas), each written
 here by hand from general knowledge of those formats; nothing is copied from the benchmark.

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("SGRUN_CACHE", "/tmp/sgcache")
+os.environ.setdefault("SGRUN_CACHE", os.path.join(tempfile.gettempdir(), "sgcache"))
 
 # The vendored copy (tests/data/json-schema-test-suite/README.md): a fresh clone needs nothing
 # outside the repository. SGRUN_SUITE_DIR points the suite test at another copy (a newer suite).

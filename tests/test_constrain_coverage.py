@@ -1,4 +1,4 @@
-"""Keywords built this round (issue 13 item 3), each checked against `jsonschema` on a fixed set
+"""The keywords of issue 13 item 3, each checked against `jsonschema` on a fixed set
 of instances: every accepted instance must be valid (soundness) and the valid ones the
 construction is meant to cover must be accepted (coverage)."""
 
@@ -270,7 +270,7 @@ def test_a_tightened_max_length_that_leaves_no_string_is_refused_as_too_complex_
     """A pattern whose automaton times maxLength is too big to build gets a smaller maxLength
     (above); when even the largest bound that builds is shorter than any string of the pattern
     (here 5, against 12 characters at least), the schema is satisfiable but the bound admits
-    nothing: it was refused as "admits no output at all" (session 28); now as too complex, naming
+    nothing: it was refused as "admits no output at all" (until commit 4c3e810); now as too complex, naming
     maxLength."""
     from sgrun.constrain.errors import ConstraintTooComplexError
     schema = {"type": "string", "pattern": "(a|b)*a(a|b){10}c", "maxLength": 3000}

@@ -241,7 +241,7 @@ def test_random_schema_outputs_validate(schema, seed):
 
 
 def test_a_walk_that_stops_inside_a_free_key_completes():
-    """A random run of session 17 drew this schema and seed: the walk stops inside a free key of
+    """A random run (6 December 2026) drew this schema and seed: the walk stops inside a free key of
     `x`, where the helper's old completion search (a BFS of the lazy automaton, 20,000 states)
     gave up; 200,000 states found `":0},"id":"","name":""}`, and larger budgets hit the
     automaton's own cap on other schemas. The helper now follows the budget's witness."""

@@ -122,7 +122,7 @@ def _module_names() -> list[str]:
 def test_the_checkout_root_shadows_no_other_distribution():
     """`python -m pytest` / `python -m sgrun` from the checkout put its root first on sys.path, so any
     package folder there hides an installed distribution of that name. A top-level `kernels/` (the
-    Triton kernels, until session 12) hid Hugging Face's `kernels`, which transformers >= 5.25 requires
+    Triton kernels, until 3 December 2026) hid Hugging Face's `kernels`, which transformers >= 5.25 requires
     and imports: every transformers import failed from the checkout. Only `sgrun` may be a package there,
     and from the root `kernels` must resolve to the installed distribution, if any, never into the repo."""
     packages = sorted(p.name for p in REPO.iterdir() if (p / "__init__.py").is_file())

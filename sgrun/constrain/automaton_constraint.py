@@ -21,7 +21,7 @@ from sgrun.constrain.token_table import TokenTable
 # engine loop costs the same once and is then cached for every request of that schema. The
 # compile-time pass only takes sparse states (keys, punctuation, literals: first-request masks
 # are 15-21 us at the median); a dense state (a string body) would take the whole budget alone.
-# 0.3 ms covers the first state and a few after it. At 2 ms (until session 18) it was 1.5-2 ms
+# 0.3 ms covers the first state and a few after it. At 2 ms (until 6 December 2026) it was 1.5-2 ms
 # of a ~12 ms compile p50; cut to 0.3 ms, the first-request mask p99 stayed within run-to-run
 # noise (192-242 against 194-297 us, benchmarks/bench_constrain.py --first-masks,
 # docs/benchmarks-constrain.md).

@@ -5,7 +5,7 @@ lark's LALR table construction is pure Python and superlinear in the grammar (me
 rules ~3 s, 2,000 rules ~170 s on the loaded 2-core machine), and so is its Earley parser's
 constructor (2,000 rules: 142 s), so neither is used for big grammars: a grammar with more than
 IN_PROCESS_RULES rules goes straight to our Earley path (same lexer, same language; masks cost
-about the same, docs/benchmarks-constrain.md "Round three"), where only lark's grammar compiler
+about the same, docs/benchmarks-constrain.md "Grammars"), where only lark's grammar compiler
 runs: in process up to IN_PROCESS_GRAMMAR_RULES rules, above that in a child Python process
 (importing only lark) that is killed when the remaining budget runs out (2,000 rules: ~1.5 s),
 which also keeps big compiles off this process's GIL, shared with the engine loop (a child

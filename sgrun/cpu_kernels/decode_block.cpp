@@ -203,7 +203,7 @@ at::Tensor block_into(const Block& b, float* hp, int64_t rows, int64_t dim, cons
   // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); cos, sin and qkv share the
   // GEMM dtype. The multiply-adds are written out: GCC contracted the scalar loop's expressions
   // into these two fmas, and left to itself it fuses the other product once the loop vectorizes,
-  // which moved logprobs by up to 0.15 through the int8 activation rounding downstream (session 16).
+  // which moved logprobs by up to 0.15 through the int8 activation rounding downstream (found 5 December 2026).
   typed(elems(s.qkv), [&](auto e) {
     const decltype(e) ce{static_cast<decltype(e.p)>(cos.data_ptr())}, se{static_cast<decltype(e.p)>(sin.data_ptr())};
     for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {

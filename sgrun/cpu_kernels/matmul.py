@@ -62,7 +62,7 @@ KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
 # rows made a prompt's greedy output change when it was prefilled in a batch of three (315 rows)
 # rather than alone (105), on an AMD EPYC (Zen 5, AVX512-BF16, 2 December 2026); and TTFT of 2,048
 # tokens measured the same either way there (1.13-1.46 s with the GEMM, 1.15-1.33 s with the tiles,
-# /tmp/s8/ttft.py, session 8).
+# alternated in fresh processes).
 # The int8-activation tiles serve every row count: they round the activations to 8 bits, the
 # dense GEMM does not, so a split at some row count made a prompt's logits depend on how it was
 # chunked (after a cached prefix the short suffix took the tiles, the whole prompt the GEMM:

@@ -51,7 +51,7 @@ void int4_q8_tile(const uint8_t* codes, const uint16_t* scales, int64_t block_st
   // (`python benchmarks/bench_matmul.py --rows 1,4,512 --levels avx2`, old and new alternated twice,
   // AMD EPYC Zen 4, 6 December 2026): gate_up at 512 rows 7.38-7.79 -> 6.24-6.34 ms, down 4.02-4.09 ->
   // 3.62-3.66 ms, qkv 2.54-2.90 -> 2.10-2.41 ms; 4 rows 3-9% faster; one row keeps its registers.
-  // On Zen 1 (session 16) the same change measured 2% slower at 512 rows: the multiply pipe, not the
+  // On Zen 1 (5 December 2026) the same change measured 2% slower at 512 rows: the multiply pipe, not the
   // spills, bounds that core. AVX-512 builds of this code (the avx512 level) have 32 registers and
   // keep the sums there.
 #ifdef __AVX512F__
@@ -287,7 +287,7 @@ void bf16_f32_tile(const uint32_t* w, int64_t block_stride, const uint16_t* x, i
 // two int16 pair sums side by side, and one _mm256_madd_epi16 by ones at the group's end adds
 // them into the group's int32 dot. Against int4_q8_tile per 4 k, block and row: 4 instructions
 // instead of 5 plus a share of the decode (6 per block and 4 rows), and 2 widening instructions per
-// group instead of 8. Measured (a session harness on the real tiles, one thread, AMD EPYC Zen 4 at
+// group instead of 8. Measured (a standalone timing of the real tiles, one thread, AMD EPYC Zen 4 at
 // forced AVX2, 7 December 2026): 960 x 576 at 240 rows 2,146 -> 1,130-1,180 us (61 -> 112-117
 // GMAC/s); at 2 threads (bench_matmul.py) 1.06-1.16x at 6 rows, 1.3-1.5x from 64 (docs/cpu_kernels.md).
 //

@@ -66,7 +66,7 @@ inline float bf16_to_float(uint16_t b) {
 // rounding error e_i multiplies the weight w_i = s c_i + min, which is centred. With the exact sum
 // in the minimum's term (as this file did until 2 December 2026) it multiplies s c_i, the weight's
 // distance from its group minimum (~8 s on average), and one matmul's error on real activations
-// was 1.5% against 0.66% (/tmp/s6/q8sim.py: SmolLM2 layer 5 qkv, 64 rows), the drift 5x llama.cpp's.
+// was 1.5% against 0.66% (a simulation of both on SmolLM2's layer 5 qkv, 64 rows), the drift 5x llama.cpp's.
 struct QuantRows {
   std::vector<int8_t> q;     // [M, K]
   std::vector<float> d;      // [M, K / 32]
@@ -137,7 +137,7 @@ void quantize_rows(int64_t m, int64_t k, Load load, QuantRows& out, int threads 
 // every finite group gives quantize_rows' bytes, d and sum (a non-finite group's row is NaN or
 // inf either way). Why: GCC's code for quantize_rows' loops ran ~1 ns an element at AVX2 (0.4 at
 // AVX-512), 6.8% of a 64-request mix at forced AVX2 once the int4 panel had sped up the linears
-// (perf, Zen 4); this runs 0.19 ns (a session harness, 2,048 x 1,536, bytes compared).
+// (perf, Zen 4); this runs 0.19 ns (timed standalone, 2,048 x 1,536, bytes compared).
 #define SGRUN_QUANTIZE_GROUP_SIMD 1
 inline void quantize_group_simd(const float* x, int8_t* q, float* d_out, float* sum_out) {
   const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));

@@ -85,7 +85,7 @@ class Team {
     // its chunk index with chunks_ again, and the next job's larger count would let its claim
     // succeed with the next job's fields (that chunk ran twice, and its extra count let the
     // caller return while a chunk still ran on the caller's stack: segfaults in for_each_tile,
-    // session 25). Its claim now fails, as the ticket moved on; no chunk index reaches kClosed.
+    // fixed 7 December 2026). Its claim now fails, as the ticket moved on; no chunk index reaches kClosed.
     ticket_.store((gen << 32) | kClosed, std::memory_order_seq_cst);
   }
 

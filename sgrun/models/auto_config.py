@@ -40,7 +40,7 @@ AUTO_TABLE: dict[str, AutoChoice] = {
     # in any run (same-run ratios to llama.cpp's tg128 0.75-1.03 over four runs, bf16 0.58 in its one). bf16 prefills 1.2x faster (TTFT 2,048:
     # 1.85 against 2.1-2.3 s alternated in fresh processes; oneDNN's AMX GEMM past 48 rows) and
     # served the mixed batches ~1.1x faster; neither choice meets the TTFT-vs-transformers target
-    # there (docs/benchmarks.md, session 24). The row it replaces (bf16, "prefill 5.6x") was
+    # there (docs/benchmarks.md, 7 December 2026). The row it replaces (bf16, "prefill 5.6x") was
     # measured at load 15 on 2 December, before the float32 int8-activation tiles and C++ decode
     # blocks. Running int4 layers' prefill chunks through the AMX GEMM under a float32 model was
     # tried and gained nothing (2.14-2.32 vs 2.08-2.32 s).
@@ -50,7 +50,7 @@ AUTO_TABLE: dict[str, AutoChoice] = {
     # int4 (three interleaved bench_auto_config runs: 144.5 / 131.9 / 126.6 against 118.3 / 105.8 /
     # 99.2 tok/s), because the float32 path's int8-activation tiles beat the bf16 dot products at one
     # row (gate_up 26 vs 36 us, bench_matmul). bf16 prefilled faster then (TTFT 2,048: 2.39 vs 3.56 s
-    # in bench_targets); since session 17 (the VNNI int4 tile, bf16 products in a float32 pool's long
+    # in bench_targets); since 6 December 2026 (the VNNI int4 tile, bf16 products in a float32 pool's long
     # prefill attention, the vectorized row loops) float32 prefills as fast: TTFT 2,048 1.78-1.96 s
     # against bf16's 1.97 s, alternated twice in one window (6 December 2026). Issue 14's bf16 row
     # predates the float32 C++ decode blocks and int8-activation tiles.
@@ -96,7 +96,7 @@ def auto_dtype(device: torch.device | None) -> torch.dtype:
 
 # kv_cache_dtype "auto" under a float32 model, per CPU level: the page dtype whose decode attention
 # read fastest there (bench_auto_config.py --configs float32:int4:float32,float32:int4:float16,
-# float32:int4:bfloat16 --depth 3000, docs/benchmarks.md "Session 20"). Either halves the bytes a
+# float32:int4:bfloat16 --depth 3000, measured on Zen 4, 6 December 2026, docs/cpu_kernels.md). Either halves the bytes a
 # decode step reads per context token (and doubles the context the same memory holds); every CPU
 # path reads a narrower pool under float32 queries with float32 products and sums
 # (cpu_kernels/paged_chunk_attention.cpp, prefill_attention.cpp), so only the write rounds.

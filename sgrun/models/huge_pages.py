@@ -4,7 +4,7 @@ Why: a batch-1 decode step reads every weight once (~96 MB for SmolLM2's int4 la
 lm_head). On 4 KB pages that is ~24,600 pages a step against a second-level TLB of ~2,000
 entries, so the stream pays a page walk every 4 KB, and the engine's Python between two steps
 finds its own translations and lines evicted (its first torch op after a forward took 64 us
-against 3 us warm, Xeon with AMX, session 25). On 2 MB pages the same weights are ~50 entries.
+against 3 us warm, Xeon with AMX, 7 December 2026). On 2 MB pages the same weights are ~50 entries.
 Measured (docs/cpu_kernels.md, "Weights on huge pages"): the engine's batch-1 step 7.5 -> 6.4 ms
 in one process, before and after moving its memory, on that Xeon.
 

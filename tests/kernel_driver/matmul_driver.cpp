@@ -331,7 +331,7 @@ void test_quantize_float_rows() {
 // chunk counted in its own job's slot. Every chunk must run exactly once, in its own job: a worker
 // that read the last generation's ticket before the next job's fields were written must not claim
 // a chunk with them (it ran a chunk of the new job twice, and the extra count let a caller return
-// while a chunk still ran on its stack's lambda: the segfaults of session 25).
+// while a chunk still ran on its stack's lambda: segfaults, fixed 7 December 2026).
 void test_team_generations() {
   constexpr int kJobs = 200000;
   std::vector<std::atomic<int>> runs(static_cast<size_t>(kJobs) * 16);
