@@ -60,8 +60,8 @@ AUTO_TABLE: dict[str, AutoChoice] = {
     # Without native bf16 GEMMs (no AVX512-BF16/AMX; ARM without the bf16 extension) torch's bf16
     # prefill is emulated: at SGRUN_CPU_ISA=avx2 with torch held to AVX2, 6 prompts of 64-1024 tokens
     # + 32 tokens each took 14.1 s in float32 and more than 400 s in bf16, while bf16 decoded only
-    # ~9% faster (51.4 vs 47.1 tok/s, int4 on sgrun's AVX2 int8 tiles either way; /tmp scripts,
-    # load ~1-3, 2 December 2026). Issue 26's 17.7 vs 4.9 tok/s predates those tiles (float32 int4
+    # ~9% faster (51.4 vs 47.1 tok/s, int4 on sgrun's AVX2 int8 tiles either way; timed in
+    # fresh processes, load ~1-3, 2 December 2026). Issue 26's 17.7 vs 4.9 tok/s predates those tiles (float32 int4
     # then ran torch's kernel).
     "avx2": AutoChoice(torch.float32, True, "forced avx2 on Sapphire Rapids: float32 int4 prefill >28x bf16's, "
                                             "decode 0.92x (docs/benchmarks.md)"),
