@@ -80,7 +80,8 @@ def test_real_model_int8_int4_close_to_dense(model_path, float32_engine):
     """On the Q4_1 file, int4 keeps the file's own layer codes and int8 re-quantizes them per
     row; both re-quantize the Q8_0 embedding / lm_head per row. Both stay close in logprobs and
     perplexity, and greedy decoding through the small-batch kernels follows the dense model.
-    Measured (float32, 255 tokens): see docs/benchmarks.md; the bounds leave ~2x margin."""
+    Measured (float32, 255 tokens, 1 December 2026): int4 perplexity 31.122 against dense 31.056,
+    max |logprob error| 0.158; int8 31.279 (max 0.470). The bounds leave ~2x margin."""
     dense_ppl, dense_lp = _perplexity(float32_engine)
     prompt = float32_engine.tokenizer.encode("The three primary colours are", add_bos=False)
     params = sgrun.SamplingParams(max_new_tokens=12, temperature=0)

@@ -59,7 +59,7 @@ class LlamaModel:
         `residual_dtype` (float32 unless told otherwise): with bf16 GEMMs, a bf16 residual stream
         and bf16-rounded logits are the two big error sources (a bf16 step at logit size ~20 is
         0.125, more than many top-2 gaps), and removing them costs a few percent of decode time
-        (docs/benchmarks.md). `residual_dtype=dtype` is the all-bf16 path, kept to measure that."""
+        (benchmarks/bench_bf16_accuracy.py, 1 December 2026). `residual_dtype=dtype` is the all-bf16 path, kept to measure that."""
         if quantization not in QUANT_MODES:
             raise ValueError(f"quantization must be one of {', '.join(QUANT_MODES)}; got {quantization!r}")
         self.cfg = cfg

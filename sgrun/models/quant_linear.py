@@ -4,7 +4,7 @@ Small batches (decode) multiply with weight-only kernels that read the int8/int4
 directly: sgrun's own C++ kernels for the CPU's level (cpu_kernels/matmul.py: ~2x torch's with
 AVX512-BF16, int8 x int4 integer dot products on AVX2 and NEON; rows bit-identical at any batch
 size), otherwise torch's CPU kernels. At batch 1 that is ~4-10x
-faster than a bf16 `F.linear` on this model's shapes (docs/benchmarks.md), because the step is
+faster than a bf16 `F.linear` on this model's shapes (measured 1 December 2026, c8e2c44), because the step is
 bound by weight bytes and oneDNN's small-M bf16 path has a high fixed cost. Large batches
 (prefill chunks) are compute-bound and the dense bf16 GEMM is as fast or faster there, so above a
 kernel's `max_rows` the weight is dequantized for that one call and multiplied densely; the
@@ -31,8 +31,8 @@ KERNEL_MAX_ROWS = 48
 # torch's int4 kernel (`_weight_int4pack_mm_for_cpu`, torch 2.13) with float32 activations costs
 # ~20 ms per row for a 3072x576 weight on either ATen level of this machine, against ~6 ms for
 # dequantize + F.linear at 2-20 rows (bf16 at ATen's avx2 level: 0.2 ms at 1 row, 3.7 ms at 20):
-# a 20-token chunk after a cached prefix took 23 s in float32 (docs/benchmarks.md, "Start-up and
-# auto"). So with float32 activations only single rows take it.
+# a 20-token chunk after a cached prefix took 23 s in float32 (docs/benchmarks.md, "auto: the
+# measurements behind the choice"). So with float32 activations only single rows take it.
 TORCH_INT4_MAX_ROWS = {torch.float32: 1}
 INT4_GROUP = 32
 # Shapes the int4 linear takes: rows in multiples of 64 (what torch's packer needs at any level).

@@ -44,7 +44,7 @@ def compile_spec(tokenizer: Tokenizer, spec: ConstraintSpec, metrics: ServerMetr
     started = time.perf_counter()
     try:
         # isolate: the automaton is built in a worker process, so a hostile compile cannot starve
-        # the engine loop of the GIL (docs/benchmarks-constrain.md, "Compile isolation").
+        # the engine loop of the GIL (docs/benchmarks-constrain.md, "Compiles off the engine's thread").
         constraint = compile_for_request(tokenizer, reasoning=spec.reasoning, budget_s=budget_s,
                                          **{spec.kind: spec.value})
     except ConstraintError as exc:
