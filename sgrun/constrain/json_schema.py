@@ -21,7 +21,9 @@ from typing import Any
 
 from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
 from sgrun.constrain.byte_nfa import ByteNFA
+from sgrun.constrain.compile_budget import CompileBudgetExceeded
 from sgrun.constrain.errors import ConstraintTooComplexError, InvalidSchemaError, UnsupportedSchemaError
+from sgrun.constrain.exactly_one import NotBuildable, exactly_one_node
 from sgrun.constrain.json_string import (any_text_dfa, constrained_string_node, excluded_dfa, length_dfa,
                                          string_node)
 from sgrun.constrain.numbers import (as_decimal_ratio, decimal_multiple_dfa, integer_bounds,
@@ -345,12 +347,8 @@ class SchemaCompiler:
         for j in overlaps:
             neg = negate(self._resolved(raw[j], base))
             if neg is None:
-                i = overlaps[j][0]
-                self.refuse("oneOf", ptr, f"branches {min(i, j)} and {max(i, j)} may both match one value; only "
-                                          f"oneOf with provably exclusive branches (different types, consts or "
-                                          f"required/forbidden properties) or branches whose complement can be "
-                                          f"built is supported, use anyOf (lenient: enforced as anyOf)")
-                return per_branch
+                # No positive complement: "exactly one branch" as one automaton (exactly_one).
+                return [[{"$sgrun_one_of": (per_branch, ptr, "oneOf")}]]
             negated[j] = neg
         out = list(per_branch)
         for i, others in overlaps.items():
@@ -389,7 +387,7 @@ class SchemaCompiler:
         if "values" not in a or b.get("schema") is None or "$sgrun_call" in b["schema"]:
             return False
         s = b["schema"]
-        if any(k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "not", "if")):
+        if any(k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "not", "if", "$sgrun_one_of", "$sgrun_not_exact")):
             return False
         allowed = set(self._types(s, "#"))
         if "number" in allowed:
@@ -404,7 +402,7 @@ class SchemaCompiler:
             return False
 
     def _signature(self, s: dict) -> dict:
-        if "$sgrun_call" in s:
+        if "$sgrun_call" in s or "$sgrun_one_of" in s:
             return {"types": None}
         types = self._types(s, "#")
         sig: dict[str, Any] = {"types": set(types), "schema": s}
@@ -462,6 +460,9 @@ class SchemaCompiler:
     def plain_node(self, s: dict, ptr: str, base: str) -> Node:
         if "$sgrun_call" in s:
             return s["$sgrun_call"]
+        if "$sgrun_one_of" in s:
+            branches, one_ptr, keyword = s["$sgrun_one_of"]
+            return self._exactly_one(branches, one_ptr, base, keyword)
         if s.get("type") == []:  # an allOf of disjoint types
             return NOTHING
         check_keywords(s, ptr)
@@ -471,6 +472,12 @@ class SchemaCompiler:
             s = self._apply_not(s, ptr)
             if s is None:
                 return NOTHING
+            hard = s.pop("$sgrun_not_exact", None)
+            if hard:
+                # rest AND NOT n = exactly one of [rest, rest AND n] (rest AND n is inside rest)
+                n = hard[0] if len(hard) == 1 else {"anyOf": hard}
+                both = self._all_of([s, n], [ptr, f"{ptr}/not"], [base, base], 1)
+                return self._exactly_one([[s], both], ptr, base, "not")
         types = self._types(s, ptr)
         if "enum" in s or "const" in s:
             return self._enum_node(s, types, ptr, base)
@@ -601,7 +608,8 @@ class SchemaCompiler:
                 return s if keep else None
             if set(inner) in ({"enum"}, {"const"}) and isinstance(inner.get("enum", []), list):
                 return self._exclude_values(s, inner.get("enum", [inner.get("const")]), ptr)
-        self.refuse("not", ptr, "only 'not' of a type or of scalar values (enum / const) is supported", s)
+        # Anything else: the complement within the rest of the schema, built by plain_node.
+        s["$sgrun_not_exact"] = list(s.get("$sgrun_not_exact", [])) + [n]
         return s
 
     def _exclude_values(self, s: dict, vals: list[Any], ptr: str) -> dict | None:
@@ -609,7 +617,7 @@ class SchemaCompiler:
         numbers subtract the value's output forms, booleans keep the other one, null drops)."""
         types = self._types(s, ptr)
         if any(isinstance(v, (list, dict)) for v in vals) and ("array" in types or "object" in types):
-            self.refuse("not", ptr, "'not' of array or object values is not supported", s)
+            s["$sgrun_not_exact"] = list(s.get("$sgrun_not_exact", [])) + [{"enum": vals}]
             return s
         if any(v is None for v in vals):
             types = [t for t in types if t != "null"]
@@ -697,6 +705,40 @@ class SchemaCompiler:
                     return False
             return d.accepting[st]
         return True
+
+    def _exactly_one(self, branches: list[list[dict]], ptr: str, base: str, keyword: str) -> Node:
+        """Values matching exactly one of `branches` (each a list of plain alternatives), as one
+        automaton (exactly_one); refused by `keyword` where it cannot be built exactly
+        (lenient: any branch, as anyOf)."""
+        nodes = [alt(*(self.plain_node(d, ptr, base) for d in br)) for br in branches]
+        live = [n for n in nodes if n != NOTHING]
+        if len(live) <= 1:
+            return live[0] if live else NOTHING
+        try:
+            return exactly_one_node(self.nfa, live, self._fragment_node)
+        except NotBuildable as e:
+            what = {"oneOf": "exactly one branch", "not": "the complement (of a 'not', or of an 'if' without a "
+                                                        "then/else partner)"}[keyword]
+            self.refuse(keyword, ptr, f"{what} cannot be built exactly: {e} (lenient: enforced as anyOf)")
+        except CompileBudgetExceeded as e:
+            raise CompileBudgetExceeded(f"JSON Schema keyword {keyword!r} at {ptr}: {e}") from None
+        except ConstraintTooComplexError as e:
+            self.refuse(keyword, ptr, f"its exact automaton is too big ({e}); simplify the branches "
+                                      f"(lenient: enforced as anyOf)")
+        return alt(*nodes) if keyword == "oneOf" else nodes[0]
+
+    def _fragment_node(self, fid: int) -> Node | None:
+        """Fragment `fid`'s node, defining it now if it waits on the work list; None while it is
+        being defined (a recursive reference) or has no node (a product fragment)."""
+        node = self.nfa.frag_node.get(fid)
+        if node is not None:
+            return node
+        for i, (f, sch, p, b) in enumerate(self._pending):
+            if f == fid:
+                del self._pending[i]
+                self.nfa.define_fragment(f, self.value_node(sch, p, b))
+                return self.nfa.frag_node[f]
+        return None
 
     # --- numbers ------------------------------------------------------------------------
     def _number_node(self, s: dict, integer: bool, ptr: str) -> Node:
