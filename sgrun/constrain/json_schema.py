@@ -19,11 +19,11 @@ from itertools import combinations
 from math import comb
 from typing import Any
 
-from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
+from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, finite_words, product
 from sgrun.constrain.byte_nfa import ByteNFA
 from sgrun.constrain.compile_budget import CompileBudgetExceeded
 from sgrun.constrain.errors import ConstraintTooComplexError, InvalidSchemaError, UnsupportedSchemaError
-from sgrun.constrain.exactly_one import NotBuildable, exactly_one_node
+from sgrun.constrain.exactly_one import Inliner, NotBuildable, exactly_one_node
 from sgrun.constrain.json_string import (any_text_dfa, constrained_string_node, excluded_dfa, length_dfa,
                                          string_node)
 from sgrun.constrain.numbers import (as_decimal_ratio, decimal_multiple_dfa, integer_bounds,
@@ -32,7 +32,7 @@ from sgrun.constrain.regex_ast import EMPTY, NOTHING, Node, alt, chars, lit, opt
 from sgrun.constrain.regex_parser import parse_regex
 from sgrun.constrain.schema_checks import (MAX_SCHEMA_NESTING, NestingTooDeepError, check_document_depth,
                                            check_keywords)
-from sgrun.constrain.schema_merge import merge_schemas
+from sgrun.constrain.schema_merge import merge_schemas, value_key
 from sgrun.constrain.schema_rewrites import conditional_part, dependency_parts, negate
 from sgrun.errors import ConstraintError
 from sgrun.constrain.schema_refs import SchemaIndex
@@ -49,7 +49,10 @@ _ECMA_DOT_EXCLUDES = (0x0A, 0x0D, 0x2028, 0x2029)
 _MAX_PATTERN_CELLS = 64  # patternProperties: key classes (which patterns a key matches)
 _MAX_UNIQUE_DOMAIN = 64  # uniqueItems: distinct item values tracked (the sets of used ones must fit _MAX_UNIQUE_SETS)
 _MAX_UNIQUE_SETS = 4096  # uniqueItems: sets of used values (one NFA state each)
-_MAX_COUNTED_PROPERTIES = 64  # lanes of the member counter (states grow with members x lanes)
+KEY_ORDERS = ("schema", "required-first", "any")
+_MAX_ANY_ORDER_SETS = 1024  # key_order="any": sets of declared properties used so far (one fragment each)
+_MAX_COUNT_STATES = 200_000  # minProperties / maxProperties: estimated states of the member counter
+_SHARE_COUNTED_OVER = 8  # lanes above which each counted member is one shared fragment
 _MAX_EXPAND = 64
 _KNOWN_DRAFTS = ("json-schema.org/draft-04/", "json-schema.org/draft-06/", "json-schema.org/draft-07/",
                  "json-schema.org/draft/2019-09/", "json-schema.org/draft/2020-12/", "json-schema.org/schema")
@@ -117,9 +120,10 @@ class SchemaCompiler:
                  key_order: str = "schema"):
         self.root = root
         self.lenient = lenient
-        if key_order not in ("schema", "required-first"):
-            raise InvalidSchemaError(f"key_order must be 'schema' or 'required-first', not {key_order!r}")
+        if key_order not in KEY_ORDERS:
+            raise InvalidSchemaError(f"key_order must be one of {', '.join(map(repr, KEY_ORDERS))}, not {key_order!r}")
         self.required_first = key_order == "required-first"
+        self.any_order = key_order == "any"
         self.warnings: list[str] = []  # what lenient mode dropped, formats kept as annotations
         # A shared NFA lets several documents (one per tool) be sub-automata of one constraint,
         # each resolving its own $ref/$defs.
@@ -564,10 +568,10 @@ class SchemaCompiler:
                 self.refuse("minProperties", ptr, f"minProperties {lo} needs {lo - len(declared)} distinct "
                                                   f"additional keys; only one can be told apart from a repeat")
                 lo = 0
-            if max(lo, hi or 0) > _MAX_COUNTED_PROPERTIES:
-                self.refuse("minProperties" if lo > _MAX_COUNTED_PROPERTIES else "maxProperties", ptr,
-                            f"property counts above {_MAX_COUNTED_PROPERTIES} are not supported")
-            elif lo or hi is not None:
+            if lo or hi is not None:  # (its cost is checked where the object is built)
+                old = s.get("$sgrun_count")  # (a rest schema built again: keep both bounds)
+                if old:
+                    lo, hi = max(lo, old[0]), old[1] if hi is None else hi if old[1] is None else min(hi, old[1])
                 s["$sgrun_count"] = (int(lo), None if hi is None else int(hi))
         for k in list(s):
             if k not in self._KNOWN and k not in ANNOTATIONS and not k.startswith("$sgrun"):
@@ -914,15 +918,55 @@ class SchemaCompiler:
                     out.setdefault(canonical_json(v), v)
         return list(out.values()) if len(out) <= _MAX_UNIQUE_DOMAIN else None
 
+    def _finite_item_values(self, schema: Any, ptr: str, base: str) -> tuple[list[Any] | None, dict[str, list[str]]]:
+        """The values `schema` admits when they are finitely many (at most _MAX_UNIQUE_DOMAIN),
+        read off its compact automaton (a sub-compile), and each value's compact spellings
+        (several where a string may be escaped, or a number written 1.0): (None, {}) otherwise."""
+        if not isinstance(schema, dict):
+            return None, {}
+        try:
+            sub = SchemaCompiler(self.root, whitespace="compact", lenient=False,
+                                 key_order="required-first" if self.required_first else "schema")
+            sub.not_in_draft, sub.legacy_ref = self.not_in_draft, self.legacy_ref
+            fid = sub.fragment(schema, ptr, self.index.base_for(schema, base))
+            inliner = Inliner(sub.nfa, sub._fragment_node, 0)
+            node = inliner.inline(("call", fid))
+            if inliner.markers:
+                return None, {}  # recursive: unboundedly many values
+            words = finite_words(dfa_from_node(node), 8 * _MAX_UNIQUE_DOMAIN)
+        except (ConstraintError, NotBuildable):
+            return None, {}
+        if words is None:
+            return None, {}
+        values: dict[str, Any] = {}
+        texts: dict[str, list[str]] = {}
+        for w in words:
+            try:
+                v = json.loads(w.decode())
+            except ValueError:
+                return None, {}
+            key = value_key(v)  # (key order and 1 / 1.0 make no difference to equality)
+            values.setdefault(key, v)
+            texts.setdefault(key, []).append(w.decode())
+        if len(values) > _MAX_UNIQUE_DOMAIN:
+            return None, {}
+        return list(values.values()), texts
+
     def _unique_array_node(self, prefix: list[Any], rest_schema: Any, lo: int, hi: int | None, sep: Node,
                            ptr: str, base: str) -> Node | None:
         """uniqueItems over a small item domain: arrays of distinct values, one NFA state per set
         of values used so far (shared fragments). None after a refusal that lenient loosened."""
         domain = None if prefix else self._item_domain(rest_schema, f"{ptr}/items", base)
+        texts: dict[str, list[str]] = {}
+        if domain is None and not prefix:
+            domain, texts = self._finite_item_values(rest_schema, f"{ptr}/items", base)
         if domain is None:
-            self.refuse("uniqueItems", ptr, "uniqueItems: true is supported over items with a few scalar values "
-                                            f"(enum / const / boolean / null / an integer range, at most "
-                                            f"{_MAX_UNIQUE_DOMAIN}); these items are not")
+            self.refuse("uniqueItems", ptr, "uniqueItems: true is enforced where the items admit finitely many "
+                                            f"values (at most {_MAX_UNIQUE_DOMAIN}: enums, consts, booleans, "
+                                            f"integer ranges, objects and arrays built only of those), and "
+                                            f"without prefixItems; these items admit unboundedly many (a free "
+                                            f"string, number or nested value), and telling such values apart "
+                                            f"needs unbounded memory, which no finite automaton has")
             return None
         k = len(domain)
         hi = k if hi is None else min(hi, k)
@@ -930,7 +974,8 @@ class SchemaCompiler:
             self.refuse("uniqueItems", ptr, f"uniqueItems over {k} item values up to {hi} items needs too many "
                                             f"states; add a smaller maxItems")
             return None
-        values = [json_literal_node(v, self.ws, self.ws_after) for v in domain]
+        values = [alt(json_literal_node(v, self.ws, self.ws_after), *(lit(x) for x in texts.get(value_key(v), ())))
+                  for v in domain]
         # Built bottom-up (largest sets first) instead of by a recursive closure: a closure that
         # calls itself is a reference cycle holding this compiler and its NFA until the cyclic GC runs.
         memo: dict[int, Node] = {}
@@ -989,7 +1034,13 @@ class SchemaCompiler:
         extra = self._additional_member(names, pattern_props, additional, key_filter, colon, ptr, base)
         sep = seq(self.ws, lit(","), self.ws_after)
         count = s.get("$sgrun_count")
+        if self.any_order and len(members) > 1:
+            return seq(lit("{"), self.ws, self._any_order_body(members, extra, sep, count, ptr), self.ws, lit("}"))
         bounds = (count,) if count else ()
+        if count:
+            members, extra, counted = self._counted_members(members, extra, count, ptr)
+            if not counted:
+                bounds = ()
         body = ("members", tuple(members), extra, sep) + bounds
         # Required keys that `properties` does not place have no order to follow: up to three of
         # them may come in any order (instances disagree on it).
@@ -1004,6 +1055,66 @@ class SchemaCompiler:
                 bodies.append(("members", tuple(ms), extra, sep) + bounds)
             body = alt(*bodies)
         return seq(lit("{"), self.ws, body, self.ws, lit("}"))
+
+    def _any_order_body(self, members: list[tuple[Node, bool]], extra: Node | None, sep: Node, count: tuple | None,
+                        ptr: str) -> Node:
+        """key_order="any": the declared members in any order, each at most once, additional ones
+        anywhere between them. One shared fragment per set of declared members used so far (what
+        "each at most once" must remember): 2^n of them, refused past _MAX_ANY_ORDER_SETS."""
+        n = len(members)
+        if 2 ** n > _MAX_ANY_ORDER_SETS:
+            raise UnsupportedSchemaError("properties", ptr, f"key_order='any' over {n} properties needs one automaton "
+                                                            f"part per set of properties used so far, 2^{n} = "
+                                                            f"{2 ** n:,}; the limit is {_MAX_ANY_ORDER_SETS:,} "
+                                                            f"({_MAX_ANY_ORDER_SETS.bit_length() - 1} properties): "
+                                                            f"use key_order='schema' for this object")
+        lo, hi = count if count else (0, None)
+        if count and extra is not None:
+            self.refuse("maxProperties" if hi is not None else "minProperties", ptr,
+                        "key_order='any' counts properties only on objects without additional properties")
+            lo, hi = 0, None
+        required = sum(1 << i for i, (_, req) in enumerate(members) if req)
+        members = [(self.nfa.shared(m), req) for m, req in members]  # one copy, called from every set
+        extras = rep(seq(sep, extra), 0, None) if extra is not None else EMPTY
+        after: dict[int, Node] = {}  # set used (non-empty) -> what may follow it
+        for used in sorted(range(1, 1 << n), key=lambda u: -bin(u).count("1")):
+            size = bin(used).count("1")
+            options = [EMPTY] if used & required == required and size >= lo else []
+            if hi is None or size < hi:
+                options += [seq(sep, members[i][0], after[used | 1 << i]) for i in range(n) if not used >> i & 1]
+            after[used] = self.nfa.shared(seq(extras, alt(*options))) if options else NOTHING
+        firsts = [seq(members[i][0], after[1 << i]) for i in range(n)]
+        if extra is not None:
+            # additional members first: then the declared ones (or none) follow as after any member
+            tail = [EMPTY] if not required else []
+            tail += [seq(sep, members[i][0], after[1 << i]) for i in range(n)]
+            firsts.append(seq(extra, extras, alt(*tail)))
+        body = alt(*firsts)
+        return alt(body, EMPTY) if not required and lo == 0 else body
+
+    def _counted_members(self, members: list[tuple[Node, bool]], extra: Node | None, count: tuple, ptr: str):
+        """Members for a counted object (minProperties / maxProperties): the count runs in lanes,
+        one copy of every member per count (byte_nfa._build_members), so each member becomes one
+        shared fragment called from every lane. Refused past _MAX_COUNT_STATES estimated states
+        (lenient: the count is dropped). -> (members, extra, whether the count is enforced)."""
+        lo, hi = count
+        top = hi if hi is not None else max(lo, 1)
+        lanes = top + 1
+        cost = (len(members) + 1) * lanes * 3
+        if extra is not None:
+            cost += sum((hi - c if hi is not None else 1) + 1 for c in range(lanes)) * 4
+        if cost > _MAX_COUNT_STATES:
+            keyword = "maxProperties" if hi is not None and hi >= lo else "minProperties"
+            self.refuse(keyword, ptr, f"counting {len(members)} properties{' and additional ones' if extra else ''} "
+                                      f"up to {top} needs about {cost:,} automaton states (one per member and "
+                                      f"count{', and per count of additional members' if extra else ''}); the "
+                                      f"limit is {_MAX_COUNT_STATES:,}: lower the bound or declare fewer properties")
+            return members, extra, False
+        if lanes > _SHARE_COUNTED_OVER:
+            members = [(self.nfa.shared(m), req) for m, req in members]
+            if extra is not None:
+                extra = self.nfa.shared(extra)
+        return members, extra, True
 
     def _all_of_call(self, parts: list[tuple[Any, str]], base: str) -> Node:
         schemas = [p for p, _ in parts if p is not True and p != {}]

@@ -1,0 +1,130 @@
+"""The families enforced exactly instead of refused (oneOf with overlapping branches, `not` of
+objects and arrays, if/then/else without a positive complement, uniqueItems over objects and
+arrays, min/maxProperties above 64) and key_order="any": the hand-written cases of
+benchmarks/exact_families.py, each label checked against jsonschema, each instance walked token
+by token through the masks on the SmolLM2 tokenizer in both serializations (every token's bit
+equals the automaton's step, EOS allowed exactly at an accepting end, and no state on the way
+is a dead end), and what stays refused refused by the keyword's name and place."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from constrain_fixtures import SchemaOrder, load_default_tokenizer
+from schema_strategies import validator
+from sgrun.constrain import compile_constraint
+from sgrun.constrain.errors import UnsupportedSchemaError
+from sgrun.constrain.json_schema import canonical_numbers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from exact_families import FAMILIES, FamilyCase  # noqa: E402
+
+CASES = [(family, case) for family, cases in FAMILIES.items() for case in cases]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return load_default_tokenizer()
+
+
+def _compile(tok, case: FamilyCase, whitespace: str = "compact"):
+    return compile_constraint(tok, json_schema=case.schema, key_order=case.key_order, whitespace=whitespace,
+                              warm_up=False, use_cache=False)
+
+
+def _text(case: FamilyCase, value, spaced: bool) -> str:
+    v = canonical_numbers(value if case.key_order == "any" else SchemaOrder(case.schema).order(value))
+    return json.dumps(v) if spaced else json.dumps(v, separators=(",", ":"), ensure_ascii=False)
+
+
+def _walk(c, tok, text: str) -> bool:
+    """Whether `text` is accepted, asserting on the way that every mask bit agrees with the
+    automaton's step and that every state reached can still finish (a token or EOS allowed)."""
+    eos = int(c.table.eos_ids[0])
+    state = c.initial_state
+    for t in tok.encode(text, add_bos=False):
+        words = c.allowed_tokens(state).numpy()
+        assert words.any(), f"dead end before {tok.decode([t])!r} in {text!r}"
+        bit = bool((int(words[t >> 5]) >> (t & 31)) & 1)
+        nxt = c.advance(state, t)
+        assert bit == (nxt is not None), f"mask bit {bit} for {tok.decode([t])!r} in {text!r} disagrees with the step"
+        if nxt is None:
+            return False
+        state = nxt
+    words = c.allowed_tokens(state).numpy()
+    assert words.any(), f"dead end at the end of {text!r}"
+    eos_bit = bool((int(words[eos >> 5]) >> (eos & 31)) & 1)
+    assert eos_bit == c.is_accepting(state)
+    return eos_bit
+
+
+@pytest.mark.parametrize("family, case", CASES, ids=[f"{f}: {c.name}" for f, c in CASES])
+def test_hand_labels_agree_with_jsonschema(family, case):
+    v = validator(case.schema)
+    assert case.valid and case.invalid
+    assert [x for x in case.valid if not v.is_valid(x)] == []
+    assert [x for x in case.invalid if v.is_valid(x)] == []
+
+
+@pytest.mark.parametrize("family, case", [(f, c) for f, c in CASES if c.refused is None],
+                         ids=[f"{f}: {c.name}" for f, c in CASES if c.refused is None])
+def test_instances_along_the_masks(tok, family, case):
+    for spaced in (False, True):
+        c = _compile(tok, case, "spaced" if spaced else "compact")
+        for x in case.valid:
+            assert _walk(c, tok, _text(case, x, spaced)), f"valid {x!r} rejected ({'spaced' if spaced else 'compact'})"
+        for x in case.invalid:
+            assert not _walk(c, tok, _text(case, x, spaced)), f"invalid {x!r} accepted"
+
+
+@pytest.mark.parametrize("family, case", [(f, c) for f, c in CASES if c.refused is not None],
+                         ids=[f"{f}: {c.name}" for f, c in CASES if c.refused is not None])
+def test_what_stays_refused_is_named(tok, family, case):
+    with pytest.raises(UnsupportedSchemaError) as info:
+        _compile(tok, case)
+    assert info.value.keyword == case.refused and info.value.pointer == "#"
+    assert f"'{case.refused}' at #" in str(info.value)
+
+
+def test_overlap_masks_follow_the_exactly_one_rule(tok):
+    """Along '"ab' under oneOf [maxLength 3, pattern ^ab]: both branches hold after '"ab', so
+    the closing quote is masked out there and allowed again once a fourth character makes the
+    short branch fail."""
+    c = compile_constraint(tok, json_schema={"oneOf": [{"type": "string", "maxLength": 3},
+                                                       {"type": "string", "pattern": "^ab"}]},
+                           warm_up=False, use_cache=False)
+    quote = tok.encode('"', add_bos=False)
+    assert len(quote) == 1
+    state = c.initial_state
+    for ch in '"ab':
+        state = c.advance(state, tok.encode(ch, add_bos=False)[0])
+    assert state is not None and c.advance(state, quote[0]) is None
+    state = c.advance(c.advance(state, tok.encode("c", add_bos=False)[0]), tok.encode("d", add_bos=False)[0])
+    assert c.advance(state, quote[0]) is not None
+
+
+def test_lenient_keeps_oneof_as_anyof_where_it_stays_refused(tok):
+    case = dict((c.name, c) for c in FAMILIES["oneOf-overlapping"])["a recursive tree against arrays of any arrays"]
+    with pytest.warns(UserWarning, match="oneOf"):
+        c = compile_constraint(tok, json_schema=case.schema, lenient=True, warm_up=False, use_cache=False)
+    assert c.matches_bytes(b"[[]]") and any("'oneOf'" in w for w in c.warnings)
+
+
+def test_key_order_any_takes_each_property_at_most_once(tok):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+              "additionalProperties": False}
+    c = compile_constraint(tok, json_schema=schema, key_order="any", warm_up=False, use_cache=False)
+    assert c.matches_bytes(b'{"b":1,"a":2}') and c.matches_bytes(b'{"a":1,"b":2}')
+    assert not c.matches_bytes(b'{"a":1,"a":2}') and not c.matches_bytes(b'{"b":1,"a":2,"b":3}')
+    schema_order = compile_constraint(tok, json_schema=schema, warm_up=False, use_cache=False)
+    assert not schema_order.matches_bytes(b'{"b":1,"a":2}')
+
+
+def test_key_order_is_checked(tok):
+    from sgrun.constrain.errors import InvalidSchemaError
+    with pytest.raises(InvalidSchemaError, match="key_order must be one of 'schema', 'required-first', 'any'"):
+        compile_constraint(tok, json_schema={"type": "object"}, key_order="sorted", use_cache=False)
