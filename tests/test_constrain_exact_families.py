@@ -128,3 +128,23 @@ def test_key_order_is_checked(tok):
     from sgrun.constrain.errors import InvalidSchemaError
     with pytest.raises(InvalidSchemaError, match="key_order must be one of 'schema', 'required-first', 'any'"):
         compile_constraint(tok, json_schema={"type": "object"}, key_order="sorted", use_cache=False)
+
+
+def test_exactly_one_takes_one_spelling_per_value(tok):
+    """A value spelled another way (1.0, 1e5, an optional escape) could match a branch whose
+    automaton does not read that spelling; inside an exactly-one product only json.dumps'
+    spelling is written, so such a text is never counted for too few branches."""
+    c = compile_constraint(tok, json_schema={"oneOf": [{"type": "number"}, {"type": "integer"}]},
+                           warm_up=False, use_cache=False)
+    assert c.matches_bytes(b"2.5") and c.matches_bytes(b"-0.125")
+    for text in (b"2", b"2.0", b"2.50", b"1e5", b"1.5e2", b"-0"):
+        assert not c.matches_bytes(text), text
+    c = compile_constraint(tok, json_schema={"oneOf": [{"type": "string"}, {"type": "string", "pattern": "^a$"}]},
+                           warm_up=False, use_cache=False)
+    assert c.matches_bytes(b'"b"') and c.matches_bytes(b'"\\n"') and c.matches_bytes('"é"'.encode())
+    assert c.matches_bytes(b'"\\u001f"')
+    # "a" matches both; "\u0061" is "a" too; "\/" and "\u000a" are json.dumps-less spellings
+    for text in (b'"a"', b'"\\u0061"', b'"\\/"', b'"\\u000a"', '"\\u00e9"'.encode()):
+        assert not c.matches_bytes(text), text
+    c = compile_constraint(tok, json_schema={"not": {"type": "integer"}}, warm_up=False, use_cache=False)
+    assert c.matches_bytes(b"0.5") and c.matches_bytes(b'"x"') and not c.matches_bytes(b"3.0")

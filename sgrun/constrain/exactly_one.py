@@ -4,7 +4,11 @@ if/then/else whose condition has no positive complement.
 
 Each branch's node is inlined into a call-free node and determinised (byte_dfa); a product
 explored lazily from the start, only over the tuples of branch states a prefix can reach,
-accepts where exactly one branch accepts. Every step counts against the compile budget and the
+accepts where one branch in the key order asked for accepts (the gate: what may be written) and
+exactly one branch in any key order does (a value matches a branch whatever order its keys
+are written in), and the text spells its strings and numbers the one way json.dumps does (no
+exponents, trailing fraction zeros or optional escapes: a value spelled two ways could match a
+branch in one spelling and not in the other's automaton, e.g. 1.0 for an integer). Every step counts against the compile budget and the
 product is capped at `max_states`: past either, a ConstraintTooComplexError names the keyword.
 
 Values of unbounded nesting (any JSON value, a recursive $ref) are not regular. Their calls are
@@ -141,10 +145,83 @@ def first_bytes(nfa: ByteNFA, fid: int, fragment_node: Callable[[int], Node | No
     return mask
 
 
+def _canonical_spelling_dfa() -> ByteDFA:
+    """Texts whose strings and numbers are spelled as json.dumps(v, ensure_ascii=False) spells
+    them (raw UTF-8; escapes only for `"`, `\\` and control characters, in its short or
+    lowercase \\u00xx form; numbers without exponent, trailing fraction zeros or -0), anything
+    else outside those tokens (structure, literals, whitespace, marker bytes). One spelling per
+    value is what lets the count of branches a value matches be read off its text."""
+    OUT, STR, ESC, U1, U2, U3, U4_0, U4_1, MINUS, MINUS0, ZERO, INT, FRAC_Z, FRAC_NZ = range(14)
+    rows: list[dict[int, int]] = [dict() for _ in range(14)]
+    digits, nonzero = range(0x30, 0x3A), range(0x31, 0x3A)
+    number_bytes = set(digits) | {0x2D, 0x2E, 0x2B, 0x45, 0x65}  # after a number: not one of these
+
+    def out_edges(row: dict[int, int], skip: set[int]) -> None:
+        for b in range(256):
+            if b in skip:
+                continue
+            if b == 0x22:
+                row[b] = STR
+            elif b == 0x2D:
+                row[b] = MINUS
+            elif b == 0x30:
+                row[b] = ZERO
+            elif b in nonzero:
+                row[b] = INT
+            else:
+                row[b] = OUT
+
+    out_edges(rows[OUT], set())
+    for b in range(256):
+        if b == 0x22:
+            rows[STR][b] = OUT
+        elif b == 0x5C:
+            rows[STR][b] = ESC
+        elif b >= 0x20 and b not in (0xC0, 0xC1) and b < 0xF5:
+            rows[STR][b] = STR
+    for b in b'"\\bfnrt':
+        rows[ESC][b] = STR
+    rows[ESC][0x75] = U1
+    rows[U1][0x30] = U2
+    rows[U2][0x30] = U3
+    rows[U3][0x30] = U4_0
+    rows[U3][0x31] = U4_1
+    for b in b"01234567bef":  # \u0008 \u0009 \u000a \u000c \u000d have short forms
+        rows[U4_0][b] = STR
+    for b in b"0123456789abcdef":
+        rows[U4_1][b] = STR
+    rows[MINUS][0x30] = MINUS0
+    for b in nonzero:
+        rows[MINUS][b] = INT
+    rows[MINUS0][0x2E] = FRAC_Z
+    for b in digits:
+        rows[INT][b] = INT
+    rows[INT][0x2E] = FRAC_Z
+    rows[ZERO][0x2E] = FRAC_Z
+    for b in digits:
+        rows[FRAC_Z][b] = FRAC_NZ if b != 0x30 else FRAC_Z
+        rows[FRAC_NZ][b] = FRAC_NZ if b != 0x30 else FRAC_Z
+    for st in (INT, ZERO, FRAC_NZ):  # a number ends at any byte that cannot continue it
+        out_edges(rows[st], number_bytes | set(rows[st]))
+    edges = []
+    for row in rows:
+        by_target: dict[int, int] = {}
+        for b, tgt in row.items():
+            by_target[tgt] = by_target.get(tgt, 0) | (1 << b)
+        edges.append([(m, tgt) for tgt, m in by_target.items()])
+    return ByteDFA(edges, {OUT, ZERO, INT, FRAC_NZ})
+
+
+CANONICAL_SPELLING = _canonical_spelling_dfa()
+
+
 def exactly_one_dfa(dfas: list[ByteDFA], first_of_marker: dict[int, int],
-                    max_states: int = DEFAULT_MAX_PRODUCT_STATES) -> ByteDFA:
-    """The product of `dfas` accepting where exactly one of them accepts (trimmed). Raises
-    _Conflict where two live branches may read a marker's value different ways."""
+                    max_states: int = DEFAULT_MAX_PRODUCT_STATES, gates: int = 1,
+                    unchecked: frozenset = frozenset()) -> ByteDFA:
+    """The product of `dfas` accepting where the first `gates` of them (what may be written)
+    all accept and exactly one of the others does (trimmed); a gate's death ends a path. Raises
+    _Conflict where two live components may read a marker's value different ways (components in
+    `unchecked`, a lexical filter, take no part in that check)."""
     start = tuple(d.start for d in dfas)
     index = {start: 0}
     tuples = [start]
@@ -162,12 +239,14 @@ def exactly_one_dfa(dfas: list[ByteDFA], first_of_marker: dict[int, int],
             if s is None:
                 continue
             row = dfas[k].edges[s]
-            if row:
-                alive += 1
             m_all = 0
             for m, t in row:
                 raw.append((m, (k, t)))
                 m_all |= m
+            if k in unchecked:
+                continue
+            if row:
+                alive += 1
             per_bytes.append(m_all & ~MARKER_MASK)
             markers |= m_all & MARKER_MASK
             byte_union |= m_all
@@ -186,6 +265,8 @@ def exactly_one_dfa(dfas: list[ByteDFA], first_of_marker: dict[int, int],
             nxt = [None] * len(dfas)
             for k, t in targets:
                 nxt[k] = t
+            if any(nxt[g] is None for g in range(gates)):
+                continue
             nxt_t = tuple(nxt)
             j = index.get(nxt_t)
             if j is None:
@@ -195,27 +276,30 @@ def exactly_one_dfa(dfas: list[ByteDFA], first_of_marker: dict[int, int],
                 tuples.append(nxt_t)
             row_out.append((mask, j))
         edges.append(row_out)
-    accepting = {j for j, t in enumerate(tuples)
-                  if sum(1 for k, s in enumerate(t) if s is not None and s in dfas[k].accepting) == 1}
+    accepting = {j for j, t in enumerate(tuples) if all(t[g] in dfas[g].accepting for g in range(gates))
+                 and sum(1 for k, s in enumerate(t) if k >= gates and s is not None and s in dfas[k].accepting) == 1}
     return trim(ByteDFA(edges, accepting))
 
 
-def exactly_one_node(nfa: ByteNFA, branches: list[Node], fragment_node: Callable[[int], Node | None],
-                     max_states: int = DEFAULT_MAX_PRODUCT_STATES) -> Node:
-    """A node for "exactly one of `branches`" (nodes that may call fragments of `nfa`): a DFA
-    node when no opaque call is left, else a call of a new fragment holding the product with
-    its marker edges turned back into calls. Raises NotBuildable (why) or
-    ConstraintTooComplexError (past the state cap or the compile budget)."""
+def exactly_one_node(nfa: ByteNFA, branches: list[Node], counted: list[Node],
+                     fragment_node: Callable[[int], Node | None], max_states: int = DEFAULT_MAX_PRODUCT_STATES) -> Node:
+    """A node for "one of `branches`, and exactly one of `counted`" (nodes that may call
+    fragments of `nfa`; counted[i] is branches[i] in every key order, so that a value counts
+    for a branch whatever order the output writes its keys in): a DFA node when no opaque call
+    is left, else a call of a new fragment holding the product with its marker edges turned back
+    into calls. Raises NotBuildable (why) or ConstraintTooComplexError (past the state cap or
+    the compile budget)."""
     for depth in range(MAX_UNROLL + 1):
         inliner = Inliner(nfa, fragment_node, depth)
-        inlined = [inliner.inline(b) for b in branches]
+        inlined = [inliner.inline(("alt", tuple(branches)))] + [inliner.inline(b) for b in counted]
         try:
             dfas = [dfa_from_node(n, max_states=min(max_states, DEFAULT_MAX_DFA_STATES)) for n in inlined]
         except ConstraintTooComplexError:
             raise ConstraintTooComplexError(f"a branch's automaton exceeds {max_states} states") from None
         first = {b: first_bytes(nfa, fid, fragment_node) for fid, b in inliner.markers.items()}
         try:
-            product = exactly_one_dfa(dfas, first, max_states)
+            product = exactly_one_dfa([dfas[0], CANONICAL_SPELLING] + dfas[1:], first, max_states, gates=2,
+                                      unchecked=frozenset({1}))
         except _Conflict:
             continue
         if not inliner.markers:

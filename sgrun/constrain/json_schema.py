@@ -144,7 +144,7 @@ class SchemaCompiler:
         self.legacy_ref = self.draft in ("4", "6", "7")
         self._fragments: dict[tuple[str, str], int] = {}
         self._content_keys: dict[int, str] = {}
-        self._pending: list[tuple[int, Any, str, str]] = []
+        self._pending: list[tuple[int, Any, str, str, bool]] = []  # (fid, schema, ptr, base, any_order)
         self._draining = False
         self._keep: list[Any] = []  # keeps merged dicts alive so id() keys stay unique
         self._any_fid: int | None = None
@@ -179,14 +179,15 @@ class SchemaCompiler:
             except (TypeError, ValueError):
                 ck = f"id:{id(schema)}"
             self._content_keys[id(schema)] = ck
-        key = (ck, base)
+            self._keep.append(schema)  # (alive while its id keys _content_keys: a freed id is reused)
+        key = (ck, base, self.any_order)  # (exactly-one builds branches in any key order too)
         fid = self._fragments.get(key)
         if fid is not None:
             return fid
         self._keep.append(schema)
         fid = self.nfa.new_fragment()
         self._fragments[key] = fid
-        self._pending.append((fid, schema, ptr, base))
+        self._pending.append((fid, schema, ptr, base, self.any_order))
         if not self._draining:
             # Fragments are defined from a work list by the outermost call, not recursively, so
             # schema nesting never grows the Python stack (the nesting limit is checked on the
@@ -194,8 +195,7 @@ class SchemaCompiler:
             self._draining = True
             try:
                 while self._pending:
-                    f, sch, p, b = self._pending.pop()
-                    self.nfa.define_fragment(f, self.value_node(sch, p, b))
+                    self._define(*self._pending.pop())
             finally:
                 self._draining = False
         return fid
@@ -306,7 +306,7 @@ class SchemaCompiler:
         if cond is not None and cond is not True:
             parts.append(cond)
         if "not" in s:
-            neg = negate(s["not"])
+            neg = negate(self._in_draft(s["not"]))
             if neg is not None and not (isinstance(s["not"], dict) and set(s["not"]) <= {"type", "enum", "const"}):
                 s.pop("not")
                 parts.append(neg)
@@ -349,7 +349,7 @@ class SchemaCompiler:
             return per_branch
         negated: dict[int, Any] = {}
         for j in overlaps:
-            neg = negate(self._resolved(raw[j], base))
+            neg = negate(self._in_draft(self._resolved(raw[j], base)))
             if neg is None:
                 # No positive complement: "exactly one branch" as one automaton (exactly_one).
                 return [[{"$sgrun_one_of": (per_branch, ptr, "oneOf")}]]
@@ -362,6 +362,27 @@ class SchemaCompiler:
                 parts = [rest] + parts[:-1]
             bptr = f"{ptr}/oneOf/{i}"
             out[i] = self._all_of(parts, [bptr] * len(parts), [base] * len(parts), depth)
+        return out
+
+    def _in_draft(self, schema: Any) -> Any:
+        """`schema` without the keywords its declared draft lacks, at every level negate reads
+        (a draft-04 `const` validates nothing: its complement is not `not const`)."""
+        if not self.not_in_draft or not isinstance(schema, dict):
+            return schema
+        out = {}
+        for k, v in schema.items():
+            if k in self.not_in_draft:
+                continue
+            if k in ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas") \
+                    and isinstance(v, dict):
+                v = {name: self._in_draft(x) for name, x in v.items()}
+            elif k in ("allOf", "anyOf", "oneOf", "prefixItems") and isinstance(v, list) \
+                    or k == "items" and isinstance(v, list):
+                v = [self._in_draft(x) for x in v]
+            elif k in ("not", "items", "additionalProperties", "additionalItems", "if", "then", "else", "contains",
+                       "propertyNames"):
+                v = self._in_draft(v)
+            out[k] = v
         return out
 
     def _resolved(self, schema: Any, base: str) -> Any:
@@ -607,7 +628,8 @@ class SchemaCompiler:
                     banned.add("integer")
                 keep = [t for t in self._types(s, ptr) if t not in banned]
                 if "number" in keep and "integer" in banned:
-                    self.refuse("not", ptr, "'not integer' for numbers is not supported", s)
+                    # numbers that are not integers: no type list says it; the exact complement does
+                    s["$sgrun_not_exact"] = list(s.get("$sgrun_not_exact", [])) + [{"type": "integer"}]
                 s["type"] = keep
                 return s if keep else None
             if set(inner) in ({"enum"}, {"const"}) and isinstance(inner.get("enum", []), list):
@@ -715,11 +737,23 @@ class SchemaCompiler:
         automaton (exactly_one); refused by `keyword` where it cannot be built exactly
         (lenient: any branch, as anyOf)."""
         nodes = [alt(*(self.plain_node(d, ptr, base) for d in br)) for br in branches]
-        live = [n for n in nodes if n != NOTHING]
+        live = [i for i, n in enumerate(nodes) if n != NOTHING]
         if len(live) <= 1:
-            return live[0] if live else NOTHING
+            return nodes[live[0]] if live else NOTHING
         try:
-            return exactly_one_node(self.nfa, live, self._fragment_node)
+            # Output keeps the key order asked for, but a value belongs to a branch whatever
+            # order its keys come in: the count runs over every branch in any key order.
+            saved, self.any_order = self.any_order, True
+            try:
+                counted = [alt(*(self.plain_node(d, ptr, base) for d in branches[i])) for i in live]
+            except UnsupportedSchemaError as e:
+                if e.keyword != "properties":
+                    raise
+                raise NotBuildable(f"counting the branches needs their objects in any key order, and "
+                                   f"{str(e).split(': ', 1)[1].split('; remove it')[0]}") from None
+            finally:
+                self.any_order = saved
+            return exactly_one_node(self.nfa, [nodes[i] for i in live], counted, self._fragment_node)
         except NotBuildable as e:
             what = {"oneOf": "exactly one branch", "not": "the complement (of a 'not', or of an 'if' without a "
                                                         "then/else partner)"}[keyword]
@@ -737,12 +771,19 @@ class SchemaCompiler:
         node = self.nfa.frag_node.get(fid)
         if node is not None:
             return node
-        for i, (f, sch, p, b) in enumerate(self._pending):
-            if f == fid:
+        for i, item in enumerate(self._pending):
+            if item[0] == fid:
                 del self._pending[i]
-                self.nfa.define_fragment(f, self.value_node(sch, p, b))
-                return self.nfa.frag_node[f]
+                self._define(*item)
+                return self.nfa.frag_node[fid]
         return None
+
+    def _define(self, fid: int, schema: Any, ptr: str, base: str, any_order: bool) -> None:
+        saved, self.any_order = self.any_order, any_order
+        try:
+            self.nfa.define_fragment(fid, self.value_node(schema, ptr, base))
+        finally:
+            self.any_order = saved
 
     # --- numbers ------------------------------------------------------------------------
     def _number_node(self, s: dict, integer: bool, ptr: str) -> Node:
@@ -1034,7 +1075,7 @@ class SchemaCompiler:
         extra = self._additional_member(names, pattern_props, additional, key_filter, colon, ptr, base)
         sep = seq(self.ws, lit(","), self.ws_after)
         count = s.get("$sgrun_count")
-        if self.any_order and len(members) > 1:
+        if self.any_order and (len(members) > 1 or (members and extra is not None)):
             return seq(lit("{"), self.ws, self._any_order_body(members, extra, sep, count, ptr), self.ws, lit("}"))
         bounds = (count,) if count else ()
         if count:
