@@ -901,7 +901,7 @@ class SchemaCompiler:
             return NOTHING
         sep = seq(self.ws, lit(","), self.ws_after)
         if s.get("$sgrun_unique"):
-            unique = self._unique_array_node(prefix, rest_schema, lo, hi, sep, ptr, base)
+            unique = self._unique_array_node(prefix, rest_schema, lo, hi, sep, ptr, base, prefix_ptr, rest_ptr)
             if unique is not None:
                 return unique
         elems = [self.call(p, f"{prefix_ptr}/{i}", base) for i, p in enumerate(prefix)]
@@ -994,41 +994,75 @@ class SchemaCompiler:
         return list(values.values()), texts
 
     def _unique_array_node(self, prefix: list[Any], rest_schema: Any, lo: int, hi: int | None, sep: Node,
-                           ptr: str, base: str) -> Node | None:
-        """uniqueItems over a small item domain: arrays of distinct values, one NFA state per set
-        of values used so far (shared fragments). None after a refusal that lenient loosened."""
-        domain = None if prefix else self._item_domain(rest_schema, f"{ptr}/items", base)
+                           ptr: str, base: str, prefix_ptr: str, rest_ptr: str) -> Node | None:
+        """uniqueItems over small item domains: arrays of distinct values, one NFA state per set
+        of values used so far (shared fragments); with prefixItems the n-th item takes the values
+        of its own position's schema (n is the size of the set used). None after a refusal that
+        lenient loosened."""
+        positions = [(p, f"{prefix_ptr}/{i}") for i, p in enumerate(prefix)]
+        if hi is None or hi > len(prefix):
+            positions.append((rest_schema, rest_ptr))
+        values_of: dict[str, Any] = {}  # value key -> value (the union of every position's values)
         texts: dict[str, list[str]] = {}
-        if domain is None and not prefix:
-            domain, texts = self._finite_item_values(rest_schema, f"{ptr}/items", base)
-        if domain is None:
-            self.refuse("uniqueItems", ptr, "uniqueItems: true is enforced where the items admit finitely many "
-                                            f"values (at most {_MAX_UNIQUE_DOMAIN}: enums, consts, booleans, "
-                                            f"integer ranges, objects and arrays built only of those), and "
-                                            f"without prefixItems; these items admit unboundedly many (a free "
-                                            f"string, number or nested value), and telling such values apart "
-                                            f"needs unbounded memory, which no finite automaton has")
+        allowed: list[set[str]] = []  # per position: the value keys it admits
+        for schema, p in positions:
+            if schema is True or schema == {}:
+                domain = None
+            else:
+                domain = self._item_domain(schema, p, base) if schema is not False else []
+                if domain is None:
+                    domain, more = self._finite_item_values(schema, p, base)
+                    for key, ts in more.items():
+                        texts.setdefault(key, [])
+                        texts[key] += [x for x in ts if x not in texts[key]]
+            if domain is None:
+                self.refuse("uniqueItems", ptr, "uniqueItems: true is enforced where the items admit finitely "
+                                                f"many values (at most {_MAX_UNIQUE_DOMAIN}: enums, consts, "
+                                                f"booleans, integer ranges, objects and arrays built only of "
+                                                f"those); the items at {p} admit unboundedly many (a free string, "
+                                                f"number or nested value), and telling such values apart needs "
+                                                f"unbounded memory, which no finite automaton has")
+                return None
+            keys = set()
+            for v in domain:
+                values_of.setdefault(value_key(v), v)
+                keys.add(value_key(v))
+            allowed.append(keys)
+        if len(values_of) > _MAX_UNIQUE_DOMAIN:
+            self.refuse("uniqueItems", ptr, f"uniqueItems over more than {_MAX_UNIQUE_DOMAIN} distinct item values "
+                                            f"is not supported")
             return None
+        order = list(values_of)
+        domain = [values_of[x] for x in order]
         k = len(domain)
         hi = k if hi is None else min(hi, k)
         if sum(comb(k, i) for i in range(min(hi, k) + 1)) > _MAX_UNIQUE_SETS:
             self.refuse("uniqueItems", ptr, f"uniqueItems over {k} item values up to {hi} items needs too many "
                                             f"states; add a smaller maxItems")
             return None
+
+        def at(n: int) -> list[int]:  # indices of the values the n-th item (from 0) may take
+            if n < len(prefix):
+                keys = allowed[n]
+            else:
+                keys = allowed[len(prefix)] if len(allowed) > len(prefix) else set()
+            return [i for i, x in enumerate(order) if x in keys]
+
         values = [alt(json_literal_node(v, self.ws, self.ws_after), *(lit(x) for x in texts.get(value_key(v), ())))
                   for v in domain]
         # Built bottom-up (largest sets first) instead of by a recursive closure: a closure that
         # calls itself is a reference cycle holding this compiler and its NFA until the cyclic GC runs.
         memo: dict[int, Node] = {}
         for n in range(min(hi, k), 0, -1):
+            nxt = at(n)
             for chosen in combinations(range(k), n):
                 used = sum(1 << i for i in chosen)
                 options = [EMPTY] if n >= lo else []
                 if n < hi:
-                    options += [seq(sep, values[i], memo[used | 1 << i]) for i in range(k) if not used >> i & 1]
+                    options += [seq(sep, values[i], memo[used | 1 << i]) for i in nxt if not used >> i & 1]
                 memo[used] = self.nfa.shared(alt(*options)) if options else NOTHING
 
-        first = alt(*(seq(values[i], memo[1 << i]) for i in range(k))) if hi >= 1 else NOTHING
+        first = alt(*(seq(values[i], memo[1 << i]) for i in at(0))) if hi >= 1 else NOTHING
         inner = alt(first, EMPTY) if lo == 0 else first
         return seq(lit("["), self.ws, inner, self.ws, lit("]"))
 
