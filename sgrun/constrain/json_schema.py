@@ -747,7 +747,7 @@ class SchemaCompiler:
             try:
                 counted = [alt(*(self.plain_node(d, ptr, base) for d in branches[i])) for i in live]
             except UnsupportedSchemaError as e:
-                if e.keyword != "properties":
+                if "key_order='any'" not in str(e):
                     raise
                 raise NotBuildable(f"counting the branches needs their objects in any key order, and "
                                    f"{str(e).split(': ', 1)[1].split('; remove it')[0]}") from None
