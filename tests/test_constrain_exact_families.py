@@ -13,11 +13,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from constrain_fixtures import SchemaOrder, load_default_tokenizer
 from schema_strategies import validator
 from sgrun.constrain import compile_constraint
 from sgrun.constrain.errors import UnsupportedSchemaError
+from sgrun.constrain.exactly_one import CANONICAL_SPELLING
 from sgrun.constrain.json_schema import canonical_numbers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
@@ -148,3 +151,59 @@ def test_exactly_one_takes_one_spelling_per_value(tok):
         assert not c.matches_bytes(text), text
     c = compile_constraint(tok, json_schema={"not": {"type": "integer"}}, warm_up=False, use_cache=False)
     assert c.matches_bytes(b"0.5") and c.matches_bytes(b'"x"') and not c.matches_bytes(b"3.0")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=6)
+    | st.floats(allow_nan=False, allow_infinity=False).filter(lambda x: "e" not in repr(x) and x == x),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(value=_JSON)
+def test_canonical_spelling_accepts_what_json_dumps_writes(value):
+    text = json.dumps(canonical_numbers(value), ensure_ascii=False, separators=(",", ":"))
+    assert CANONICAL_SPELLING.fullmatch(text.encode()), text
+    spaced = json.dumps(canonical_numbers(value), ensure_ascii=False)
+    assert CANONICAL_SPELLING.fullmatch(spaced.encode()), spaced
+
+
+@pytest.mark.parametrize("text", ['"\\u0061"', '"\\/"', '"\\u000a"', '"\\u00e9"', "1.0", "1e5", "-0", "2.50", "01"])
+def test_canonical_spelling_refuses_other_spellings(text):
+    assert not CANONICAL_SPELLING.fullmatch(text.encode())
+
+
+def test_finite_words_spells_a_finite_language_and_refuses_an_infinite_one():
+    from sgrun.constrain.byte_dfa import dfa_from_node, finite_words
+    from sgrun.constrain.regex_parser import parse_regex
+    assert finite_words(dfa_from_node(parse_regex("(ab|c)d?").fullmatch_node()), 10) == [b"ab", b"abd", b"c", b"cd"]
+    assert finite_words(dfa_from_node(parse_regex("[a-z]{2}").fullmatch_node()), 100) is None  # 676 > cap
+    assert finite_words(dfa_from_node(parse_regex("a+").fullmatch_node()), 100) is None
+
+
+@pytest.mark.parametrize("family, name", [("oneOf-overlapping", "closed records with overlapping enums"),
+                                          ("not-object-array", "objects other than two listed values"),
+                                          ("oneOf-overlapping", "any value or an integer array")])
+def test_random_walks_through_the_masks_never_dead_end(tok, family, name):
+    """Tokens drawn at random from each mask: every state reached still allows a token or EOS,
+    and every walk that ends at EOS is valid."""
+    import random
+    case = {c.name: c for c in FAMILIES[family]}[name]
+    c = _compile(tok, case)
+    v = validator(case.schema)
+    eos = int(c.table.eos_ids[0])
+    rng = random.Random(7)
+    for _ in range(12):
+        state, out = c.initial_state, []
+        for _ in range(40):
+            words = c.allowed_tokens(state).numpy()
+            allowed = [w * 32 + b for w in range(len(words)) if words[w] for b in range(32) if (int(words[w]) >> b) & 1]
+            assert allowed, f"dead end after {tok.decode(out)!r}"
+            t = rng.choice(allowed)
+            if t == eos:
+                assert v.is_valid(json.loads(tok.decode(out))), tok.decode(out)
+                break
+            out.append(t)
+            state = c.advance(state, t)
+            assert state is not None
