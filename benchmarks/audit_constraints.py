@@ -6,7 +6,10 @@ Sources (nothing outside the repository):
 - our corpora: the generated SchemaStore-style sample (schema_corpus.py) and the hand-written
   real-world-like one (realworld_corpus.py), instances labelled by jsonschema;
 - hypothesis-generated schemas and instances (schema_strategies.py, derandomized, so a rerun
-  draws the same ones), labelled by jsonschema's 2020-12 validator with its format checker.
+  draws the same ones), labelled by jsonschema's 2020-12 validator with its format checker;
+- hand-written cases of the families enforced exactly in round four (exact_families.py), one
+  row per family; the key-order-any row compiles with key_order="any" and serializes each
+  instance's keys in its own order.
 
 Each schema is compiled twice: with the defaults (compact JSON) and with whitespace="spaced".
 Every instance is serialized as common serializers print it: `json.dumps(v, separators=(",", ":"),
@@ -64,6 +67,7 @@ class Item:
     schema: Any
     instances: list[tuple[Any, bool, str]]
     description: str = ""
+    key_order: str = "schema"  # "any": compiled with key_order="any", keys serialized in the instance's order
 
 
 @dataclass
@@ -104,6 +108,20 @@ def corpus_items(generated: int = GENERATED_SCHEMAS) -> list[Item]:
     return out
 
 
+def family_items() -> list[Item]:
+    """The hand-written cases of the families enforced exactly in round four (exact_families.py),
+    one row per family, labelled by jsonschema like the corpora."""
+    from exact_families import FAMILIES
+    from schema_strategies import validator
+    out = []
+    for family, cases in FAMILIES.items():
+        for case in cases:
+            v = validator(case.schema)
+            inst = [(x, v.is_valid(x), "hand-written") for x in case.valid + case.invalid]
+            out.append(Item(f"families/{family}", case.schema, inst, case.name, case.key_order))
+    return out
+
+
 def hypothesis_items(n: int = HYPOTHESIS_SCHEMAS) -> list[Item]:
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
@@ -125,8 +143,9 @@ def hypothesis_items(n: int = HYPOTHESIS_SCHEMAS) -> list[Item]:
 
 
 # --- checking -----------------------------------------------------------------------------------
-def serialize(order: SchemaOrder, value: Any, form: str) -> str:
-    ordered = canonical_numbers(order.order(value))
+def serialize(order: SchemaOrder | None, value: Any, form: str) -> str:
+    """`value` as a serializer prints it, keys in the compiler's order (order None: the value's own)."""
+    ordered = canonical_numbers(value if order is None else order.order(value))
     if form == "compact":
         return json.dumps(ordered, separators=(",", ":"), ensure_ascii=False)
     return json.dumps(ordered)
@@ -177,12 +196,13 @@ def audit_item(item: Item, tok) -> Row:
     from sgrun.constrain.errors import EmptyConstraintError
     from sgrun.errors import ConstraintError
     row = Row()
-    order = SchemaOrder(item.schema)
+    order = SchemaOrder(item.schema) if item.key_order == "schema" else None
     for form, whitespace in SERIALIZERS:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                c = compile_constraint(tok, json_schema=item.schema, whitespace=whitespace, warm_up=False)
+                c = compile_constraint(tok, json_schema=item.schema, whitespace=whitespace, warm_up=False,
+                                       key_order=item.key_order)
         except EmptyConstraintError:
             for data, valid, desc in item.instances:  # nothing matches: right exactly when nothing is valid
                 if valid:
@@ -258,7 +278,7 @@ def run(items: list[Item], tok) -> tuple[dict[str, Row], dict[str, Row]]:
 
 
 def all_items() -> list[Item]:
-    return suite_items() + corpus_items() + hypothesis_items()
+    return suite_items() + corpus_items() + family_items() + hypothesis_items()
 
 
 # --- reporting --------------------------------------------------------------------------------

@@ -198,3 +198,44 @@ def fully_live(d: ByteDFA) -> ByteDFA:
 
 def universal_bytes() -> ByteDFA:
     return ByteDFA([[(ALL_BYTES, 0)]], {0})
+
+
+def finite_words(d: ByteDFA, cap: int) -> list[bytes] | None:
+    """Every string a trimmed `d` accepts, when they are finitely many and at most `cap`; None
+    otherwise (a cycle, or too many). Counts paths first (the DFA is acyclic exactly when its
+    language is finite), so an over-large language is never spelled out."""
+    order: list[int] = []
+    state = {d.start: 1}  # 1: on the path, 2: done
+    stack = [(d.start, iter(d.edges[d.start]))]
+    while stack:
+        s, it = stack[-1]
+        nxt = next(it, None)
+        if nxt is None:
+            stack.pop()
+            state[s] = 2
+            order.append(s)
+            continue
+        t = nxt[1]
+        if state.get(t) == 1:
+            return None  # a cycle: infinitely many strings
+        if t not in state:
+            state[t] = 1
+            stack.append((t, iter(d.edges[t])))
+    count: dict[int, int] = {}
+    for s in order:  # successors first
+        tick()
+        n = 1 if s in d.accepting else 0
+        for m, t in d.edges[s]:
+            n += bin(m).count("1") * count[t]
+            if n > cap:
+                return None
+        count[s] = n
+    out: list[bytes] = []
+    todo: list[tuple[int, bytes]] = [(d.start, b"")]
+    while todo:
+        s, prefix = todo.pop()
+        if s in d.accepting:
+            out.append(prefix)
+        for m, t in d.edges[s]:
+            todo.extend((t, prefix + bytes([b])) for b in range(256) if m >> b & 1)
+    return sorted(out)

@@ -19,9 +19,11 @@ from itertools import combinations
 from math import comb
 from typing import Any
 
-from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
+from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, finite_words, product
 from sgrun.constrain.byte_nfa import ByteNFA
+from sgrun.constrain.compile_budget import CompileBudgetExceeded
 from sgrun.constrain.errors import ConstraintTooComplexError, InvalidSchemaError, UnsupportedSchemaError
+from sgrun.constrain.exactly_one import Inliner, NotBuildable, exactly_one_node
 from sgrun.constrain.json_string import (any_text_dfa, constrained_string_node, excluded_dfa, length_dfa,
                                          string_node)
 from sgrun.constrain.numbers import (as_decimal_ratio, decimal_multiple_dfa, integer_bounds,
@@ -30,7 +32,7 @@ from sgrun.constrain.regex_ast import EMPTY, NOTHING, Node, alt, chars, lit, opt
 from sgrun.constrain.regex_parser import parse_regex
 from sgrun.constrain.schema_checks import (MAX_SCHEMA_NESTING, NestingTooDeepError, check_document_depth,
                                            check_keywords)
-from sgrun.constrain.schema_merge import merge_schemas
+from sgrun.constrain.schema_merge import merge_schemas, value_key
 from sgrun.constrain.schema_rewrites import conditional_part, dependency_parts, negate
 from sgrun.errors import ConstraintError
 from sgrun.constrain.schema_refs import SchemaIndex
@@ -47,7 +49,10 @@ _ECMA_DOT_EXCLUDES = (0x0A, 0x0D, 0x2028, 0x2029)
 _MAX_PATTERN_CELLS = 64  # patternProperties: key classes (which patterns a key matches)
 _MAX_UNIQUE_DOMAIN = 64  # uniqueItems: distinct item values tracked (the sets of used ones must fit _MAX_UNIQUE_SETS)
 _MAX_UNIQUE_SETS = 4096  # uniqueItems: sets of used values (one NFA state each)
-_MAX_COUNTED_PROPERTIES = 64  # lanes of the member counter (states grow with members x lanes)
+KEY_ORDERS = ("schema", "required-first", "any")
+_MAX_ANY_ORDER_SETS = 1024  # key_order="any": sets of declared properties used so far (one fragment each)
+_MAX_COUNT_STATES = 200_000  # minProperties / maxProperties: estimated states of the member counter
+_SHARE_COUNTED_OVER = 8  # lanes above which each counted member is one shared fragment
 _MAX_EXPAND = 64
 _KNOWN_DRAFTS = ("json-schema.org/draft-04/", "json-schema.org/draft-06/", "json-schema.org/draft-07/",
                  "json-schema.org/draft/2019-09/", "json-schema.org/draft/2020-12/", "json-schema.org/schema")
@@ -115,9 +120,10 @@ class SchemaCompiler:
                  key_order: str = "schema"):
         self.root = root
         self.lenient = lenient
-        if key_order not in ("schema", "required-first"):
-            raise InvalidSchemaError(f"key_order must be 'schema' or 'required-first', not {key_order!r}")
+        if key_order not in KEY_ORDERS:
+            raise InvalidSchemaError(f"key_order must be one of {', '.join(map(repr, KEY_ORDERS))}, not {key_order!r}")
         self.required_first = key_order == "required-first"
+        self.any_order = key_order == "any"
         self.warnings: list[str] = []  # what lenient mode dropped, formats kept as annotations
         # A shared NFA lets several documents (one per tool) be sub-automata of one constraint,
         # each resolving its own $ref/$defs.
@@ -138,7 +144,7 @@ class SchemaCompiler:
         self.legacy_ref = self.draft in ("4", "6", "7")
         self._fragments: dict[tuple[str, str], int] = {}
         self._content_keys: dict[int, str] = {}
-        self._pending: list[tuple[int, Any, str, str]] = []
+        self._pending: list[tuple[int, Any, str, str, bool]] = []  # (fid, schema, ptr, base, any_order)
         self._draining = False
         self._keep: list[Any] = []  # keeps merged dicts alive so id() keys stay unique
         self._any_fid: int | None = None
@@ -173,14 +179,15 @@ class SchemaCompiler:
             except (TypeError, ValueError):
                 ck = f"id:{id(schema)}"
             self._content_keys[id(schema)] = ck
-        key = (ck, base)
+            self._keep.append(schema)  # (alive while its id keys _content_keys: a freed id is reused)
+        key = (ck, base, self.any_order)  # (exactly-one builds branches in any key order too)
         fid = self._fragments.get(key)
         if fid is not None:
             return fid
         self._keep.append(schema)
         fid = self.nfa.new_fragment()
         self._fragments[key] = fid
-        self._pending.append((fid, schema, ptr, base))
+        self._pending.append((fid, schema, ptr, base, self.any_order))
         if not self._draining:
             # Fragments are defined from a work list by the outermost call, not recursively, so
             # schema nesting never grows the Python stack (the nesting limit is checked on the
@@ -188,8 +195,7 @@ class SchemaCompiler:
             self._draining = True
             try:
                 while self._pending:
-                    f, sch, p, b = self._pending.pop()
-                    self.nfa.define_fragment(f, self.value_node(sch, p, b))
+                    self._define(*self._pending.pop())
             finally:
                 self._draining = False
         return fid
@@ -300,7 +306,7 @@ class SchemaCompiler:
         if cond is not None and cond is not True:
             parts.append(cond)
         if "not" in s:
-            neg = negate(s["not"])
+            neg = negate(self._in_draft(s["not"]))
             if neg is not None and not (isinstance(s["not"], dict) and set(s["not"]) <= {"type", "enum", "const"}):
                 s.pop("not")
                 parts.append(neg)
@@ -343,14 +349,10 @@ class SchemaCompiler:
             return per_branch
         negated: dict[int, Any] = {}
         for j in overlaps:
-            neg = negate(self._resolved(raw[j], base))
+            neg = negate(self._in_draft(self._resolved(raw[j], base)))
             if neg is None:
-                i = overlaps[j][0]
-                self.refuse("oneOf", ptr, f"branches {min(i, j)} and {max(i, j)} may both match one value; only "
-                                          f"oneOf with provably exclusive branches (different types, consts or "
-                                          f"required/forbidden properties) or branches whose complement can be "
-                                          f"built is supported, use anyOf (lenient: enforced as anyOf)")
-                return per_branch
+                # No positive complement: "exactly one branch" as one automaton (exactly_one).
+                return [[{"$sgrun_one_of": (per_branch, ptr, "oneOf")}]]
             negated[j] = neg
         out = list(per_branch)
         for i, others in overlaps.items():
@@ -360,6 +362,27 @@ class SchemaCompiler:
                 parts = [rest] + parts[:-1]
             bptr = f"{ptr}/oneOf/{i}"
             out[i] = self._all_of(parts, [bptr] * len(parts), [base] * len(parts), depth)
+        return out
+
+    def _in_draft(self, schema: Any) -> Any:
+        """`schema` without the keywords its declared draft lacks, at every level negate reads
+        (a draft-04 `const` validates nothing: its complement is not `not const`)."""
+        if not self.not_in_draft or not isinstance(schema, dict):
+            return schema
+        out = {}
+        for k, v in schema.items():
+            if k in self.not_in_draft:
+                continue
+            if k in ("properties", "patternProperties", "definitions", "$defs", "dependentSchemas") \
+                    and isinstance(v, dict):
+                v = {name: self._in_draft(x) for name, x in v.items()}
+            elif k in ("allOf", "anyOf", "oneOf", "prefixItems") and isinstance(v, list) \
+                    or k == "items" and isinstance(v, list):
+                v = [self._in_draft(x) for x in v]
+            elif k in ("not", "items", "additionalProperties", "additionalItems", "if", "then", "else", "contains",
+                       "propertyNames"):
+                v = self._in_draft(v)
+            out[k] = v
         return out
 
     def _resolved(self, schema: Any, base: str) -> Any:
@@ -389,7 +412,7 @@ class SchemaCompiler:
         if "values" not in a or b.get("schema") is None or "$sgrun_call" in b["schema"]:
             return False
         s = b["schema"]
-        if any(k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "not", "if")):
+        if any(k in s for k in ("allOf", "anyOf", "oneOf", "$ref", "not", "if", "$sgrun_one_of", "$sgrun_not_exact")):
             return False
         allowed = set(self._types(s, "#"))
         if "number" in allowed:
@@ -404,7 +427,7 @@ class SchemaCompiler:
             return False
 
     def _signature(self, s: dict) -> dict:
-        if "$sgrun_call" in s:
+        if "$sgrun_call" in s or "$sgrun_one_of" in s:
             return {"types": None}
         types = self._types(s, "#")
         sig: dict[str, Any] = {"types": set(types), "schema": s}
@@ -462,6 +485,9 @@ class SchemaCompiler:
     def plain_node(self, s: dict, ptr: str, base: str) -> Node:
         if "$sgrun_call" in s:
             return s["$sgrun_call"]
+        if "$sgrun_one_of" in s:
+            branches, one_ptr, keyword = s["$sgrun_one_of"]
+            return self._exactly_one(branches, one_ptr, base, keyword)
         if s.get("type") == []:  # an allOf of disjoint types
             return NOTHING
         check_keywords(s, ptr)
@@ -471,6 +497,12 @@ class SchemaCompiler:
             s = self._apply_not(s, ptr)
             if s is None:
                 return NOTHING
+            hard = s.pop("$sgrun_not_exact", None)
+            if hard:
+                # rest AND NOT n = exactly one of [rest, rest AND n] (rest AND n is inside rest)
+                n = hard[0] if len(hard) == 1 else {"anyOf": hard}
+                both = self._all_of([s, n], [ptr, f"{ptr}/not"], [base, base], 1)
+                return self._exactly_one([[s], both], ptr, base, "not")
         types = self._types(s, ptr)
         if "enum" in s or "const" in s:
             return self._enum_node(s, types, ptr, base)
@@ -557,10 +589,10 @@ class SchemaCompiler:
                 self.refuse("minProperties", ptr, f"minProperties {lo} needs {lo - len(declared)} distinct "
                                                   f"additional keys; only one can be told apart from a repeat")
                 lo = 0
-            if max(lo, hi or 0) > _MAX_COUNTED_PROPERTIES:
-                self.refuse("minProperties" if lo > _MAX_COUNTED_PROPERTIES else "maxProperties", ptr,
-                            f"property counts above {_MAX_COUNTED_PROPERTIES} are not supported")
-            elif lo or hi is not None:
+            if lo or hi is not None:  # (its cost is checked where the object is built)
+                old = s.get("$sgrun_count")  # (a rest schema built again: keep both bounds)
+                if old:
+                    lo, hi = max(lo, old[0]), old[1] if hi is None else hi if old[1] is None else min(hi, old[1])
                 s["$sgrun_count"] = (int(lo), None if hi is None else int(hi))
         for k in list(s):
             if k not in self._KNOWN and k not in ANNOTATIONS and not k.startswith("$sgrun"):
@@ -596,12 +628,14 @@ class SchemaCompiler:
                     banned.add("integer")
                 keep = [t for t in self._types(s, ptr) if t not in banned]
                 if "number" in keep and "integer" in banned:
-                    self.refuse("not", ptr, "'not integer' for numbers is not supported", s)
+                    # numbers that are not integers: no type list says it; the exact complement does
+                    s["$sgrun_not_exact"] = list(s.get("$sgrun_not_exact", [])) + [{"type": "integer"}]
                 s["type"] = keep
                 return s if keep else None
             if set(inner) in ({"enum"}, {"const"}) and isinstance(inner.get("enum", []), list):
                 return self._exclude_values(s, inner.get("enum", [inner.get("const")]), ptr)
-        self.refuse("not", ptr, "only 'not' of a type or of scalar values (enum / const) is supported", s)
+        # Anything else: the complement within the rest of the schema, built by plain_node.
+        s["$sgrun_not_exact"] = list(s.get("$sgrun_not_exact", [])) + [n]
         return s
 
     def _exclude_values(self, s: dict, vals: list[Any], ptr: str) -> dict | None:
@@ -609,7 +643,7 @@ class SchemaCompiler:
         numbers subtract the value's output forms, booleans keep the other one, null drops)."""
         types = self._types(s, ptr)
         if any(isinstance(v, (list, dict)) for v in vals) and ("array" in types or "object" in types):
-            self.refuse("not", ptr, "'not' of array or object values is not supported", s)
+            s["$sgrun_not_exact"] = list(s.get("$sgrun_not_exact", [])) + [{"enum": vals}]
             return s
         if any(v is None for v in vals):
             types = [t for t in types if t != "null"]
@@ -697,6 +731,59 @@ class SchemaCompiler:
                     return False
             return d.accepting[st]
         return True
+
+    def _exactly_one(self, branches: list[list[dict]], ptr: str, base: str, keyword: str) -> Node:
+        """Values matching exactly one of `branches` (each a list of plain alternatives), as one
+        automaton (exactly_one); refused by `keyword` where it cannot be built exactly
+        (lenient: any branch, as anyOf)."""
+        nodes = [alt(*(self.plain_node(d, ptr, base) for d in br)) for br in branches]
+        live = [i for i, n in enumerate(nodes) if n != NOTHING]
+        if len(live) <= 1:
+            return nodes[live[0]] if live else NOTHING
+        try:
+            # Output keeps the key order asked for, but a value belongs to a branch whatever
+            # order its keys come in: the count runs over every branch in any key order.
+            saved, self.any_order = self.any_order, True
+            try:
+                counted = [alt(*(self.plain_node(d, ptr, base) for d in branches[i])) for i in live]
+            except UnsupportedSchemaError as e:
+                if "key_order='any'" not in str(e):
+                    raise
+                raise NotBuildable(f"counting the branches needs their objects in any key order, and "
+                                   f"{str(e).split(': ', 1)[1].split('; remove it')[0]}") from None
+            finally:
+                self.any_order = saved
+            return exactly_one_node(self.nfa, [nodes[i] for i in live], counted, self._fragment_node)
+        except NotBuildable as e:
+            what = {"oneOf": "exactly one branch", "not": "the complement (of a 'not', or of an 'if' without a "
+                                                        "then/else partner)"}[keyword]
+            self.refuse(keyword, ptr, f"{what} cannot be built exactly: {e} (lenient: enforced as anyOf)")
+        except CompileBudgetExceeded as e:
+            raise CompileBudgetExceeded(f"JSON Schema keyword {keyword!r} at {ptr}: {e}") from None
+        except ConstraintTooComplexError as e:
+            self.refuse(keyword, ptr, f"its exact automaton is too big ({e}); simplify the branches "
+                                      f"(lenient: enforced as anyOf)")
+        return alt(*nodes) if keyword == "oneOf" else nodes[0]
+
+    def _fragment_node(self, fid: int) -> Node | None:
+        """Fragment `fid`'s node, defining it now if it waits on the work list; None while it is
+        being defined (a recursive reference) or has no node (a product fragment)."""
+        node = self.nfa.frag_node.get(fid)
+        if node is not None:
+            return node
+        for i, item in enumerate(self._pending):
+            if item[0] == fid:
+                del self._pending[i]
+                self._define(*item)
+                return self.nfa.frag_node[fid]
+        return None
+
+    def _define(self, fid: int, schema: Any, ptr: str, base: str, any_order: bool) -> None:
+        saved, self.any_order = self.any_order, any_order
+        try:
+            self.nfa.define_fragment(fid, self.value_node(schema, ptr, base))
+        finally:
+            self.any_order = saved
 
     # --- numbers ------------------------------------------------------------------------
     def _number_node(self, s: dict, integer: bool, ptr: str) -> Node:
@@ -814,7 +901,7 @@ class SchemaCompiler:
             return NOTHING
         sep = seq(self.ws, lit(","), self.ws_after)
         if s.get("$sgrun_unique"):
-            unique = self._unique_array_node(prefix, rest_schema, lo, hi, sep, ptr, base)
+            unique = self._unique_array_node(prefix, rest_schema, lo, hi, sep, ptr, base, prefix_ptr, rest_ptr)
             if unique is not None:
                 return unique
         elems = [self.call(p, f"{prefix_ptr}/{i}", base) for i, p in enumerate(prefix)]
@@ -872,35 +959,110 @@ class SchemaCompiler:
                     out.setdefault(canonical_json(v), v)
         return list(out.values()) if len(out) <= _MAX_UNIQUE_DOMAIN else None
 
+    def _finite_item_values(self, schema: Any, ptr: str, base: str) -> tuple[list[Any] | None, dict[str, list[str]]]:
+        """The values `schema` admits when they are finitely many (at most _MAX_UNIQUE_DOMAIN),
+        read off its compact automaton (a sub-compile), and each value's compact spellings
+        (several where a string may be escaped, or a number written 1.0): (None, {}) otherwise."""
+        if not isinstance(schema, dict):
+            return None, {}
+        try:
+            sub = SchemaCompiler(self.root, whitespace="compact", lenient=False,
+                                 key_order="required-first" if self.required_first else "schema")
+            sub.not_in_draft, sub.legacy_ref = self.not_in_draft, self.legacy_ref
+            fid = sub.fragment(schema, ptr, self.index.base_for(schema, base))
+            inliner = Inliner(sub.nfa, sub._fragment_node, 0)
+            node = inliner.inline(("call", fid))
+            if inliner.markers:
+                return None, {}  # recursive: unboundedly many values
+            words = finite_words(dfa_from_node(node), 8 * _MAX_UNIQUE_DOMAIN)
+        except (ConstraintError, NotBuildable):
+            return None, {}
+        if words is None:
+            return None, {}
+        values: dict[str, Any] = {}
+        texts: dict[str, list[str]] = {}
+        for w in words:
+            try:
+                v = json.loads(w.decode())
+            except ValueError:
+                return None, {}
+            key = value_key(v)  # (key order and 1 / 1.0 make no difference to equality)
+            values.setdefault(key, v)
+            texts.setdefault(key, []).append(w.decode())
+        if len(values) > _MAX_UNIQUE_DOMAIN:
+            return None, {}
+        return list(values.values()), texts
+
     def _unique_array_node(self, prefix: list[Any], rest_schema: Any, lo: int, hi: int | None, sep: Node,
-                           ptr: str, base: str) -> Node | None:
-        """uniqueItems over a small item domain: arrays of distinct values, one NFA state per set
-        of values used so far (shared fragments). None after a refusal that lenient loosened."""
-        domain = None if prefix else self._item_domain(rest_schema, f"{ptr}/items", base)
-        if domain is None:
-            self.refuse("uniqueItems", ptr, "uniqueItems: true is supported over items with a few scalar values "
-                                            f"(enum / const / boolean / null / an integer range, at most "
-                                            f"{_MAX_UNIQUE_DOMAIN}); these items are not")
+                           ptr: str, base: str, prefix_ptr: str, rest_ptr: str) -> Node | None:
+        """uniqueItems over small item domains: arrays of distinct values, one NFA state per set
+        of values used so far (shared fragments); with prefixItems the n-th item takes the values
+        of its own position's schema (n is the size of the set used). None after a refusal that
+        lenient loosened."""
+        positions = [(p, f"{prefix_ptr}/{i}") for i, p in enumerate(prefix)]
+        if hi is None or hi > len(prefix):
+            positions.append((rest_schema, rest_ptr))
+        values_of: dict[str, Any] = {}  # value key -> value (the union of every position's values)
+        texts: dict[str, list[str]] = {}
+        allowed: list[set[str]] = []  # per position: the value keys it admits
+        for schema, p in positions:
+            if schema is True or schema == {}:
+                domain = None
+            else:
+                domain = self._item_domain(schema, p, base) if schema is not False else []
+                if domain is None:
+                    domain, more = self._finite_item_values(schema, p, base)
+                    for key, ts in more.items():
+                        texts.setdefault(key, [])
+                        texts[key] += [x for x in ts if x not in texts[key]]
+            if domain is None:
+                self.refuse("uniqueItems", ptr, "uniqueItems: true is enforced where the items admit finitely "
+                                                f"many values (at most {_MAX_UNIQUE_DOMAIN}: enums, consts, "
+                                                f"booleans, integer ranges, objects and arrays built only of "
+                                                f"those); the items at {p} admit unboundedly many (a free string, "
+                                                f"number or nested value), and telling such values apart needs "
+                                                f"unbounded memory, which no finite automaton has")
+                return None
+            keys = set()
+            for v in domain:
+                values_of.setdefault(value_key(v), v)
+                keys.add(value_key(v))
+            allowed.append(keys)
+        if len(values_of) > _MAX_UNIQUE_DOMAIN:
+            self.refuse("uniqueItems", ptr, f"uniqueItems over more than {_MAX_UNIQUE_DOMAIN} distinct item values "
+                                            f"is not supported")
             return None
+        order = list(values_of)
+        domain = [values_of[x] for x in order]
         k = len(domain)
         hi = k if hi is None else min(hi, k)
         if sum(comb(k, i) for i in range(min(hi, k) + 1)) > _MAX_UNIQUE_SETS:
             self.refuse("uniqueItems", ptr, f"uniqueItems over {k} item values up to {hi} items needs too many "
                                             f"states; add a smaller maxItems")
             return None
-        values = [json_literal_node(v, self.ws, self.ws_after) for v in domain]
+
+        def at(n: int) -> list[int]:  # indices of the values the n-th item (from 0) may take
+            if n < len(prefix):
+                keys = allowed[n]
+            else:
+                keys = allowed[len(prefix)] if len(allowed) > len(prefix) else set()
+            return [i for i, x in enumerate(order) if x in keys]
+
+        values = [alt(json_literal_node(v, self.ws, self.ws_after), *(lit(x) for x in texts.get(value_key(v), ())))
+                  for v in domain]
         # Built bottom-up (largest sets first) instead of by a recursive closure: a closure that
         # calls itself is a reference cycle holding this compiler and its NFA until the cyclic GC runs.
         memo: dict[int, Node] = {}
         for n in range(min(hi, k), 0, -1):
+            nxt = at(n)
             for chosen in combinations(range(k), n):
                 used = sum(1 << i for i in chosen)
                 options = [EMPTY] if n >= lo else []
                 if n < hi:
-                    options += [seq(sep, values[i], memo[used | 1 << i]) for i in range(k) if not used >> i & 1]
+                    options += [seq(sep, values[i], memo[used | 1 << i]) for i in nxt if not used >> i & 1]
                 memo[used] = self.nfa.shared(alt(*options)) if options else NOTHING
 
-        first = alt(*(seq(values[i], memo[1 << i]) for i in range(k))) if hi >= 1 else NOTHING
+        first = alt(*(seq(values[i], memo[1 << i]) for i in at(0))) if hi >= 1 else NOTHING
         inner = alt(first, EMPTY) if lo == 0 else first
         return seq(lit("["), self.ws, inner, self.ws, lit("]"))
 
@@ -947,7 +1109,13 @@ class SchemaCompiler:
         extra = self._additional_member(names, pattern_props, additional, key_filter, colon, ptr, base)
         sep = seq(self.ws, lit(","), self.ws_after)
         count = s.get("$sgrun_count")
+        if self.any_order and (len(members) > 1 or (members and extra is not None)):
+            return seq(lit("{"), self.ws, self._any_order_body(members, extra, sep, count, ptr), self.ws, lit("}"))
         bounds = (count,) if count else ()
+        if count:
+            members, extra, counted = self._counted_members(members, extra, count, ptr)
+            if not counted:
+                bounds = ()
         body = ("members", tuple(members), extra, sep) + bounds
         # Required keys that `properties` does not place have no order to follow: up to three of
         # them may come in any order (instances disagree on it).
@@ -962,6 +1130,66 @@ class SchemaCompiler:
                 bodies.append(("members", tuple(ms), extra, sep) + bounds)
             body = alt(*bodies)
         return seq(lit("{"), self.ws, body, self.ws, lit("}"))
+
+    def _any_order_body(self, members: list[tuple[Node, bool]], extra: Node | None, sep: Node, count: tuple | None,
+                        ptr: str) -> Node:
+        """key_order="any": the declared members in any order, each at most once, additional ones
+        anywhere between them. One shared fragment per set of declared members used so far (what
+        "each at most once" must remember): 2^n of them, refused past _MAX_ANY_ORDER_SETS."""
+        n = len(members)
+        if 2 ** n > _MAX_ANY_ORDER_SETS:
+            raise UnsupportedSchemaError("properties", ptr, f"key_order='any' over {n} properties needs one automaton "
+                                                            f"part per set of properties used so far, 2^{n} = "
+                                                            f"{2 ** n:,}; the limit is {_MAX_ANY_ORDER_SETS:,} "
+                                                            f"({_MAX_ANY_ORDER_SETS.bit_length() - 1} properties): "
+                                                            f"use key_order='schema' for this object")
+        lo, hi = count if count else (0, None)
+        if count and extra is not None:
+            self.refuse("maxProperties" if hi is not None else "minProperties", ptr,
+                        "key_order='any' counts properties only on objects without additional properties")
+            lo, hi = 0, None
+        required = sum(1 << i for i, (_, req) in enumerate(members) if req)
+        members = [(self.nfa.shared(m), req) for m, req in members]  # one copy, called from every set
+        extras = rep(seq(sep, extra), 0, None) if extra is not None else EMPTY
+        after: dict[int, Node] = {}  # set used (non-empty) -> what may follow it
+        for used in sorted(range(1, 1 << n), key=lambda u: -bin(u).count("1")):
+            size = bin(used).count("1")
+            options = [EMPTY] if used & required == required and size >= lo else []
+            if hi is None or size < hi:
+                options += [seq(sep, members[i][0], after[used | 1 << i]) for i in range(n) if not used >> i & 1]
+            after[used] = self.nfa.shared(seq(extras, alt(*options))) if options else NOTHING
+        firsts = [seq(members[i][0], after[1 << i]) for i in range(n)]
+        if extra is not None:
+            # additional members first: then the declared ones (or none) follow as after any member
+            tail = [EMPTY] if not required else []
+            tail += [seq(sep, members[i][0], after[1 << i]) for i in range(n)]
+            firsts.append(seq(extra, extras, alt(*tail)))
+        body = alt(*firsts)
+        return alt(body, EMPTY) if not required and lo == 0 else body
+
+    def _counted_members(self, members: list[tuple[Node, bool]], extra: Node | None, count: tuple, ptr: str):
+        """Members for a counted object (minProperties / maxProperties): the count runs in lanes,
+        one copy of every member per count (byte_nfa._build_members), so each member becomes one
+        shared fragment called from every lane. Refused past _MAX_COUNT_STATES estimated states
+        (lenient: the count is dropped). -> (members, extra, whether the count is enforced)."""
+        lo, hi = count
+        top = hi if hi is not None else max(lo, 1)
+        lanes = top + 1
+        cost = (len(members) + 1) * lanes * 3
+        if extra is not None:
+            cost += sum((hi - c if hi is not None else 1) + 1 for c in range(lanes)) * 4
+        if cost > _MAX_COUNT_STATES:
+            keyword = "maxProperties" if hi is not None and hi >= lo else "minProperties"
+            self.refuse(keyword, ptr, f"counting {len(members)} properties{' and additional ones' if extra else ''} "
+                                      f"up to {top} needs about {cost:,} automaton states (one per member and "
+                                      f"count{', and per count of additional members' if extra else ''}); the "
+                                      f"limit is {_MAX_COUNT_STATES:,}: lower the bound or declare fewer properties")
+            return members, extra, False
+        if lanes > _SHARE_COUNTED_OVER:
+            members = [(self.nfa.shared(m), req) for m, req in members]
+            if extra is not None:
+                extra = self.nfa.shared(extra)
+        return members, extra, True
 
     def _all_of_call(self, parts: list[tuple[Any, str]], base: str) -> Node:
         schemas = [p for p, _ in parts if p is not True and p != {}]

@@ -60,6 +60,14 @@ def merge_schemas(a: dict, b: dict, ptr: str, pattern_matches: Callable[[str, st
     Keywords without validation meaning (annotations, vendor `x-...` keys) never conflict."""
     if "$sgrun_call" in a or "$sgrun_call" in b:  # a call ignores sibling keywords: never merge one
         raise AssertionError("internal: a $ref call placeholder reached an allOf merge")
+    if "$sgrun_one_of" in a or "$sgrun_one_of" in b:
+        # "exactly one of B_i" AND c = "exactly one of (B_i AND c)": c goes into every branch
+        # (two such: exactly one of the pairs, which holds exactly when each holds)
+        x, other, first = (a, b, False) if "$sgrun_one_of" in a else (b, a, True)
+        branches, one_ptr, keyword = x["$sgrun_one_of"]
+        merged = [[merge_schemas(other, d, ptr, pattern_matches, refuse) if first else
+                   merge_schemas(d, other, ptr, pattern_matches, refuse) for d in br] for br in branches]
+        return {"$sgrun_one_of": (merged, one_ptr, keyword)}
     _ANN = ("title", "description", "default", "examples", "$comment", "deprecated", "readOnly", "writeOnly",
             "$schema", "$id", "$defs", "definitions", "$anchor")
     for x, y in ((a, b), (b, a)):

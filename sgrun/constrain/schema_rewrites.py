@@ -6,7 +6,8 @@ schemas it does build (each rewrite has the same set of valid instances):
 - `not` of schemas whose complement is a positive schema (types, scalar const / enum,
   required / property-const tests as used for discriminators, and anyOf / allOf / not of
   those), via De Morgan;
-- if / then / else as (if AND then) OR (not-if AND else), where not-if is such a complement.
+- if / then / else as (if AND then) OR (not-if AND else), not-if such a complement where one
+  exists, else a `not` the compiler builds as an automaton complement (exactly_one).
 
 What cannot be rewritten exactly is left in place (the compiler then refuses it, or loosens it
 with a warning under lenient).
@@ -136,8 +137,7 @@ def _negate_object_test(s: dict) -> Any | None:
 
 
 def conditional_part(s: dict) -> Any | None:
-    """Pop if/then/else from `s`; the allOf part enforcing them, None if not-if is not buildable
-    (then `s` is left unchanged)."""
+    """Pop if/then/else from `s`; the allOf part enforcing them (None: no `if`)."""
     if "if" not in s:
         return None
     cond, then, other = s["if"], s.get("then", True), s.get("else", True)
@@ -147,7 +147,9 @@ def conditional_part(s: dict) -> Any | None:
         return True
     neg = negate(cond)
     if neg is None:
-        return None
+        # no positive complement: `not` of the condition, built as an exact complement by the
+        # compiler (exactly_one) or refused there by name
+        neg = {"not": cond}
     for k in ("if", "then", "else"):
         s.pop(k, None)
     return {"anyOf": [{"allOf": [cond, then]}, {"allOf": [neg, other]}]}
