@@ -7,7 +7,7 @@ Sources (nothing outside the repository):
   real-world-like one (realworld_corpus.py), instances labelled by jsonschema;
 - hypothesis-generated schemas and instances (schema_strategies.py, derandomized, so a rerun
   draws the same ones), labelled by jsonschema's 2020-12 validator with its format checker;
-- hand-written cases of the families enforced exactly in round four (exact_families.py), one
+- hand-written cases of the families enforced exactly for issue 55 (exact_families.py), one
   row per family; the key-order-any row compiles with key_order="any" and serializes each
   instance's keys in its own order.
 
@@ -109,7 +109,7 @@ def corpus_items(generated: int = GENERATED_SCHEMAS) -> list[Item]:
 
 
 def family_items() -> list[Item]:
-    """The hand-written cases of the families enforced exactly in round four (exact_families.py),
+    """The hand-written cases of the families enforced exactly for issue 55 (exact_families.py),
     one row per family, labelled by jsonschema like the corpora."""
     from exact_families import FAMILIES
     from schema_strategies import validator
