@@ -32,6 +32,16 @@ def test_splitter_whole_and_streamed():
         reasoning_tags("nope")
 
 
+def test_server_and_dsl_read_one_table_of_tags():
+    # --reasoning-parser and separate_reasoning take the same names, in either spelling.
+    from sgrun.lang.reasoning_split import REASONING_TAGS, split_reasoning
+    for name, (start, end) in REASONING_TAGS.items():
+        for spelling in (name, name.replace("-", "_"), name.upper()):
+            assert reasoning_tags(spelling) == (start, end)
+            assert split_reasoning(f"{start}why{end} answer", spelling) == ("why", "answer")
+    assert reasoning_tags("deepseek_r1") == reasoning_tags("deepseek-r1") == ("<think>", "</think>")
+
+
 @pytest.fixture(scope="module")
 def client(shared_engine):
     with ServerThread(build_app(shared_engine, reasoning_parser="qwen3")) as srv:
