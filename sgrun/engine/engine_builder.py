@@ -75,6 +75,9 @@ class EngineOptions:
     speculative_ngram_min: int = 2
     cascade_attention: bool = True
     compile: bool | None = None
+    # A one-shot run of this many tokens (`sgrun generate`): with compile=None the forward is
+    # compiled before start only where a warm compile pays for them (compile_policy.one_shot_compile).
+    one_shot_tokens: int | None = None
 
     def speculative_config(self) -> SpeculativeConfig:
         return SpeculativeConfig(self.speculative_ngram, self.speculative_num_draft, self.speculative_ngram_max,
@@ -157,9 +160,11 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens,
                               speculation.draft_for if drafts_possible(depth) else None)
         fused = fused_decode_for(model) if device.type == "cpu" and tp == 1 and isinstance(model, LlamaModel) else None
-        compiled, compile_s = start_compile(model, device, o.compile, tp, fused_serves=fused is not None)
+        compiled, compile_s = start_compile(model, device, o.compile, tp, fused_serves=fused is not None,
+                                            one_shot_tokens=o.one_shot_tokens)
         runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
-                             cascade_attention=o.cascade_attention, compiled=compiled, fused=fused)
+                             cascade_attention=o.cascade_attention, compiled=compiled, fused=fused,
+                             wrap_attention=model.wrap_attention if tp_group is not None else None)
         graph_report = runner.capture_cuda_graphs(o.max_running, max_context) if use_graphs else None
     except BaseException:
         if tp_group is not None:   # e.g. compile=True with tp=2: the started workers must not outlive it

@@ -10,25 +10,27 @@ the drawn tokens back. `forward` and `sample` chain both halves, for a batch run
 Both stages are pure with respect to the sequences (they read them, never change them), so the
 step may retry them on part of a batch when one request's inputs make them fail (isolation.py).
 Sampling rows come from sampling_rows.py (a plain decode is a draft of length 0); the draw and
-the acceptance of drafts are speculative.py's `choose_tokens`.
+the acceptance of drafts are sampler.py's `draw`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from sgrun.engine.attention.backend import AttentionBackend, Segment
-from sgrun.engine.attention.choice import make_attention_backend
+from sgrun.engine.attention.choice import default_backend, make_attention_backend
 from sgrun.engine.model_like import ModelLike
 from sgrun.engine.page_pool import PagePool
-from sgrun.engine.sampler import apply_logit_bias, apply_penalties, row_argmax, token_logprobs
+from sgrun.engine.sampler import (MaskKernel, apply_logit_bias, apply_penalties, constraint_mask_kernel, draw,
+                                  row_argmax, token_logprobs)
 from sgrun.engine.sampling_rows import SamplingInputs, penalised, sampling_inputs
 from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
-from sgrun.engine.speculative import choose_tokens, tokens_of
+from sgrun.engine.speculative import tokens_of
 from sgrun.models.compiled_forward import CompiledForward
 from sgrun.models.fused_decode import FusedDecode
 
@@ -84,9 +86,9 @@ class BatchInputs:
 
 @dataclass
 class SampleOutput:
-    """The device half's result: the drawn rows ([2, R]: token, draft accepted; speculative.
-    choose_tokens) on the device, a host copy in flight, and an event that says when that copy
-    has landed (None on the CPU, where it already has)."""
+    """The device half's result: the drawn rows ([2, R]: token, draft accepted; sampler.draw) on
+    the device, a host copy in flight, and an event that says when that copy has landed (None on
+    the CPU, where it already has)."""
     drawn: torch.Tensor
     host_drawn: torch.Tensor
     ready: torch.cuda.Event | None
@@ -103,11 +105,16 @@ def _to_device(values: list[int], device: torch.device) -> torch.Tensor:
 class ModelRunner:
     def __init__(self, model: ModelLike, pool: PagePool, eos_token_ids: frozenset[int] | set[int],
                  attention_backend: str | None = None, cascade_attention: bool = True,
-                 compiled: CompiledForward | None = None, fused: FusedDecode | None = None):
+                 compiled: CompiledForward | None = None, fused: FusedDecode | None = None,
+                 wrap_attention: Callable[[AttentionBackend], AttentionBackend] | None = None,
+                 mask_kernel: MaskKernel | None = None):
         """`fused`: the forward with C++ blocks (fused_decode.py), used for the batches it is
         eligible for (it is the fastest: docs/cpu_kernels.md); `compiled`: the torch.compile'd twin
         of model.forward, used for the others it is eligible for once its graphs are ready
-        (compiled_forward.py); without either (or above their row limits) the forward runs eagerly."""
+        (compiled_forward.py); without either (or above their row limits) the forward runs eagerly.
+        `wrap_attention`: what the model's forward gets instead of the backend (tensor parallelism's
+        rank 0 records each batch there to broadcast it: tp_group.py); `mask_kernel`: the
+        constraint-mask kernel (default: sampler.constraint_mask_kernel's for the backend)."""
         self.model = model
         self.compiled = compiled
         self.fused = fused
@@ -115,15 +122,13 @@ class ModelRunner:
         self.device = pool.k[0].device
         self.eos_token_ids = sorted(eos_token_ids)
         cfg = model.cfg
-        self.attn: AttentionBackend = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                                                             backend=attention_backend, cascade=cascade_attention,
-                                                             query_dtype=getattr(model, "dtype", None))
-        wrap = getattr(model, "wrap_attention", None)   # tensor parallelism records the batch to broadcast it
-        if wrap is not None:
-            self.attn = wrap(self.attn)
+        # The backend itself (`kernels`), and what the forward is handed (`attn`: the same, or its wrapper).
+        self.kernels: AttentionBackend = make_attention_backend(
+            pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, backend=attention_backend,
+            cascade=cascade_attention, query_dtype=getattr(model, "dtype", None))
+        self.attn = wrap_attention(self.kernels) if wrap_attention is not None else self.kernels
         self.backend = type(self.attn).__name__
-        from sgrun.constrain import apply_bitmask
-        self.apply_bitmask = getattr(self.attn, "bitmask_kernel", None) or apply_bitmask
+        self.apply_bitmask = mask_kernel or constraint_mask_kernel(attention_backend or default_backend(self.device))
         self.graphs = None   # a CudaGraphRunner once captured (engine start-up, CUDA + Triton only)
         self.forward_calls = 0
         self.graph_replays = 0
@@ -309,12 +314,12 @@ class ModelRunner:
         return SampleOutput(out, out, None, None)
 
     def run_sampling(self, si: SamplingInputs, rows: torch.Tensor) -> SampleOutput:
-        """Device half: process the rows, then draw (speculative.choose_tokens); the host copy
+        """Device half: process the rows, then draw (sampler.draw); the host copy
         of the drawn rows is queued, not waited for."""
         rows = rows.float()
         raw = rows.clone() if any(p.logprobs is not None for p in si.params) else None
         self.process_rows(si, rows)
-        drawn = choose_tokens(rows, si)
+        drawn = draw(rows, si)
         if drawn.device.type == "cuda":
             host = torch.empty(drawn.shape, dtype=drawn.dtype, pin_memory=True)
             host.copy_(drawn, non_blocking=True)

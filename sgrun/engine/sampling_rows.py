@@ -6,7 +6,7 @@ length 0 and has one. Row j is processed as a plain step at that position would 
 step (counter-RNG noise) is num_output + j, the penalty history is the output plus d_0..d_{j-1},
 the constraint mask is the matcher's after d_0..d_{j-1} (trial advances, rolled back), and
 min_new_tokens bans EOS and the stop ids while num_output + j is short of it. The device half
-(`ModelRunner.run_sampling`) applies these rows; `speculative.choose_tokens` then draws.
+(`ModelRunner.run_sampling`) applies these rows; `sampler.draw` then draws.
 
 Pure with respect to the sequences (a matcher's trial advances are rolled back), so the
 isolation stage may build these for part of a batch again.
