@@ -6,7 +6,8 @@ split into a host half that reads the sequences (`prepare`, `prepare_sampling`: 
 pinned tensors) and a device half that touches only what the host half built (`run`,
 `run_sampling`), so the step pipeline (step.py) can run the device half inline (depth 0) or on
 its device worker (depth 1, overlap) while the engine thread moves on; `finish_sampling` reads
-the drawn tokens back. `forward` and `sample` chain both halves, for a batch run again in parts.
+the drawn tokens back. `sample_logits` is the one sampling path (the step's job, and `sample`,
+which with `forward` chains the halves for a batch run again in parts).
 Both stages are pure with respect to the sequences (they read them, never change them), so the
 step may retry them on part of a batch when one request's inputs make them fail (isolation.py).
 Sampling rows come from sampling_rows.py (a plain decode is a draft of length 0); the draw and
@@ -243,21 +244,18 @@ class ModelRunner:
 
     # --- logits -> tokens -------------------------------------------------------------------
     def sample(self, items: list[tuple[Sequence, Logits]]) -> list[SampledTokens | Scores]:
-        """Per item: scores for a scoring sequence, else the tokens it accepts. Both sampling
-        halves chained, on the logits each item brings (the step runs them split)."""
+        """Per item: scores for a scoring sequence, else the tokens it accepts, from the logits
+        each item brings (a batch run again in parts): the step's own three calls, in order."""
         out: list[SampledTokens | Scores | None] = [None] * len(items)
         gen = [i for i, (seq, _) in enumerate(items) if not isinstance(seq, ScoringSequence)]
         for i, (seq, logits) in enumerate(items):
             if isinstance(seq, ScoringSequence):
                 out[i] = self.score(seq, logits)
         if gen:
-            seqs = [items[i][0] for i in gen]
-            rows = torch.cat([items[i][1].rows[-(len(items[i][0].draft) + 1):] for i in gen])
+            seqs, logits_of = [items[i][0] for i in gen], [items[i][1] for i in gen]
+            rows = torch.cat([lg.rows[-(len(seq.draft) + 1):] for seq, lg in zip(seqs, logits_of)])
             si = self.prepare_sampling(seqs)
-            for i, got in zip(gen, self.finish_sampling(seqs, si, self.run_sampling(si, rows))):
-                seq = items[i][0]
-                if seq.params.logprobs is not None and seq.logprobs_pending_from is not None:
-                    got.forced = forced_logprobs(seq, items[i][1], seq.params.logprobs)
+            for i, got in zip(gen, self.finish_sampling(seqs, si, self.sample_logits(si, rows), logits_of)):
                 out[i] = got
         return out  # type: ignore[return-value]
 
@@ -290,6 +288,18 @@ class ModelRunner:
                 rows[_to_device(r_ids, dev), _to_device(c_ids, dev)] = float("-inf")
         if si.banned:
             rows[_to_device([i for i, _ in si.banned], dev), _to_device([t for _, t in si.banned], dev)] = float("-inf")
+
+    def sample_logits(self, si: SamplingInputs, logits: torch.Tensor, rows: list[int] | None = None) -> SampleOutput:
+        """The device half of sampling, the one path every draw takes: the forward's `logits`
+        rows `rows` (None: all, in order) -> processed and drawn. When every row is taken in order
+        (a plain decode batch) greedy rows with nothing to apply are drawn in place
+        (draw_plain_greedy); else a copy (run_sampling processes its rows in place), without
+        index_select's index tensor when it is every row (30 us at batch 1)."""
+        if rows is None or (len(rows) == logits.shape[0] and rows == list(range(len(rows)))):
+            plain = self.draw_plain_greedy(si, logits)
+            return plain if plain is not None else self.run_sampling(si, logits.clone())
+        picked = torch.tensor(rows, dtype=torch.long).to(logits.device)
+        return self.run_sampling(si, logits.index_select(0, picked))
 
     def draw_plain_greedy(self, si: SamplingInputs, rows: torch.Tensor) -> SampleOutput | None:
         """The draw of a CPU batch whose every row is greedy with nothing to apply but EOS / stop-id
@@ -329,15 +339,22 @@ class ModelRunner:
         return SampleOutput(drawn, drawn, None, raw)
 
     @staticmethod
-    def finish_sampling(seqs: list[Sequence], si: SamplingInputs, out: SampleOutput) -> list[SampledTokens]:
+    def finish_sampling(seqs: list[Sequence], si: SamplingInputs, out: SampleOutput,
+                        logits: list[Logits | None] | None = None) -> list[SampledTokens]:
         """Wait for the drawn rows (only them) and hand each sequence its tokens, with the
-        model's own logprobs (the rows before any processing, as OpenAI reports them) if asked."""
+        model's own logprobs (the rows before any processing, as OpenAI reports them) if asked,
+        and, given each sequence's `logits` of this step (read on the host: depth 0), those of
+        the tokens jump-forward forced last step (`forced_logprobs`, attached only here)."""
         if out.ready is not None:
             out.ready.synchronize()
         res = []
-        for seq, first, (tokens, accepted) in zip(seqs, si.first_rows, tokens_of(seqs, si, out.host_drawn.tolist())):
+        logits = logits or [None] * len(seqs)
+        for seq, first, (tokens, accepted), lg in zip(seqs, si.first_rows, tokens_of(seqs, si, out.host_drawn.tolist()),
+                                                      logits):
             got = SampledTokens(tokens, accepted_draft=accepted)
             k = seq.params.logprobs
+            if lg is not None and k is not None and seq.logprobs_pending_from is not None:
+                got.forced = forced_logprobs(seq, lg, k)
             if k is not None and out.raw is not None:
                 lp = torch.log_softmax(out.raw[first:first + len(tokens)], dim=-1)
                 pairs = token_logprobs(lp, tokens, k, normalised=True)
