@@ -11,9 +11,11 @@ checks a user sees fail first (speculation, tp, device, dtype, then loading).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -88,6 +90,32 @@ class EngineOptions:
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
             raise InvalidRequestError(f"tp must be a whole number >= 1, got {tp!r}", field="tp")
         return tp
+
+
+def options_with(options: EngineOptions | None, model: str | os.PathLike | None,
+                 overrides: dict[str, Any]) -> EngineOptions:
+    """`options` (or the defaults) with `model` and the keyword overrides applied; an unknown
+    keyword is refused by name, as a Python signature would."""
+    names = {f.name for f in dataclasses.fields(EngineOptions)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise TypeError(f"Engine() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                        f"the keywords are EngineOptions' fields: {', '.join(sorted(names))}")
+    base = options if options is not None else EngineOptions()
+    if model is not None:
+        overrides = {**overrides, "model": model}
+    return dataclasses.replace(base, **overrides) if overrides else base
+
+
+def options_signature() -> inspect.Signature:
+    """`Engine(self, model=None, options=None, *, <every other EngineOptions field>)`: help(sgrun.Engine),
+    editors and inspect.signature show every keyword with its default, written once."""
+    return inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+         inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+         inspect.Parameter("options", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+        + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+           for f in dataclasses.fields(EngineOptions) if f.name != "model"])
 
 
 @dataclass
