@@ -46,7 +46,7 @@ ENGINE_ROOMS: dict[str, int] = {
     # data and small mechanisms
     **dict.fromkeys(["sampling_params", "outputs", "detokenizer", "sequence", "scoring", "counter_rng",
                      "page_pool", "request_handle", "prompt_ids", "prompt_logprobs", "radix_cache",
-                     "radix_snapshot", "isolation", "model_like"], 0),
+                     "radix_snapshot", "isolation", "model_like", "sampled"], 0),
     # parts the stages are made of
     **dict.fromkeys(["sampler", "sampling_rows", "ngram_draft", "attention", "cuda_graph_runner", "device",
                      "request_constraint", "step_broadcast", "compile_policy", "intake"], 1),
@@ -224,3 +224,11 @@ def test_the_engine_facade_stays_a_facade():
     # (engine_builder.py) and warm-ups (request_constraint.py) live in the rooms below it.
     lines = (SGRUN / "engine" / "engine.py").read_text().count("\n")
     assert lines <= 300, f"engine.py has {lines} lines: move what is not the facade's into a room below"
+
+
+def test_postprocess_takes_its_types_from_below_not_from_the_runner():
+    # SampledTokens and Scores live in sampled.py (level 0): the runner makes them, postprocess
+    # takes them, and neither stage imports the other.
+    stages = {r for r, level in ENGINE_ROOMS.items() if level == ENGINE_ROOMS["postprocess"]} - {"postprocess"}
+    reached = {_engine_room(t) for t, _ in _imports(SOURCES["sgrun.engine.postprocess"])}
+    assert reached & stages == set()

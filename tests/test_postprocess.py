@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sgrun
 from sgrun.engine.detokenizer import IncrementalDetokenizer
-from sgrun.engine.model_runner import SampledTokens
+from sgrun.engine.sampled import SampledTokens
 from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.sequence import Sequence
 

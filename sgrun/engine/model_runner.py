@@ -28,6 +28,7 @@ from sgrun.engine.model_like import ModelLike
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.sampler import (MaskKernel, apply_logit_bias, apply_penalties, constraint_mask_kernel, draw,
                                   row_argmax, token_logprobs)
+from sgrun.engine.sampled import SampledLogprobs, SampledTokens, Scores
 from sgrun.engine.sampling_rows import SamplingInputs, penalised, sampling_inputs
 from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
@@ -41,33 +42,6 @@ class Logits:
     """One sequence's share of a forward: the next-token logits after each of `positions`."""
     rows: torch.Tensor        # [len(positions), vocab]
     positions: list[int]      # absolute token positions, ascending
-
-
-@dataclass
-class SampledTokens:
-    """Tokens a generating sequence accepts this step (one today; several when a speculative
-    step verifies a draft), with the model's own logprobs when the request asked for them."""
-    tokens: list[int]
-    logprobs: list[float] | None = None
-    top: list[list[tuple[int, float]]] | None = None   # top alternatives per token, best first
-    # The model's log-probabilities of forced tokens that jump-forward appended last step (the
-    # sequence's logprobs_pending_from on), computed by this step's forward: (logprob, top) each.
-    forced: list[tuple[float, list[tuple[int, float]]]] | None = None
-    # log_softmax of the sampling rows, for a constrained request with logprobs: jump-forward may
-    # replace a sampled token by a longer one predicted by the same row ([tokens, vocab], the
-    # row that predicted each token).
-    row_logprobs: torch.Tensor | None = None
-    # A verify step (speculative.py): how many of the sequence's draft tokens were accepted (the
-    # tokens are those plus one sampled token); None for a plain step.
-    accepted_draft: int | None = None
-
-
-@dataclass
-class Scores:
-    """A scoring sequence's log-probabilities of its tokens at this step's positions; `done`
-    once this step computed its last token."""
-    logprobs: list[float]
-    done: bool = False
 
 
 @dataclass
@@ -358,9 +332,9 @@ class ModelRunner:
             if k is not None and out.raw is not None:
                 lp = torch.log_softmax(out.raw[first:first + len(tokens)], dim=-1)
                 pairs = token_logprobs(lp, tokens, k, normalised=True)
-                got.logprobs, got.top = [c for c, _ in pairs], [t for _, t in pairs]
-                if seq.matcher is not None and seq.params.jump_forward:
-                    got.row_logprobs = lp   # the row of each token: jump-forward may replace any of them
+                # The row of each token, kept where jump-forward may replace any of them.
+                got.logprobs = SampledLogprobs([c for c, _ in pairs], [t for _, t in pairs],
+                                               lp if seq.matcher is not None and seq.params.jump_forward else None)
             res.append(got)
         return res
 

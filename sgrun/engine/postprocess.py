@@ -19,7 +19,7 @@ import time
 import torch
 
 from sgrun.constrain.jump_forward import jump_forward
-from sgrun.engine.model_runner import SampledTokens, Scores
+from sgrun.engine.sampled import SampledTokens, Scores
 from sgrun.engine.outputs import StreamEvent, TokenLogprob
 from sgrun.engine.sampler import token_logprobs
 from sgrun.engine.scoring import ScoringSequence
@@ -67,7 +67,7 @@ class Postprocessor:
             seq.tokens.append(token)
             new_tokens.append(token)
             if out.logprobs is not None:
-                new_logprobs.append(self._token_logprob(token, out.logprobs[i], out.top[i] if out.top else []))
+                new_logprobs.append(self._token_logprob(token, out.logprobs.chosen[i], out.logprobs.top[i]))
             finish = self._stop_token(seq, token)
             rebuilt = False
             if finish is None and seq.matcher is not None and p.jump_forward:
@@ -179,5 +179,5 @@ class Postprocessor:
 
 
 def _sampling_row(out: SampledTokens, i: int) -> torch.Tensor | None:
-    """The log-softmax row that predicted token i (one row per token)."""
-    return out.row_logprobs[i] if out.row_logprobs is not None else None
+    """The log-softmax row that predicted token i (one row per token), where kept."""
+    return out.logprobs.row(i) if out.logprobs is not None else None

@@ -46,7 +46,8 @@ from typing import Any, Callable
 import torch
 
 from sgrun.engine.isolation import isolate
-from sgrun.engine.model_runner import BatchInputs, ModelRunner, SampledTokens, SampleOutput, Scores
+from sgrun.engine.model_runner import BatchInputs, ModelRunner, SampleOutput
+from sgrun.engine.sampled import SampledTokens, Scores
 from sgrun.engine.outputs import StreamEvent
 from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.sampling_rows import SamplingInputs
