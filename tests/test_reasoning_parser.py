@@ -10,7 +10,7 @@ import pytest
 
 from sgrun.errors import SgrunError
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 from sgrun.server.reasoning import ReasoningSplitter, reasoning_tags
 
 OUTPUT = "<think>\nThe user wants yes or no.\n</think>\n\nyes"
