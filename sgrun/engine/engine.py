@@ -276,7 +276,7 @@ class Engine:
         if live:
             self.aborted[cause] += 1
         for seq in live:
-            seq.error, seq.abort_cause, seq.finish_reason = error, cause, "abort"
+            seq.output.error, seq.output.abort_cause, seq.output.finish_reason = error, cause, "abort"
             self.scheduler.finish(seq)
             seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=error))
         self._close_if_done(handle.request_id)

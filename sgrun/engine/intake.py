@@ -15,7 +15,7 @@ from sgrun.engine.prompt_ids import prompt_token_ids
 from sgrun.engine.request_handle import RequestHandle
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.engine.scoring import ScoringSequence
-from sgrun.engine.sequence import CompiledConstraint, Sequence, TokenMatcher
+from sgrun.engine.sequence import CompiledConstraint, ConstraintState, Sequence, TokenMatcher
 from sgrun.errors import InvalidRequestError
 from sgrun.models.tokenizer import Tokenizer
 
@@ -73,7 +73,7 @@ class Intake:
             handle.seqs.append(Sequence(seq_id=next(self._seq_ids), request_id=handle.request_id, index=i,
                                         tokens=list(prompt_ids), prompt_len=len(prompt_ids), params=params,
                                         detok=detok, emit=handle.push,
-                                        matcher=new_matcher() if new_matcher is not None else None,
+                                        constraint=ConstraintState(new_matcher() if new_matcher is not None else None),
                                         sample_seed=sample_seed(params, i)))
         return handle
 

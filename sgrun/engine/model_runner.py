@@ -145,7 +145,7 @@ class ModelRunner:
             table = seq.page_table[: -(-end // ps)]
             write_pages.extend(table[p // ps] for p in range(start, end))
             pages = torch.tensor(table, dtype=torch.long)
-            if seq.draft:   # a verify step: each row attends as the decode of its position would
+            if seq.speculation.draft:   # a verify step: each row attends as the decode of its position would
                 segments.extend(Segment(q_start=t + j, q_len=1, ctx_len=start + j + 1, pages=pages) for j in range(n))
                 verifying = True
             else:
@@ -227,7 +227,7 @@ class ModelRunner:
                 out[i] = self.score(seq, logits)
         if gen:
             seqs, logits_of = [items[i][0] for i in gen], [items[i][1] for i in gen]
-            rows = torch.cat([lg.rows[-(len(seq.draft) + 1):] for seq, lg in zip(seqs, logits_of)])
+            rows = torch.cat([lg.rows[-(len(seq.speculation.draft) + 1):] for seq, lg in zip(seqs, logits_of)])
             si = self.prepare_sampling(seqs)
             for i, got in zip(gen, self.finish_sampling(seqs, si, self.sample_logits(si, rows), logits_of)):
                 out[i] = got
@@ -327,14 +327,14 @@ class ModelRunner:
                                                       logits):
             got = SampledTokens(tokens, accepted_draft=accepted)
             k = seq.params.logprobs
-            if lg is not None and k is not None and seq.logprobs_pending_from is not None:
+            if lg is not None and k is not None and seq.constraint.logprobs_pending_from is not None:
                 got.forced = forced_logprobs(seq, lg, k)
             if k is not None and out.raw is not None:
                 lp = torch.log_softmax(out.raw[first:first + len(tokens)], dim=-1)
                 pairs = token_logprobs(lp, tokens, k, normalised=True)
                 # The row of each token, kept where jump-forward may replace any of them.
                 got.logprobs = SampledLogprobs([c for c, _ in pairs], [t for _, t in pairs],
-                                               lp if seq.matcher is not None and seq.params.jump_forward else None)
+                                               lp if seq.constraint.matcher is not None and seq.params.jump_forward else None)
             res.append(got)
         return res
 

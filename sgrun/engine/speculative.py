@@ -35,8 +35,9 @@ class Speculation:
     def settle(self, seq: Sequence, accepted: int) -> None:
         """After a verify step that accepted `accepted` of `seq`'s draft tokens: count them and
         adapt the next draft's length (the scheduler forgets the rejected positions)."""
-        self.counters.record(len(seq.draft), accepted)
-        seq.draft_limit = next_draft_limit(seq.draft_limit, len(seq.draft), accepted, self.config.num_draft)
+        self.counters.record(len(seq.speculation.draft), accepted)
+        state = seq.speculation
+        state.limit = next_draft_limit(state.limit, len(state.draft), accepted, self.config.num_draft)
 
 
 def tokens_of(seqs: list[Sequence], si: SamplingInputs, drawn: list[list[int]]) -> list[tuple[list[int], int | None]]:
@@ -46,12 +47,12 @@ def tokens_of(seqs: list[Sequence], si: SamplingInputs, drawn: list[list[int]]) 
     alt, accepted = drawn
     out: list[tuple[list[int], int | None]] = []
     for seq, first in zip(seqs, si.first_rows):
-        k = len(seq.draft)
+        k = len(seq.speculation.draft)
         tokens: list[int] = []
         for j in range(k):
             if not accepted[first + j]:
                 break
-            tokens.append(seq.draft[j])
+            tokens.append(seq.speculation.draft[j])
         tokens.append(alt[first + len(tokens)])
         out.append((tokens, len(tokens) - 1 if k else None))
     return out

@@ -81,7 +81,7 @@ class StepOutcome:
 
     def live(self, seq: Sequence) -> bool:
         """Not finished, not ending, and no stage of this turn failed on its request."""
-        return not seq.is_finished and seq.finish_reason is None and seq.request_id not in self.failed
+        return not seq.is_finished and seq.output.finish_reason is None and seq.request_id not in self.failed
 
     def fail(self, stage: str, item: tuple[Sequence, Any], exc: Exception) -> None:
         """`stage` failed on item's request: log it and end the request (isolation.py's on_fail)."""
@@ -221,7 +221,7 @@ class StepPipeline:
         out.finished.extend(last.finished)
         held, self._final_events = self._final_events, []
         for seq, event in held:
-            if seq.abort_cause is None:
+            if seq.output.abort_cause is None:
                 seq.emit(event)
 
     # --- launch -----------------------------------------------------------------------------
@@ -270,8 +270,8 @@ class StepPipeline:
                 continue
             row += len(want)
             # Only logits that predict the sequence's real next token are drawn from.
-            if ok and not isinstance(seq, ScoringSequence) and start + n == len(seq.tokens) + len(seq.draft):
-                sampled.append((seq, list(range(row - len(seq.draft) - 1, row))))
+            if ok and not isinstance(seq, ScoringSequence) and start + n == len(seq.tokens) + len(seq.speculation.draft):
+                sampled.append((seq, list(range(row - len(seq.speculation.draft) - 1, row))))
         if not sampled:
             return
         try:
