@@ -112,11 +112,17 @@ def test_one_shot_compiles_only_with_a_warm_marker_that_pays(cache_dir, monkeypa
     monkeypatch.delenv("SGRUN_COMPILE", raising=False)
     model, _, _ = load_model("random:tiny", torch.float32, "none", "cpu")
     assert not compile_policy.one_shot_compile(model, 10_000), "cold cache: generate must stay eager"
+    # The engine is built with that decision (EngineOptions.one_shot_tokens): nothing compiles where
+    # it does not pay, or where the C++ decode blocks serve the model, and nothing is swapped in later.
+    cpu = torch.device("cpu")
+    assert compile_policy.start_compile(model, cpu, None, 1, one_shot_tokens=10_000) == (None, None)
     path = compile_policy.marker_path(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"warm_up_s": 2.0, "eager_step_s": 0.010, "compiled_step_s": 0.006}))
     assert not compile_policy.one_shot_compile(model, 100)      # saves 0.4 s, costs 2 s
     assert compile_policy.one_shot_compile(model, 1000)         # saves 4 s
+    assert compile_policy.start_compile(model, cpu, None, 1, fused_serves=True, one_shot_tokens=1000) == (None, None)
+    assert compile_policy.start_compile(model, cpu, None, 1, one_shot_tokens=100) == (None, None)
     monkeypatch.setenv("SGRUN_COMPILE", "0")
     assert not compile_policy.one_shot_compile(model, 1000)
 
