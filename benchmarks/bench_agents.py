@@ -40,7 +40,7 @@ from bench_options import add_json_output, add_threads, forced_level_env, load_a
 from bench_serve import serve, stop  # noqa: E402
 
 from sgrun.models.fetch import resolve_model_path  # noqa: E402
-from sgrun.server.background import free_port  # noqa: E402
+from sgrun.child_process import free_port  # noqa: E402
 
 MAX_TOKENS = 96
 

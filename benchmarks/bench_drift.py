@@ -47,7 +47,7 @@ from profile_prefill import prefill_paths
 from teacher_forced import decode_trace, drift
 
 import sgrun
-from sgrun.models.auto_config import startup_line
+from sgrun.engine.startup_report import startup_line
 from sgrun.models.fetch import default_model_path
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model_files
@@ -101,7 +101,7 @@ def reference_and_engine(args):
     loaded = load_model_files(gguf, torch.float32)
     ref = LlamaModel(loaded.config, loaded.weights, torch.float32)
     engine = sgrun.Engine(compile=False, num_threads=args.threads, memory_gb=0.5, kv_cache_dtype=args.kv_cache_dtype)
-    print("sgrun default:", startup_line(engine))
+    print("sgrun default:", startup_line(engine.startup_report()))
     return gguf, loaded.tokenizer, ref, engine
 
 

@@ -205,10 +205,10 @@ def bench_overhead(engine, rng) -> None:
         prompts = [random_ids(rng, 64) for _ in range(batch)]
         params = sgrun.SamplingParams(max_new_tokens=64, temperature=0, ignore_eos=True)
         engine.generate(prompts, params.replace(max_new_tokens=2))
-        s0, m0, n0 = engine.step_time_total, engine.runner.model_time, engine.num_steps
+        s0, m0, n0 = engine.pipeline.step_time_total, engine.runner.model_time, engine.pipeline.num_steps
         engine.generate(prompts, params)
-        steps = engine.num_steps - n0
-        step = (engine.step_time_total - s0) / steps
+        steps = engine.pipeline.num_steps - n0
+        step = (engine.pipeline.step_time_total - s0) / steps
         model = (engine.runner.model_time - m0) / steps
         print(f"decode step at batch {batch} ({engine.quantization}): {step * 1e3:.2f} ms, model forward "
               f"{model * 1e3:.2f} ms, engine overhead {100 * (step - model) / step:.1f}%  (load {load_avg()})")

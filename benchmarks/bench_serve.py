@@ -26,7 +26,7 @@ import time
 import httpx
 
 from sgrun.models.fetch import resolve_model_path
-from sgrun.server.background import free_port
+from sgrun.child_process import free_port
 from sgrun.bench import BenchConfig, print_report, run_benchmark
 from bench_options import add_dtype, add_json_output, add_threads, load_avg, server_log_path, write_json, machine_line
 

@@ -27,13 +27,28 @@ def plan_trip(s, city: str, limit: int):
 
 @contextlib.contextmanager
 def local_server() -> Iterator[str]:
+    """`sgrun serve`'s app on a background thread of this process (uvicorn on a free loopback port)."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from sgrun.child_process import free_port
     from sgrun.server.app import build_app
-    from sgrun.server.background import ServerThread
 
     engine = sgrun.Engine(dtype="float32")
-    with ServerThread(build_app(engine)) as server:
-        yield server.url
-    engine.close()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(build_app(engine), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        engine.close()
 
 
 def main(url: str | None = None, api_key: str | None = None) -> sgrun.ProgramState:

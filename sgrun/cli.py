@@ -24,17 +24,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     import sgrun
 
     from sgrun.cli_flags import device_kwargs, speculative_kwargs
-    from sgrun.engine.compile_policy import compile_for_one_shot
-    from sgrun.models.auto_config import startup_line
-    kwargs = device_kwargs(args)
-    one_shot = kwargs["compile"] is None   # no --compile/--no-compile: compile only where it pays
-    if one_shot:
-        kwargs["compile"] = False
+    from sgrun.engine.startup_report import startup_line
+    # Without --compile/--no-compile the forward is compiled only where it pays for max_tokens.
     with sgrun.Engine(args.model, dtype=args.dtype, num_threads=args.num_threads, quantization=args.quantization,
-                      tp=args.tp, **kwargs, **speculative_kwargs(args)) as engine:
-        if one_shot:
-            compile_for_one_shot(engine.parts, args.max_tokens)
-        print(f"sgrun: {startup_line(engine)}", file=sys.stderr, flush=True)
+                      tp=args.tp, one_shot_tokens=args.max_tokens, **device_kwargs(args),
+                      **speculative_kwargs(args)) as engine:
+        print(f"sgrun: {startup_line(engine.startup_report())}", file=sys.stderr, flush=True)
         prompt = args.prompt
         if args.chat:
             messages = ([{"role": "system", "content": args.system}] if args.system else [])

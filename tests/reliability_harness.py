@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from sgrun.server.background import free_port
+from sgrun.child_process import free_port
 
 # KV pages of 16 tokens; SmolLM2-135M's float16 or bf16 pages (kv_cache_dtype auto under float32) need
 # 368,640 bytes per page, so 0.006 GB is 17 pages (272 tokens): five concurrent requests of ~60

@@ -33,7 +33,7 @@ def server_fixture(engine: str = "shared_engine", **app_options: Any) -> Callabl
     @pytest.fixture(scope=MODULE)
     def server(request):
         from sgrun.server.app import build_app
-        from sgrun.server.background import ServerThread
+        from server_thread import ServerThread
         with ServerThread(build_app(request.getfixturevalue(engine), **app_options)) as srv:
             yield srv
     return server

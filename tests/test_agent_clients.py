@@ -17,7 +17,7 @@ import pydantic
 import pytest
 
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 
 # litellm fetches a model price list from GitHub at import unless told to use its own copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

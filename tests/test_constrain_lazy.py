@@ -194,7 +194,7 @@ def test_byte_classes_equal_the_partition_by_mask_membership():
     ("x(a?){0,9}y", ["xy", "x" + "a" * 9 + "y"], ["x" + "a" * 10 + "y"]),
 ])
 def test_counted_repeats(regex, good, bad):
-    from sgrun.constrain.compile import nfa_from_node
+    from sgrun.constrain.byte_nfa import nfa_from_node
     from sgrun.constrain.regex_parser import parse_regex
     nfa, root = nfa_from_node(parse_regex(regex).fullmatch_node())
     assert root in nfa.trim()

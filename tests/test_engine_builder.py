@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 import sgrun
-from sgrun.engine.engine import options_with
+from sgrun.engine.engine_builder import options_with
 from sgrun.engine.engine_builder import EngineOptions, build_engine_parts
 from sgrun.errors import InvalidRequestError
 

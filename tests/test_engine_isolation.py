@@ -95,7 +95,9 @@ def test_failing_logit_bias_fails_only_its_request(engine, prompts, solo, monkey
         real(logits, params)
 
     monkeypatch.setattr(model_runner, "apply_logit_bias", biased)
-    outs, seeded, bad = run_batch(engine, prompts, prompts[2], GREEDY.replace(stop=[MARKER]))
+    # The victim has a logit bias (of 0: no effect of its own), so alone too its rows take the path
+    # that applies it; a greedy row with nothing to apply is drawn in place (draw_plain_greedy).
+    outs, seeded, bad = run_batch(engine, prompts, prompts[2], GREEDY.replace(stop=[MARKER], logit_bias={0: 0.0}))
     check(outs, seeded, bad, solo, "sampling")
 
 

@@ -12,7 +12,7 @@ import pytest
 
 import sgrun
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SHORT = "8"

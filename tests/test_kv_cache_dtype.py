@@ -11,7 +11,7 @@ import torch
 import sgrun
 from sgrun.engine.device import resolve_kv_dtype
 from sgrun.errors import InvalidRequestError
-from sgrun.models.auto_config import startup_line
+from sgrun.engine.startup_report import startup_line
 
 CPU = torch.device("cpu")
 
@@ -48,7 +48,7 @@ def test_auto_keeps_narrower_pages_under_a_float32_model(shared_engine, narrow_k
     assert engine.runner.model.dtype == torch.float32 and engine.pool.k[0].dtype == narrow
     report = engine.startup_report()
     assert report["dtype"] == "float32" and report["kv_cache_dtype"] == name
-    assert f"dtype float32, kv cache {name}," in startup_line(engine)
+    assert f"dtype float32, kv cache {name}," in startup_line(engine.startup_report())
     # the prefill chunks keep the C++ kernel (a narrower pool under float32 queries has its vector paths)
     from sgrun.cpu_kernels.prefill_attention import prefill_kernel_for
     assert engine.runner.attn.prefill_op is prefill_kernel_for(narrow, engine.runner.attn.D, torch.float32)

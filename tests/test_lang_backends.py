@@ -11,7 +11,7 @@ from engine_numerics import logprob_tolerance
 
 import sgrun
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 
 PAGE = 16
 ANSWER_SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer", "minimum": 0, "maximum": 99999}}, "required": ["answer"],

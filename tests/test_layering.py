@@ -46,10 +46,10 @@ ENGINE_ROOMS: dict[str, int] = {
     # data and small mechanisms
     **dict.fromkeys(["sampling_params", "outputs", "detokenizer", "sequence", "scoring", "counter_rng",
                      "page_pool", "request_handle", "prompt_ids", "prompt_logprobs", "radix_cache",
-                     "radix_snapshot", "isolation", "model_like"], 0),
+                     "radix_snapshot", "isolation", "model_like", "sampled"], 0),
     # parts the stages are made of
     **dict.fromkeys(["sampler", "sampling_rows", "ngram_draft", "attention", "cuda_graph_runner", "device",
-                     "request_constraint", "step_broadcast", "compile_policy"], 1),
+                     "request_constraint", "step_broadcast", "compile_policy", "intake"], 1),
     # the stages
     **dict.fromkeys(["scheduler", "stats", "speculative", "model_runner", "postprocess", "consistency",
                      "tp_worker"], 2),
@@ -136,11 +136,12 @@ def test_no_import_runs_upward():
     assert upward_imports() == []
 
 
-def engine_cycles() -> list[list[str]]:
-    """Run-time import circles among sgrun/engine/ modules (TYPE_CHECKING imports excluded)."""
-    graph = {m: sorted({t for t, typing in _imports(tree) if not typing and t in SOURCES
-                        and t.startswith("sgrun.engine") and t != m})
-             for m, tree in SOURCES.items() if m.startswith("sgrun.engine")}
+def import_cycles(prefix: str = "sgrun", typing_too: bool = False) -> list[list[str]]:
+    """Run-time import circles among the modules under `prefix` (TYPE_CHECKING imports excluded
+    unless `typing_too`; an import inside a function counts: it runs too, only later)."""
+    graph = {m: sorted({t for t, typing in _imports(tree) if (typing_too or not typing) and t in SOURCES
+                        and t.startswith(prefix) and t != m})
+             for m, tree in SOURCES.items() if m.startswith(prefix)}
     cycles, state, stack = [], {}, []
 
     def visit(node: str) -> None:
@@ -160,8 +161,32 @@ def engine_cycles() -> list[list[str]]:
     return cycles
 
 
+def engine_cycles() -> list[list[str]]:
+    return import_cycles("sgrun.engine")
+
+
 def test_no_runtime_import_circle_inside_the_engine():
     assert engine_cycles() == []
+
+
+def test_no_circle_inside_the_engine_even_for_type_names():
+    # A type-only import that closes a circle is still a stage reaching up (stats.py named the
+    # model runner's type once, the runner importing what imports stats); Protocols say what is read.
+    assert import_cycles("sgrun.engine", typing_too=True) == []
+
+
+def test_no_engine_module_imports_a_private_name_of_another():
+    # speculative.py used sampler._filter once: a room's private names stay in it.
+    bad = [f"{m} imports {node.module}.{a.name}" for m, tree in SOURCES.items() if m.startswith("sgrun.engine")
+           for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sgrun.engine")
+           for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    assert bad == []
+
+
+def test_no_runtime_import_circle_anywhere():
+    # grammar <-> earley_automaton and compile <-> compile_worker were the last two (the shared
+    # GrammarAutomaton and nfa_from_node now live below both sides).
+    assert import_cycles() == []
 
 
 @pytest.mark.parametrize("source, expect", [
@@ -184,3 +209,26 @@ def test_the_cycle_check_finds_a_circle(monkeypatch):
     monkeypatch.setitem(SOURCES, "sgrun.engine.page_pool", ast.parse(
         "from sgrun.engine.scheduler import Scheduler\n" + ast.unparse(SOURCES["sgrun.engine.page_pool"])))
     assert any("sgrun.engine.page_pool" in c and "sgrun.engine.scheduler" in c for c in engine_cycles())
+
+
+def test_the_cycle_check_finds_a_lazy_circle_outside_the_engine(monkeypatch):
+    # An import inside a function closes a circle as surely as one at the top.
+    monkeypatch.setitem(SOURCES, "sgrun.constrain.byte_nfa", ast.parse(
+        "def f():\n    from sgrun.constrain.compile import compile_constraint\n"
+        + ast.unparse(SOURCES["sgrun.constrain.byte_nfa"])))
+    assert any("sgrun.constrain.byte_nfa" in c and "sgrun.constrain.compile" in c for c in import_cycles())
+
+
+def test_the_engine_facade_stays_a_facade():
+    # engine.py runs the loop and takes requests; building Sequences (intake.py), options
+    # (engine_builder.py) and warm-ups (request_constraint.py) live in the rooms below it.
+    lines = (SGRUN / "engine" / "engine.py").read_text().count("\n")
+    assert lines <= 300, f"engine.py has {lines} lines: move what is not the facade's into a room below"
+
+
+def test_postprocess_takes_its_types_from_below_not_from_the_runner():
+    # SampledTokens and Scores live in sampled.py (level 0): the runner makes them, postprocess
+    # takes them, and neither stage imports the other.
+    stages = {r for r, level in ENGINE_ROOMS.items() if level == ENGINE_ROOMS["postprocess"]} - {"postprocess"}
+    reached = {_engine_room(t) for t, _ in _imports(SOURCES["sgrun.engine.postprocess"])}
+    assert reached & stages == set()

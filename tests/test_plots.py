@@ -10,7 +10,7 @@ import pytest
 from sgrun.bench_plot import plot_prefix_cache
 from sgrun.cli import main
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

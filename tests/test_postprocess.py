@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sgrun
 from sgrun.engine.detokenizer import IncrementalDetokenizer
-from sgrun.engine.model_runner import SampledTokens
+from sgrun.engine.sampled import SampledTokens
 from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.sequence import Sequence
 
@@ -22,7 +22,7 @@ class Collecting:
         event = self.post.accept(seq, out)
         self.events.append(event)
         if event.finish_reason is not None:
-            assert seq.finish_reason == event.finish_reason   # what the step hands the scheduler
+            assert seq.output.finish_reason == event.finish_reason   # what the step hands the scheduler
             self.finished.append(event.finish_reason)
 
 
@@ -63,6 +63,6 @@ def test_a_stop_string_inside_the_accepted_tokens_cuts_there(tokenizer):
     ids = tokenizer.encode(" one two three four", add_bos=False)
     seq, post, events, finished = make(tokenizer, sgrun.SamplingParams(max_new_tokens=50, stop=[" two"]))
     post.accept(seq, SampledTokens(ids))
-    assert finished == ["stop"] and seq.matched_stop == " two"
+    assert finished == ["stop"] and seq.output.matched_stop == " two"
     assert seq.detok.text == " one" and events[-1].text == " one"
     assert len(seq.output_ids) < len(ids)   # the tokens after the stop string were not accepted

@@ -10,7 +10,7 @@ import pytest
 
 from sgrun.errors import SgrunError
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 from sgrun.server.reasoning import ReasoningSplitter, reasoning_tags
 
 OUTPUT = "<think>\nThe user wants yes or no.\n</think>\n\nyes"
@@ -30,6 +30,16 @@ def test_splitter_whole_and_streamed():
         assert all("<" not in r + a for r, a in pieces)
     with pytest.raises(SgrunError, match="unknown reasoning parser"):
         reasoning_tags("nope")
+
+
+def test_server_and_dsl_read_one_table_of_tags():
+    # --reasoning-parser and separate_reasoning take the same names, in either spelling.
+    from sgrun.lang.reasoning_split import REASONING_TAGS, split_reasoning
+    for name, (start, end) in REASONING_TAGS.items():
+        for spelling in (name, name.replace("-", "_"), name.upper()):
+            assert reasoning_tags(spelling) == (start, end)
+            assert split_reasoning(f"{start}why{end} answer", spelling) == ("why", "answer")
+    assert reasoning_tags("deepseek_r1") == reasoning_tags("deepseek-r1") == ("<think>", "</think>")
 
 
 @pytest.fixture(scope="module")

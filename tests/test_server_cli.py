@@ -13,7 +13,7 @@ import time
 import httpx
 import openai
 
-from sgrun.server.background import free_port
+from sgrun.child_process import free_port
 
 
 def test_sgrun_serve_subprocess():

@@ -16,7 +16,7 @@ import pytest
 from server_fixtures import model_fixture, server_fixture
 
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 from sgrun.server.errors import internal_error, scrub
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]

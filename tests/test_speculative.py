@@ -15,9 +15,8 @@ import torch
 import sgrun
 from sgrun.engine.consistency import check_consistency
 from sgrun.engine.ngram_draft import SpeculativeConfig, propose
-from sgrun.engine.sampler import _filter
+from sgrun.engine.sampler import accept_drafts, filter_rows
 from sgrun.engine.sampling_rows import SamplingInputs
-from sgrun.engine.speculative import accept_rows
 from sgrun.errors import InvalidRequestError
 
 TOOL_RESULT = '{"name": "Alice Smith", "city": "Paris", "age": 31, "tags": ["admin", "ops"]}'
@@ -94,9 +93,9 @@ def test_rejection_sampling_emits_tokens_distributed_as_p(params, draft):
     logits[0] += 2.0
     si = _rows_inputs(params, n)
     rows = logits.expand(n, vocab).clone()
-    accept, alt = (t.tolist() for t in accept_rows(rows, si, [draft] * n))
+    accept, alt = (t.tolist() for t in accept_drafts(rows, si, [draft] * n))
     emitted = torch.tensor([draft if a else t for a, t in zip(accept, alt)])
-    p = torch.softmax(_filter(logits[None].clone(), [params])[0], dim=-1)
+    p = torch.softmax(filter_rows(logits[None].clone(), [params])[0], dim=-1)
     counts = torch.bincount(emitted, minlength=vocab).double()
     assert counts[p == 0].sum() == 0, "a token outside the filtered support was emitted"
     support = p > 0

@@ -17,6 +17,7 @@ from sgrun.constrain import compile_constraint
 from sgrun.constrain.budget import budgeted_matcher
 from sgrun.constrain.shortest_completion import shortest_completion
 from sgrun.engine.ngram_draft import allowed_prefix
+from sgrun.engine.sequence import ConstraintState, DraftState
 from sgrun.engine.sampling_rows import _fill_masks   # the verify rows' masks (one builder for every step)
 from test_speculative import _both, _chi2_critical   # the same request off and on; the chi-square bound
 
@@ -36,7 +37,7 @@ TAG = {"structures": [{"begin": "<order>", "schema": ORDER_SCHEMA, "end": "</ord
 class _Seq:
     """What allowed_prefix / _fill_masks read of a sequence."""
     def __init__(self, matcher, draft, jump_forward=False):
-        self.matcher, self.draft = matcher, draft
+        self.constraint, self.speculation = ConstraintState(matcher), DraftState(draft)
         self.params = sgrun.SamplingParams(jump_forward=jump_forward)
 
 

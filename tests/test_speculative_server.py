@@ -15,7 +15,7 @@ import pytest
 import sgrun
 from sgrun.cli_flags import speculative_kwargs
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 from sgrun.server.cli_commands import add_serve_parser
 
 TOOL_RESULT = '{"order_id": "A-1042", "status": "shipped", "items": [{"sku": "KB-7", "qty": 2}]}'

@@ -14,6 +14,7 @@ import torch
 import sgrun
 from sgrun.cpu_kernels import isa
 from sgrun.engine import compile_policy
+from sgrun.engine.startup_report import startup_line
 from sgrun.models import auto_config, model_cache
 from sgrun.models.loader import load_model, resolve_dtype
 
@@ -56,8 +57,8 @@ def test_auto_dtype_and_quantization_follow_the_table_for_the_level_in_force():
 
 def test_start_up_line_names_level_dtype_weights_kernels_and_compile(model_path):
     with sgrun.Engine(str(model_path), num_threads=2, memory_gb=0.1, compile=False) as engine:
-        line = auto_config.startup_line(engine)
         report = engine.startup_report()
+        line = startup_line(report)
     assert f"cpu level {auto_config.cpu_level()}" in line
     assert f"dtype {str(engine.dtype).replace('torch.', '')}" in line
     assert "weights int4" in line and "attention " in line and line.endswith("compile off")
@@ -69,7 +70,7 @@ def test_start_up_line_names_level_dtype_weights_kernels_and_compile(model_path)
     assert ("AMX-INT8" in report["weights"]) == tiles, report["weights"]
     # the prefill attention names its vector path (amx: the AVX512-BF16 walk on AMX tiles, at the
     # amx level), and on a float32 pool where bf16 products start
-    attn = engine.runner.attn
+    attn = engine.runner.kernels
     if getattr(attn, "prefill_op", None) is not None:
         path = attn.prefill_op.fast_path(str(engine.dtype).replace("torch.", ""), attn.D)
         on_tiles = auto_config.cpu_level() == "amx" and path == "avx512_bf16"
@@ -111,11 +112,17 @@ def test_one_shot_compiles_only_with_a_warm_marker_that_pays(cache_dir, monkeypa
     monkeypatch.delenv("SGRUN_COMPILE", raising=False)
     model, _, _ = load_model("random:tiny", torch.float32, "none", "cpu")
     assert not compile_policy.one_shot_compile(model, 10_000), "cold cache: generate must stay eager"
+    # The engine is built with that decision (EngineOptions.one_shot_tokens): nothing compiles where
+    # it does not pay, or where the C++ decode blocks serve the model, and nothing is swapped in later.
+    cpu = torch.device("cpu")
+    assert compile_policy.start_compile(model, cpu, None, 1, one_shot_tokens=10_000) == (None, None)
     path = compile_policy.marker_path(model)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"warm_up_s": 2.0, "eager_step_s": 0.010, "compiled_step_s": 0.006}))
     assert not compile_policy.one_shot_compile(model, 100)      # saves 0.4 s, costs 2 s
     assert compile_policy.one_shot_compile(model, 1000)         # saves 4 s
+    assert compile_policy.start_compile(model, cpu, None, 1, fused_serves=True, one_shot_tokens=1000) == (None, None)
+    assert compile_policy.start_compile(model, cpu, None, 1, one_shot_tokens=100) == (None, None)
     monkeypatch.setenv("SGRUN_COMPILE", "0")
     assert not compile_policy.one_shot_compile(model, 1000)
 

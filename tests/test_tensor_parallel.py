@@ -174,7 +174,7 @@ def test_a_killed_rank_stops_the_engine_with_a_clear_error(tp_engine):
                                                                              temperature=0))
     events = iter(handle)
     next(events)                                            # generating
-    tp_engine.tp_group.procs[0].kill()   # rank 1's process
+    tp_engine.parts.tp_group.procs[0].kill()   # rank 1's process
     t0 = time.monotonic()
     out = handle.result(timeout=60)
     assert time.monotonic() - t0 < 45

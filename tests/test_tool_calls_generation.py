@@ -14,7 +14,7 @@ import sgrun
 from sgrun.constrain.tool_calls import FORMATS, ToolCallConstraint, ToolSpec
 from sgrun.engine.sampling_params import SamplingParams
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 
 WEATHER = ToolSpec("get_weather", {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 12}, "days": {"type": "integer", "minimum": 1, "maximum": 5}},

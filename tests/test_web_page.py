@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import expect, sync_playwright
 
 from sgrun.server.app import build_app
-from sgrun.server.background import ServerThread
+from server_thread import ServerThread
 
 API_KEY = "page-test-key"
 CHROMIUM = os.environ.get("SGRUN_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")

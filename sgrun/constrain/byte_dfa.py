@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sgrun.constrain.byte_nfa import ALL_BYTES, ByteNFA
+from sgrun.constrain.byte_nfa import ByteNFA
 from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import ConstraintTooComplexError
 from sgrun.constrain.regex_ast import Node
@@ -41,9 +41,6 @@ class ByteDFA:
             if s is None:
                 return False
         return s in self.accepting
-
-    def is_empty(self) -> bool:
-        return not self.accepting
 
     def __hash__(self) -> int:
         return id(self)
@@ -194,10 +191,6 @@ def fully_live(d: ByteDFA) -> ByteDFA:
     the NFA's liveness check (nfa_liveness.dfa_fully_live) need not search it again."""
     d.__dict__["_fully_live"] = True
     return d
-
-
-def universal_bytes() -> ByteDFA:
-    return ByteDFA([[(ALL_BYTES, 0)]], {0})
 
 
 def finite_words(d: ByteDFA, cap: int) -> list[bytes] | None:

@@ -401,3 +401,11 @@ def _dfa_masks(dfa: Any) -> set[int]:
     if got is None:
         got = dfa.__dict__["_masks"] = {m for row in dfa.edges for m, _ in row}
     return got
+
+
+def nfa_from_node(node: Node) -> tuple[ByteNFA, int]:
+    """A regular expression's AST as a fresh shared NFA and its root fragment."""
+    nfa = ByteNFA(share=True)
+    root = nfa.new_fragment()
+    nfa.define_fragment(root, node)
+    return nfa, root

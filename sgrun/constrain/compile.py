@@ -13,7 +13,6 @@ from sgrun.constrain.constraint import Constraint
 from sgrun.constrain.errors import ConstraintTooComplexError, EmptyConstraintError, InvalidSchemaError
 from sgrun.constrain.schema_checks import MAX_DOCUMENT_DEPTH, check_document_depth
 from sgrun.constrain.native_dfa import make_lazy_dfa, native_enabled, native_trie
-from sgrun.constrain.regex_ast import Node
 from sgrun.constrain.region_memo import region_memo
 from sgrun.constrain.token_table import token_table
 from sgrun.errors import ConstraintError
@@ -145,13 +144,6 @@ def compile_constraint(tokenizer, *, json_schema: Any = None, regex: str | None 
         options = options + (tuple(reasoning),)
     return GLOBAL_CACHE.get_or_compile((kind, spec, options, tokenizer.fingerprint), build_in_budget,
                                        refusal_key=budget_s)
-
-
-def nfa_from_node(node: Node) -> tuple[ByteNFA, int]:
-    nfa = ByteNFA(share=True)
-    root = nfa.new_fragment()
-    nfa.define_fragment(root, node)
-    return nfa, root
 
 
 def _load_schema(json_schema: Any) -> Any:

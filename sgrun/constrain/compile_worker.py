@@ -136,7 +136,7 @@ def build_nfa(kind: str, payload: Any, options: dict) -> tuple[Any, int, list[st
         from sgrun.constrain.json_schema import schema_to_nfa
         nfa, root, warnings = schema_to_nfa(payload, **options)
     else:
-        from sgrun.constrain.compile import nfa_from_node
+        from sgrun.constrain.byte_nfa import nfa_from_node
         node = parse_regex(payload).fullmatch_node() if kind == "regex" else literal_choices(list(payload))
         nfa, root = nfa_from_node(node)
     if root not in nfa.trim():

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from sgrun.constrain.earley import EarleyRecognizer
 from sgrun.constrain.errors import ConstraintTooComplexError
-from sgrun.constrain.grammar import GrammarAutomaton
+from sgrun.constrain.grammar_automaton import GrammarAutomaton
 from sgrun.constrain.lark_build import bnf_rules, grammar_parts, terminal_dfas
 
 MAX_ALTERNATIVES = 64

@@ -393,8 +393,3 @@ def constrained_string_node(decoded: ByteDFA) -> Node:
     if not lifted.accepting:
         return ("alt", ())
     return seq(QUOTE, ("dfa", lifted), QUOTE)
-
-
-def json_string_literal(value: str) -> str:
-    import json
-    return json.dumps(value, ensure_ascii=False)

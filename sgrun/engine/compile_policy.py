@@ -119,17 +119,23 @@ def one_shot_compile(model, max_new_tokens: int) -> bool:
     return saving > marker["warm_up_s"]
 
 
-def start_compile(model, device: torch.device, compile: bool | None, tp: int,
-                  fused_serves: bool = False) -> tuple[object | None, float | None]:
+def start_compile(model, device: torch.device, compile: bool | None, tp: int, fused_serves: bool = False,
+                  one_shot_tokens: int | None = None) -> tuple[object | None, float | None]:
     """(CompiledForward or None, the warm-up seconds when compiled now). compile=None: $SGRUN_COMPILE
     when set, else nothing where the C++ decode blocks serve the model (`fused_serves`: they are
     faster than the compiled graphs and need no warm-up, fused_decode.py), else compiled in the
     background where it can run (the CPU, one process, a C++ compiler present); True compiles
-    now; False never."""
+    now; False never. `one_shot_tokens` (sgrun generate) with compile=None: compiled now where a
+    warm compile pays for that many tokens (`one_shot_compile`), else never; the engine is built
+    with its forward, nothing is swapped into it later."""
     from sgrun.models.compiled_forward import compile_available, compiled_forward_for
     possible = device.type == "cpu" and tp == 1
     background = False
-    if compile is None:
+    if compile is None and one_shot_tokens is not None:
+        if fused_serves or not possible:
+            return None, None
+        compile = one_shot_compile(model, one_shot_tokens)
+    elif compile is None:
         env = env_compile_default()
         # The environment sets the default, so it never errors where compiling cannot run.
         background = env is None
@@ -154,17 +160,3 @@ def start_compile(model, device: torch.device, compile: bool | None, tp: int,
         write_marker(fwd, seconds)
         log.info("compiled the decode forward in %.1f s (torch.compile, inductor C++)", seconds)
     return fwd, seconds
-
-
-def compile_for_one_shot(parts, max_new_tokens: int) -> None:
-    """`sgrun generate`: give an eager engine (its EngineParts) its compiled forward now, where
-    `one_shot_compile` says the warm compile costs less than it saves on `max_new_tokens` (else it
-    stays eager)."""
-    if parts.compiled is not None or parts.fused is not None or parts.device.type != "cpu" or parts.tp != 1:
-        return
-    if not one_shot_compile(parts.model, max_new_tokens):
-        return
-    fwd, seconds = start_compile(parts.model, parts.device, True, parts.tp)
-    # Before the first request, so the engine thread has no forward under way to race with.
-    parts.runner.compiled = parts.compiled = fwd
-    parts.compile_s = seconds

@@ -12,15 +12,11 @@ the requests that finished and ends alone a request whose input made a stage fai
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import inspect
-import itertools
 import logging
 import os
 import queue
 import threading
 import traceback
-import uuid
 import weakref
 from collections import Counter
 from typing import Any, Callable, Iterator, TypeVar
@@ -28,16 +24,15 @@ from typing import Any, Callable, Iterator, TypeVar
 import torch
 
 from sgrun.engine.consistency import check_consistency
-from sgrun.engine.detokenizer import IncrementalDetokenizer
-from sgrun.engine.engine_builder import EngineOptions, EngineParts, build_engine_parts
+from sgrun.engine.engine_builder import EngineOptions, EngineParts, build_engine_parts, options_signature, options_with
+from sgrun.engine.intake import Intake
 from sgrun.engine.outputs import RequestOutput, StreamEvent
 from sgrun.engine.postprocess import Postprocessor
-from sgrun.engine.prompt_ids import prompt_token_ids
-from sgrun.engine.request_constraint import compile_for_request, constraint_of
+from sgrun.engine.request_constraint import compile_for_request, constraint_of, warm_constraint_index
 from sgrun.engine.request_handle import RequestHandle
 from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.scoring import ScoringSequence, scored_token_ids
-from sgrun.engine.sequence import CompiledConstraint, Sequence
+from sgrun.engine.scoring import scored_token_ids
+from sgrun.engine.sequence import CompiledConstraint
 from sgrun.engine.startup_report import startup_report
 from sgrun.engine.stats import engine_stats, request_pages
 from sgrun.engine.step import StepOutcome, StepPipeline
@@ -72,7 +67,7 @@ class Engine:
         self.pipeline = StepPipeline(parts.scheduler, parts.runner, self.post, parts.speculation,
                                      parts.pipeline_depth, parts.device)
         self.aborted: Counter[str] = Counter()   # requests aborted, by cause (stats.ABORT_CAUSES)
-        self._seq_ids = itertools.count()
+        self.intake = Intake(parts.tokenizer, parts.config.vocab_size, parts.max_context, self.abort)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._handles: dict[str, RequestHandle] = {}
@@ -82,9 +77,9 @@ class Engine:
         self._thread = threading.Thread(target=self._loop, name="sgrun-engine", daemon=True)
         self._thread.start()
         _LIVE_ENGINES.add(self)
-        # The constraint compiler's per-tokenizer index takes ~1 s to build: do it now, off the
-        # request path, so the first constrained request does not pay for it.
-        threading.Thread(target=self._warm_constraint_index, name="sgrun-vocab-index", daemon=True).start()
+        # The constraint compiler's per-tokenizer tables, off the request path (request_constraint.py).
+        threading.Thread(target=warm_constraint_index, args=(parts.tokenizer,), name="sgrun-vocab-index",
+                         daemon=True).start()
 
     # The parts callers read (docs/interfaces.md); everything else is `engine.parts`.
     device = property(lambda self: self.parts.device)
@@ -100,25 +95,6 @@ class Engine:
     cache = property(lambda self: self.parts.cache)
     scheduler = property(lambda self: self.parts.scheduler)
     runner = property(lambda self: self.parts.runner)
-    tp = property(lambda self: self.parts.tp)
-    tp_group = property(lambda self: self.parts.tp_group)
-    speculative = property(lambda self: self.parts.speculative)
-    num_steps = property(lambda self: self.pipeline.num_steps)
-    step_time_total = property(lambda self: self.pipeline.step_time_total)
-
-    def _warm_constraint_index(self) -> None:
-        try:
-            from sgrun.constrain.token_spelling import vocab_spelling
-            from sgrun.constrain.token_table import token_table
-            from sgrun.constrain.vocab_index import vocab_index
-            table = token_table(self.tokenizer)
-            vocab_index(table)
-            vocab_spelling(table)   # the output budget's token spellings: 0.4 s once, not in a first request
-            from sgrun.constrain.native_dfa import native_enabled, native_trie
-            if native_enabled():
-                native_trie(table)  # the C++ mask walk's trie: 0.2 s once
-        except Exception:  # noqa: BLE001 - only a warm-up; compile reports real errors later
-            log.debug("vocabulary index warm-up failed:\n%s", traceback.format_exc())
 
     # --- public API -----------------------------------------------------------------------
     def submit(self, prompt: str | list[int], params: SamplingParams | None = None,
@@ -126,37 +102,10 @@ class Engine:
         if self._closed:
             raise RuntimeError(f"engine has stopped: {self.stopped_reason}" if self.stopped_reason
                                else "engine is closed")
-        params = (params or SamplingParams())
-        if isinstance(params, dict):
-            params = SamplingParams.from_dict(params)
-        params.validated(self.config.vocab_size)
-        prompt_ids = self._prompt_ids(prompt)
-        if len(prompt_ids) + params.max_new_tokens > self.max_context:
-            raise InvalidRequestError(
-                f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the "
-                f"context of {self.max_context} tokens: shorten the prompt or lower max_new_tokens",
-                field="max_new_tokens" if len(prompt_ids) < self.max_context else "prompt")
+        prompt_ids, params = self.intake.checked(prompt, params)
         if constraint is None and params.has_constraint:
             constraint = self.compile_constraint(params)
-        # Refuses a constraint whose shortest output exceeds max_new_tokens; masks that close within it.
-        new_matcher = None
-        if constraint is not None:
-            from sgrun.constrain.budget import budgeted_matcher
-            new_matcher = budgeted_matcher(constraint, params.max_new_tokens)
-        request_id = request_id or uuid.uuid4().hex
-        handle = RequestHandle(self.abort, request_id, prompt_ids, params.n)
-        for i in range(params.n):
-            detok = IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens, params.stop)
-            seq = Sequence(seq_id=next(self._seq_ids), request_id=request_id, index=i, tokens=list(prompt_ids),
-                           prompt_len=len(prompt_ids), params=params, detok=detok, emit=handle.push)
-            if new_matcher is not None:
-                seq.matcher = new_matcher()
-            if not params.greedy:   # counter-based noise: hash(sample_seed, step) (counter_rng.py)
-                seed = params.sample_seed(i)
-                seq.sample_seed = (seed if seed is not None else int.from_bytes(os.urandom(8), "little")) & ((1 << 63) - 1)
-            handle.seqs.append(seq)
-        self._post(("add", handle))
-        return handle
+        return self._add(self.intake.request(prompt_ids, params, request_id, constraint))
 
     def compile_constraint(self, params: SamplingParams) -> CompiledConstraint:
         """The constraint `params` ask for, compiled as every request's is (request_constraint.py)."""
@@ -189,25 +138,17 @@ class Engine:
     def score(self, prompt: str | list[int], continuations: list[str | list[int]]) -> list[list[float]]:
         """Log-probability of each continuation token given the prompt (and the continuation's
         earlier tokens). The prompt is prefilled once and shared through the radix cache."""
-        prompt_ids = self._prompt_ids(prompt)
+        prompt_ids = self.intake.prompt_ids(prompt)
         requests = scored_token_ids(self.tokenizer, prompt, prompt_ids, continuations, self.max_context)
         if self.cache is not None and len(continuations) > 1:
             # Prefill the shared prompt once so every continuation finds it in the cache.
-            self._submit_scoring(prompt_ids, len(prompt_ids)).result()
-        handles = [self._submit_scoring(ids, start) for ids, start in requests]
+            self._add(self.intake.scoring(prompt_ids, len(prompt_ids))).result()
+        handles = [self._add(self.intake.scoring(ids, start)) for ids, start in requests]
         outs = [h.result() for h in handles]
         for out in outs:
             if out.error is not None:
                 raise RuntimeError(f"scoring failed: {out.error}")
         return [h.seqs[0].scores for h in handles]  # type: ignore[attr-defined]
-
-    def _submit_scoring(self, ids: list[int], score_from: int) -> RequestHandle:
-        handle = RequestHandle(self.abort, uuid.uuid4().hex, ids, 1)
-        handle.seqs.append(ScoringSequence(seq_id=next(self._seq_ids), request_id=handle.request_id, index=0,
-                                           tokens=list(ids), prompt_len=len(ids), params=SamplingParams(max_new_tokens=1),
-                                           detok=None, emit=handle.push, score_from=score_from))
-        self._post(("add", handle))
-        return handle
 
     def stats(self) -> dict[str, Any]:
         """Counters and gauges for /metrics; the keys are listed in docs/interfaces.md."""
@@ -225,10 +166,7 @@ class Engine:
 
     def flush_cache(self) -> int:
         """Drop every unlocked cached prefix; returns the number of pages freed."""
-        if self.cache is None:
-            return 0
-        cache = self.cache
-        return self.run_on_loop(cache.flush)
+        return self.run_on_loop(self.cache.flush) if self.cache is not None else 0
 
     def run_on_loop(self, fn: Callable[[], _T]) -> _T:
         """Run fn() on the engine thread and return its result (for checks and tests)."""
@@ -250,8 +188,8 @@ class Engine:
         self._close_tensor_parallel()
 
     def _close_tensor_parallel(self) -> None:
-        if self.tp_group is not None:
-            self.tp_group.close()
+        if self.parts.tp_group is not None:
+            self.parts.tp_group.close()
 
     def __enter__(self) -> "Engine":
         return self
@@ -259,8 +197,9 @@ class Engine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
-        return prompt_token_ids(self.tokenizer, prompt, self.config.vocab_size, self.max_context)
+    def _add(self, handle: RequestHandle) -> RequestHandle:
+        self._post(("add", handle))
+        return handle
 
     def _post(self, message: tuple[str, Any]) -> None:
         self._inbox.put(message)
@@ -337,7 +276,7 @@ class Engine:
         if live:
             self.aborted[cause] += 1
         for seq in live:
-            seq.error, seq.abort_cause, seq.finish_reason = error, cause, "abort"
+            seq.output.error, seq.output.abort_cause, seq.output.finish_reason = error, cause, "abort"
             self.scheduler.finish(seq)
             seq.emit(StreamEvent(seq.index, "", [], [], "abort", error=error))
         self._close_if_done(handle.request_id)
@@ -352,26 +291,4 @@ class Engine:
             del self._handles[request_id]
 
 
-def options_with(options: EngineOptions | None, model: str | os.PathLike | None,
-                 overrides: dict[str, Any]) -> EngineOptions:
-    """`options` (or the defaults) with `model` and the keyword overrides applied; an unknown
-    keyword is refused by name, as a Python signature would."""
-    names = {f.name for f in dataclasses.fields(EngineOptions)}
-    unknown = sorted(set(overrides) - names)
-    if unknown:
-        raise TypeError(f"Engine() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
-                        f"the keywords are EngineOptions' fields: {', '.join(sorted(names))}")
-    base = options if options is not None else EngineOptions()
-    if model is not None:
-        overrides = {**overrides, "model": model}
-    return dataclasses.replace(base, **overrides) if overrides else base
-
-
-# help(sgrun.Engine), editors and inspect.signature show every keyword with its default, taken
-# from EngineOptions: the keywords are written once.
-Engine.__init__.__signature__ = inspect.Signature(   # type: ignore[attr-defined]
-    [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
-     inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
-     inspect.Parameter("options", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
-    + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
-       for f in dataclasses.fields(EngineOptions) if f.name != "model"])
+Engine.__init__.__signature__ = options_signature()   # type: ignore[attr-defined]

@@ -11,9 +11,11 @@ checks a user sees fail first (speculation, tp, device, dtype, then loading).
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -75,6 +77,9 @@ class EngineOptions:
     speculative_ngram_min: int = 2
     cascade_attention: bool = True
     compile: bool | None = None
+    # A one-shot run of this many tokens (`sgrun generate`): with compile=None the forward is
+    # compiled before start only where a warm compile pays for them (compile_policy.one_shot_compile).
+    one_shot_tokens: int | None = None
 
     def speculative_config(self) -> SpeculativeConfig:
         return SpeculativeConfig(self.speculative_ngram, self.speculative_num_draft, self.speculative_ngram_max,
@@ -85,6 +90,32 @@ class EngineOptions:
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
             raise InvalidRequestError(f"tp must be a whole number >= 1, got {tp!r}", field="tp")
         return tp
+
+
+def options_with(options: EngineOptions | None, model: str | os.PathLike | None,
+                 overrides: dict[str, Any]) -> EngineOptions:
+    """`options` (or the defaults) with `model` and the keyword overrides applied; an unknown
+    keyword is refused by name, as a Python signature would."""
+    names = {f.name for f in dataclasses.fields(EngineOptions)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise TypeError(f"Engine() got unexpected keyword argument(s) {', '.join(map(repr, unknown))}; "
+                        f"the keywords are EngineOptions' fields: {', '.join(sorted(names))}")
+    base = options if options is not None else EngineOptions()
+    if model is not None:
+        overrides = {**overrides, "model": model}
+    return dataclasses.replace(base, **overrides) if overrides else base
+
+
+def options_signature() -> inspect.Signature:
+    """`Engine(self, model=None, options=None, *, <every other EngineOptions field>)`: help(sgrun.Engine),
+    editors and inspect.signature show every keyword with its default, written once."""
+    return inspect.Signature(
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+         inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None),
+         inspect.Parameter("options", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
+        + [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default)
+           for f in dataclasses.fields(EngineOptions) if f.name != "model"])
 
 
 @dataclass
@@ -157,9 +188,11 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens,
                               speculation.draft_for if drafts_possible(depth) else None)
         fused = fused_decode_for(model) if device.type == "cpu" and tp == 1 and isinstance(model, LlamaModel) else None
-        compiled, compile_s = start_compile(model, device, o.compile, tp, fused_serves=fused is not None)
+        compiled, compile_s = start_compile(model, device, o.compile, tp, fused_serves=fused is not None,
+                                            one_shot_tokens=o.one_shot_tokens)
         runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
-                             cascade_attention=o.cascade_attention, compiled=compiled, fused=fused)
+                             cascade_attention=o.cascade_attention, compiled=compiled, fused=fused,
+                             wrap_attention=model.wrap_attention if tp_group is not None else None)
         graph_report = runner.capture_cuda_graphs(o.max_running, max_context) if use_graphs else None
     except BaseException:
         if tp_group is not None:   # e.g. compile=True with tp=2: the started workers must not outlive it

@@ -6,29 +6,33 @@ split into a host half that reads the sequences (`prepare`, `prepare_sampling`: 
 pinned tensors) and a device half that touches only what the host half built (`run`,
 `run_sampling`), so the step pipeline (step.py) can run the device half inline (depth 0) or on
 its device worker (depth 1, overlap) while the engine thread moves on; `finish_sampling` reads
-the drawn tokens back. `forward` and `sample` chain both halves, for a batch run again in parts.
+the drawn tokens back. `sample_logits` is the one sampling path (the step's job, and `sample`,
+which with `forward` chains the halves for a batch run again in parts).
 Both stages are pure with respect to the sequences (they read them, never change them), so the
 step may retry them on part of a batch when one request's inputs make them fail (isolation.py).
 Sampling rows come from sampling_rows.py (a plain decode is a draft of length 0); the draw and
-the acceptance of drafts are speculative.py's `choose_tokens`.
+the acceptance of drafts are sampler.py's `draw`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
 from sgrun.engine.attention.backend import AttentionBackend, Segment
-from sgrun.engine.attention.choice import make_attention_backend
+from sgrun.engine.attention.choice import default_backend, make_attention_backend
 from sgrun.engine.model_like import ModelLike
 from sgrun.engine.page_pool import PagePool
-from sgrun.engine.sampler import apply_logit_bias, apply_penalties, row_argmax, token_logprobs
+from sgrun.engine.sampler import (MaskKernel, apply_logit_bias, apply_penalties, constraint_mask_kernel, draw,
+                                  row_argmax, token_logprobs)
+from sgrun.engine.sampled import SampledLogprobs, SampledTokens, Scores
 from sgrun.engine.sampling_rows import SamplingInputs, penalised, sampling_inputs
 from sgrun.engine.scoring import ScoringSequence
 from sgrun.engine.sequence import Sequence
-from sgrun.engine.speculative import choose_tokens, tokens_of
+from sgrun.engine.speculative import tokens_of
 from sgrun.models.compiled_forward import CompiledForward
 from sgrun.models.fused_decode import FusedDecode
 
@@ -38,33 +42,6 @@ class Logits:
     """One sequence's share of a forward: the next-token logits after each of `positions`."""
     rows: torch.Tensor        # [len(positions), vocab]
     positions: list[int]      # absolute token positions, ascending
-
-
-@dataclass
-class SampledTokens:
-    """Tokens a generating sequence accepts this step (one today; several when a speculative
-    step verifies a draft), with the model's own logprobs when the request asked for them."""
-    tokens: list[int]
-    logprobs: list[float] | None = None
-    top: list[list[tuple[int, float]]] | None = None   # top alternatives per token, best first
-    # The model's log-probabilities of forced tokens that jump-forward appended last step (the
-    # sequence's logprobs_pending_from on), computed by this step's forward: (logprob, top) each.
-    forced: list[tuple[float, list[tuple[int, float]]]] | None = None
-    # log_softmax of the sampling rows, for a constrained request with logprobs: jump-forward may
-    # replace a sampled token by a longer one predicted by the same row ([tokens, vocab], the
-    # row that predicted each token).
-    row_logprobs: torch.Tensor | None = None
-    # A verify step (speculative.py): how many of the sequence's draft tokens were accepted (the
-    # tokens are those plus one sampled token); None for a plain step.
-    accepted_draft: int | None = None
-
-
-@dataclass
-class Scores:
-    """A scoring sequence's log-probabilities of its tokens at this step's positions; `done`
-    once this step computed its last token."""
-    logprobs: list[float]
-    done: bool = False
 
 
 @dataclass
@@ -84,9 +61,9 @@ class BatchInputs:
 
 @dataclass
 class SampleOutput:
-    """The device half's result: the drawn rows ([2, R]: token, draft accepted; speculative.
-    choose_tokens) on the device, a host copy in flight, and an event that says when that copy
-    has landed (None on the CPU, where it already has)."""
+    """The device half's result: the drawn rows ([2, R]: token, draft accepted; sampler.draw) on
+    the device, a host copy in flight, and an event that says when that copy has landed (None on
+    the CPU, where it already has)."""
     drawn: torch.Tensor
     host_drawn: torch.Tensor
     ready: torch.cuda.Event | None
@@ -103,11 +80,16 @@ def _to_device(values: list[int], device: torch.device) -> torch.Tensor:
 class ModelRunner:
     def __init__(self, model: ModelLike, pool: PagePool, eos_token_ids: frozenset[int] | set[int],
                  attention_backend: str | None = None, cascade_attention: bool = True,
-                 compiled: CompiledForward | None = None, fused: FusedDecode | None = None):
+                 compiled: CompiledForward | None = None, fused: FusedDecode | None = None,
+                 wrap_attention: Callable[[AttentionBackend], AttentionBackend] | None = None,
+                 mask_kernel: MaskKernel | None = None):
         """`fused`: the forward with C++ blocks (fused_decode.py), used for the batches it is
         eligible for (it is the fastest: docs/cpu_kernels.md); `compiled`: the torch.compile'd twin
         of model.forward, used for the others it is eligible for once its graphs are ready
-        (compiled_forward.py); without either (or above their row limits) the forward runs eagerly."""
+        (compiled_forward.py); without either (or above their row limits) the forward runs eagerly.
+        `wrap_attention`: what the model's forward gets instead of the backend (tensor parallelism's
+        rank 0 records each batch there to broadcast it: tp_group.py); `mask_kernel`: the
+        constraint-mask kernel (default: sampler.constraint_mask_kernel's for the backend)."""
         self.model = model
         self.compiled = compiled
         self.fused = fused
@@ -115,15 +97,13 @@ class ModelRunner:
         self.device = pool.k[0].device
         self.eos_token_ids = sorted(eos_token_ids)
         cfg = model.cfg
-        self.attn: AttentionBackend = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
-                                                             backend=attention_backend, cascade=cascade_attention,
-                                                             query_dtype=getattr(model, "dtype", None))
-        wrap = getattr(model, "wrap_attention", None)   # tensor parallelism records the batch to broadcast it
-        if wrap is not None:
-            self.attn = wrap(self.attn)
+        # The backend itself (`kernels`), and what the forward is handed (`attn`: the same, or its wrapper).
+        self.kernels: AttentionBackend = make_attention_backend(
+            pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, backend=attention_backend,
+            cascade=cascade_attention, query_dtype=getattr(model, "dtype", None))
+        self.attn = wrap_attention(self.kernels) if wrap_attention is not None else self.kernels
         self.backend = type(self.attn).__name__
-        from sgrun.constrain import apply_bitmask
-        self.apply_bitmask = getattr(self.attn, "bitmask_kernel", None) or apply_bitmask
+        self.apply_bitmask = mask_kernel or constraint_mask_kernel(attention_backend or default_backend(self.device))
         self.graphs = None   # a CudaGraphRunner once captured (engine start-up, CUDA + Triton only)
         self.forward_calls = 0
         self.graph_replays = 0
@@ -165,7 +145,7 @@ class ModelRunner:
             table = seq.page_table[: -(-end // ps)]
             write_pages.extend(table[p // ps] for p in range(start, end))
             pages = torch.tensor(table, dtype=torch.long)
-            if seq.draft:   # a verify step: each row attends as the decode of its position would
+            if seq.speculation.draft:   # a verify step: each row attends as the decode of its position would
                 segments.extend(Segment(q_start=t + j, q_len=1, ctx_len=start + j + 1, pages=pages) for j in range(n))
                 verifying = True
             else:
@@ -238,21 +218,18 @@ class ModelRunner:
 
     # --- logits -> tokens -------------------------------------------------------------------
     def sample(self, items: list[tuple[Sequence, Logits]]) -> list[SampledTokens | Scores]:
-        """Per item: scores for a scoring sequence, else the tokens it accepts. Both sampling
-        halves chained, on the logits each item brings (the step runs them split)."""
+        """Per item: scores for a scoring sequence, else the tokens it accepts, from the logits
+        each item brings (a batch run again in parts): the step's own three calls, in order."""
         out: list[SampledTokens | Scores | None] = [None] * len(items)
         gen = [i for i, (seq, _) in enumerate(items) if not isinstance(seq, ScoringSequence)]
         for i, (seq, logits) in enumerate(items):
             if isinstance(seq, ScoringSequence):
                 out[i] = self.score(seq, logits)
         if gen:
-            seqs = [items[i][0] for i in gen]
-            rows = torch.cat([items[i][1].rows[-(len(items[i][0].draft) + 1):] for i in gen])
+            seqs, logits_of = [items[i][0] for i in gen], [items[i][1] for i in gen]
+            rows = torch.cat([lg.rows[-(len(seq.speculation.draft) + 1):] for seq, lg in zip(seqs, logits_of)])
             si = self.prepare_sampling(seqs)
-            for i, got in zip(gen, self.finish_sampling(seqs, si, self.run_sampling(si, rows))):
-                seq = items[i][0]
-                if seq.params.logprobs is not None and seq.logprobs_pending_from is not None:
-                    got.forced = forced_logprobs(seq, items[i][1], seq.params.logprobs)
+            for i, got in zip(gen, self.finish_sampling(seqs, si, self.sample_logits(si, rows), logits_of)):
                 out[i] = got
         return out  # type: ignore[return-value]
 
@@ -286,6 +263,18 @@ class ModelRunner:
         if si.banned:
             rows[_to_device([i for i, _ in si.banned], dev), _to_device([t for _, t in si.banned], dev)] = float("-inf")
 
+    def sample_logits(self, si: SamplingInputs, logits: torch.Tensor, rows: list[int] | None = None) -> SampleOutput:
+        """The device half of sampling, the one path every draw takes: the forward's `logits`
+        rows `rows` (None: all, in order) -> processed and drawn. When every row is taken in order
+        (a plain decode batch) greedy rows with nothing to apply are drawn in place
+        (draw_plain_greedy); else a copy (run_sampling processes its rows in place), without
+        index_select's index tensor when it is every row (30 us at batch 1)."""
+        if rows is None or (len(rows) == logits.shape[0] and rows == list(range(len(rows)))):
+            plain = self.draw_plain_greedy(si, logits)
+            return plain if plain is not None else self.run_sampling(si, logits.clone())
+        picked = torch.tensor(rows, dtype=torch.long).to(logits.device)
+        return self.run_sampling(si, logits.index_select(0, picked))
+
     def draw_plain_greedy(self, si: SamplingInputs, rows: torch.Tensor) -> SampleOutput | None:
         """The draw of a CPU batch whose every row is greedy with nothing to apply but EOS / stop-id
         bans (no logit bias, penalties, constraint, logprobs or draft), read off the forward's
@@ -309,12 +298,12 @@ class ModelRunner:
         return SampleOutput(out, out, None, None)
 
     def run_sampling(self, si: SamplingInputs, rows: torch.Tensor) -> SampleOutput:
-        """Device half: process the rows, then draw (speculative.choose_tokens); the host copy
+        """Device half: process the rows, then draw (sampler.draw); the host copy
         of the drawn rows is queued, not waited for."""
         rows = rows.float()
         raw = rows.clone() if any(p.logprobs is not None for p in si.params) else None
         self.process_rows(si, rows)
-        drawn = choose_tokens(rows, si)
+        drawn = draw(rows, si)
         if drawn.device.type == "cuda":
             host = torch.empty(drawn.shape, dtype=drawn.dtype, pin_memory=True)
             host.copy_(drawn, non_blocking=True)
@@ -324,21 +313,28 @@ class ModelRunner:
         return SampleOutput(drawn, drawn, None, raw)
 
     @staticmethod
-    def finish_sampling(seqs: list[Sequence], si: SamplingInputs, out: SampleOutput) -> list[SampledTokens]:
+    def finish_sampling(seqs: list[Sequence], si: SamplingInputs, out: SampleOutput,
+                        logits: list[Logits | None] | None = None) -> list[SampledTokens]:
         """Wait for the drawn rows (only them) and hand each sequence its tokens, with the
-        model's own logprobs (the rows before any processing, as OpenAI reports them) if asked."""
+        model's own logprobs (the rows before any processing, as OpenAI reports them) if asked,
+        and, given each sequence's `logits` of this step (read on the host: depth 0), those of
+        the tokens jump-forward forced last step (`forced_logprobs`, attached only here)."""
         if out.ready is not None:
             out.ready.synchronize()
         res = []
-        for seq, first, (tokens, accepted) in zip(seqs, si.first_rows, tokens_of(seqs, si, out.host_drawn.tolist())):
+        logits = logits or [None] * len(seqs)
+        for seq, first, (tokens, accepted), lg in zip(seqs, si.first_rows, tokens_of(seqs, si, out.host_drawn.tolist()),
+                                                      logits):
             got = SampledTokens(tokens, accepted_draft=accepted)
             k = seq.params.logprobs
+            if lg is not None and k is not None and seq.constraint.logprobs_pending_from is not None:
+                got.forced = forced_logprobs(seq, lg, k)
             if k is not None and out.raw is not None:
                 lp = torch.log_softmax(out.raw[first:first + len(tokens)], dim=-1)
                 pairs = token_logprobs(lp, tokens, k, normalised=True)
-                got.logprobs, got.top = [c for c, _ in pairs], [t for _, t in pairs]
-                if seq.matcher is not None and seq.params.jump_forward:
-                    got.row_logprobs = lp   # the row of each token: jump-forward may replace any of them
+                # The row of each token, kept where jump-forward may replace any of them.
+                got.logprobs = SampledLogprobs([c for c, _ in pairs], [t for _, t in pairs],
+                                               lp if seq.constraint.matcher is not None and seq.params.jump_forward else None)
             res.append(got)
         return res
 

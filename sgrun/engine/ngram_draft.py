@@ -84,9 +84,9 @@ class NgramDrafter:
         on = seq.params.speculative_ngram
         if not (self.config.enabled if on is None else on):
             return False
-        if seq.detok is None or seq.pending or seq.logprobs_pending_from is not None:
+        if seq.detok is None or seq.pending or seq.constraint.logprobs_pending_from is not None:
             return False   # scoring sequences have no detokenizer; overlap leaves tokens pending
-        return seq.finish_after_logprobs is None and len(seq.tokens) - seq.num_computed == 1
+        return seq.constraint.finish_after_logprobs is None and len(seq.tokens) - seq.num_computed == 1
 
     def draft(self, seq: Sequence, budget: int) -> list[int]:
         """At most `budget` tokens, and never past max_new_tokens or the context (the verify
@@ -95,13 +95,13 @@ class NgramDrafter:
         if not self.wants(seq):
             return []
         cfg = self.config
-        limit = cfg.num_draft if seq.draft_limit is None else seq.draft_limit
+        limit = cfg.num_draft if seq.speculation.limit is None else seq.speculation.limit
         room = min(budget, seq.params.max_new_tokens - seq.num_output - 1,
                    self.max_context - len(seq.tokens) - 1, limit)
         if room <= 0:
             return []
         draft = propose(seq.tokens, room, cfg.ngram_max, cfg.ngram_min)
-        if draft and seq.matcher is not None:
+        if draft and seq.constraint.matcher is not None:
             draft = allowed_prefix(seq, draft)
         return draft
 
@@ -122,7 +122,7 @@ def allowed_prefix(seq: Sequence, draft: list[int]) -> list[int]:
     """The longest prefix of `draft` the constraint accepts token by token from its current
     state, stopping after a token that terminates it (nothing but EOS may follow) or after which
     it forces text (jump-forward appends that text there, so later draft tokens would be dropped)."""
-    matcher = seq.matcher
+    matcher = seq.constraint.matcher
     assert matcher is not None
     kept = 0
     jump = seq.params.jump_forward

@@ -19,7 +19,7 @@ import time
 import torch
 
 from sgrun.constrain.jump_forward import jump_forward
-from sgrun.engine.model_runner import SampledTokens, Scores
+from sgrun.engine.sampled import SampledTokens, Scores
 from sgrun.engine.outputs import StreamEvent, TokenLogprob
 from sgrun.engine.sampler import token_logprobs
 from sgrun.engine.scoring import ScoringSequence
@@ -49,81 +49,81 @@ class Postprocessor:
         seq.scores.extend(out.logprobs)
         if not out.done:
             return None
-        seq.finish_reason = "stop"
+        seq.output.finish_reason = "stop"
         return StreamEvent(0, "", [], [], "stop")
 
     # --- generation -------------------------------------------------------------------------
     def _accept_tokens(self, seq: Sequence, out: SampledTokens) -> StreamEvent:
-        if seq.first_token_time is None:
-            seq.first_token_time = time.monotonic()
+        if seq.output.first_token_time is None:
+            seq.output.first_token_time = time.monotonic()
         p = seq.params
         new_tokens: list[int] = []
         new_logprobs: list[TokenLogprob] = self._forced_logprobs(seq, out)
-        if seq.finish_after_logprobs is not None:
+        if seq.constraint.finish_after_logprobs is not None:
             # This forward only computed the forced tokens' log-probabilities; its sample is not ours.
-            return self._end(seq, seq.finish_after_logprobs, [], new_logprobs)
+            return self._end(seq, seq.constraint.finish_after_logprobs, [], new_logprobs)
         finish: str | None = None
         for i, token in enumerate(out.tokens):
             seq.tokens.append(token)
             new_tokens.append(token)
             if out.logprobs is not None:
-                new_logprobs.append(self._token_logprob(token, out.logprobs[i], out.top[i] if out.top else []))
+                new_logprobs.append(self._token_logprob(token, out.logprobs.chosen[i], out.logprobs.top[i]))
             finish = self._stop_token(seq, token)
             rebuilt = False
-            if finish is None and seq.matcher is not None and p.jump_forward:
+            if finish is None and seq.constraint.matcher is not None and p.jump_forward:
                 # After every accepted token, as a one-token step would: a jump drops the rest of
                 # a verified draft (the plain path would have appended the forced text there).
                 rebuilt = self._jump_forward(seq, _sampling_row(out, i), new_tokens, new_logprobs,
                                              _sampling_row(out, i + 1) if i + 1 < len(out.tokens) else None)
-                if rebuilt and seq.matcher.is_terminated():
+                if rebuilt and seq.constraint.matcher.is_terminated():
                     finish = "stop"
             if not rebuilt:
                 seq.detok.update(seq.output_ids)
             if seq.num_output < p.min_new_tokens:
                 seq.detok.pass_stop_search()   # stop strings before min_new_tokens do not count
             elif finish is None and (stop := seq.detok.find_stop()) is not None:
-                finish, seq.matched_stop = "stop", stop
+                finish, seq.output.matched_stop = "stop", stop
             elif finish is None and p.stop_regex and (pattern := self._stop_regex(seq)) is not None:
-                finish, seq.matched_stop = "stop", pattern
+                finish, seq.output.matched_stop = "stop", pattern
             if finish is None and (seq.num_output >= p.max_new_tokens or len(seq.tokens) >= self.max_context):
                 finish = "length"
             if finish is not None or rebuilt:
                 break
-        if finish is not None and seq.logprobs_pending_from is not None:
+        if finish is not None and seq.constraint.logprobs_pending_from is not None:
             # Forced tokens still lack their log-probabilities: one more forward computes them.
-            seq.finish_after_logprobs, finish = finish, None
+            seq.constraint.finish_after_logprobs, finish = finish, None
         return self._end(seq, finish, new_tokens, new_logprobs)
 
     @staticmethod
     def _end(seq: Sequence, finish: str | None, new_tokens: list[int], new_logprobs: list[TokenLogprob]) -> StreamEvent:
-        seq.logprobs.extend(new_logprobs)
+        seq.output.logprobs.extend(new_logprobs)
         delta = seq.detok.take_delta(final=finish is not None)
-        seq.finish_reason = finish
-        return StreamEvent(seq.index, delta, new_tokens, new_logprobs, finish, seq.matched_stop)
+        seq.output.finish_reason = finish
+        return StreamEvent(seq.index, delta, new_tokens, new_logprobs, finish, seq.output.matched_stop)
 
     def _forced_logprobs(self, seq: Sequence, out: SampledTokens) -> list[TokenLogprob]:
         """Log-probabilities of the tokens jump-forward appended last step, from this step's forward."""
-        start = seq.logprobs_pending_from
+        start = seq.constraint.logprobs_pending_from
         if start is None:
             return []
-        seq.logprobs_pending_from = None
+        seq.constraint.logprobs_pending_from = None
         got = out.forced or []
         forced = seq.tokens[start:start + len(got)]
         return [self._token_logprob(t, lp, top) for t, (lp, top) in zip(forced, got)]
 
     def _stop_token(self, seq: Sequence, token: int) -> str | None:
         """Advance the constraint over `token`; "stop" if the token ends the sequence."""
-        if seq.matcher is not None and not seq.matcher.advance(token):
+        if seq.constraint.matcher is not None and not seq.constraint.matcher.advance(token):
             raise RuntimeError(f"constraint rejected sampled token {token}")
         # Before min_new_tokens, EOS / stop ids are masked; a verified draft may still hold one.
         early = seq.num_output < seq.params.min_new_tokens
         if token in self._eos and not seq.params.ignore_eos and not early:
-            seq.matched_stop = token
+            seq.output.matched_stop = token
             return "stop"
         if token in seq.params.stop_token_ids and not early:
-            seq.matched_stop = token
+            seq.output.matched_stop = token
             return "stop"
-        if seq.matcher is not None and seq.matcher.is_terminated():
+        if seq.constraint.matcher is not None and seq.constraint.matcher.is_terminated():
             return "stop"
         return None
 
@@ -149,7 +149,7 @@ class Postprocessor:
         was a draft token and so already computed: the next forward starts after it and would not
         predict the first forced token again, so its log-probability comes from this row."""
         want = seq.params.logprobs
-        jump = jump_forward(seq.matcher, self.tokenizer, seq.output_ids, seq.params.max_new_tokens - seq.num_output,
+        jump = jump_forward(seq.constraint.matcher, self.tokenizer, seq.output_ids, seq.params.max_new_tokens - seq.num_output,
                             max_rollback=1)
         if jump is None:
             return False
@@ -169,7 +169,7 @@ class Postprocessor:
                 new_logprobs.append(self._token_logprob(t, lp, top))
                 pending += 1
             if pending < len(seq.tokens):
-                seq.logprobs_pending_from = pending
+                seq.constraint.logprobs_pending_from = pending
         seq.detok.rebuild(seq.output_ids)
         return True
 
@@ -179,5 +179,5 @@ class Postprocessor:
 
 
 def _sampling_row(out: SampledTokens, i: int) -> torch.Tensor | None:
-    """The log-softmax row that predicted token i (one row per token)."""
-    return out.row_logprobs[i] if out.row_logprobs is not None else None
+    """The log-softmax row that predicted token i (one row per token), where kept."""
+    return out.logprobs.row(i) if out.logprobs is not None else None

@@ -102,13 +102,13 @@ class RequestHandle:
 
     def build_output(self) -> RequestOutput:
         """Assemble the final output; valid once every sample has finished."""
-        outs, errors = [], [s.error for s in self.seqs if s.error]
+        outs, errors = [], [s.output.error for s in self.seqs if s.output.error]
         for s in self.seqs:
             outs.append(CompletionOutput(index=s.index, text=s.detok.text if s.detok else "",
-                                         token_ids=list(s.output_ids), finish_reason=s.finish_reason,
-                                         logprobs=list(s.logprobs) if s.params.logprobs is not None else None,
-                                         matched_stop=s.matched_stop))
-        firsts = [s.first_token_time for s in self.seqs if s.first_token_time is not None]
+                                         token_ids=list(s.output_ids), finish_reason=s.output.finish_reason,
+                                         logprobs=list(s.output.logprobs) if s.params.logprobs is not None else None,
+                                         matched_stop=s.output.matched_stop))
+        firsts = [s.output.first_token_time for s in self.seqs if s.output.first_token_time is not None]
         return RequestOutput(
             request_id=self.request_id, prompt_token_ids=self.prompt_ids, outputs=outs,
             prompt_tokens=len(self.prompt_ids), cached_tokens=self.seqs[0].cached_tokens,

@@ -6,7 +6,7 @@ length 0 and has one. Row j is processed as a plain step at that position would 
 step (counter-RNG noise) is num_output + j, the penalty history is the output plus d_0..d_{j-1},
 the constraint mask is the matcher's after d_0..d_{j-1} (trial advances, rolled back), and
 min_new_tokens bans EOS and the stop ids while num_output + j is short of it. The device half
-(`ModelRunner.run_sampling`) applies these rows; `speculative.choose_tokens` then draws.
+(`ModelRunner.run_sampling`) applies these rows; `sampler.draw` then draws.
 
 Pure with respect to the sequences (a matcher's trial advances are rolled back), so the
 isolation stage may build these for part of a batch again.
@@ -57,24 +57,24 @@ def sampling_inputs(seqs: list[Sequence], vocab_size: int, pin: bool = False) ->
         pen = penalised(p)
         base = list(seq.output_ids) if pen else []
         si.first_rows.append(len(si.seqs))
-        if seq.matcher is not None:
+        if seq.constraint.matcher is not None:
             masks.append((len(si.seqs), seq))
-        for j in range(len(seq.draft) + 1):
+        for j in range(len(seq.speculation.draft) + 1):
             r = len(si.seqs)
             si.seqs.append(seq)
             si.params.append(p)
             si.seeds.append(seq.sample_seed)
             si.steps.append(seq.num_output + j)
             si.prompts.append(seq.tokens[:seq.prompt_len] if pen else [])
-            si.outputs.append(base + seq.draft[:j] if pen else [])
-            si.drafts.append(seq.draft[j] if j < len(seq.draft) else -1)
+            si.outputs.append(base + seq.speculation.draft[:j] if pen else [])
+            si.drafts.append(seq.speculation.draft[j] if j < len(seq.speculation.draft) else -1)
             # min_new_tokens: nothing may end an unconstrained sequence before it (EOS and stop ids banned).
-            early = seq.matcher is None and seq.num_output + j < p.min_new_tokens
-            if (p.ignore_eos and seq.matcher is None) or early:
+            early = seq.constraint.matcher is None and seq.num_output + j < p.min_new_tokens
+            if (p.ignore_eos and seq.constraint.matcher is None) or early:
                 si.ignore_eos_rows.append(r)
             if early:
                 si.banned.extend((r, t) for t in p.stop_token_ids)
-            if seq.matcher is not None:
+            if seq.constraint.matcher is not None:
                 si.constrained.append(r)
     if masks:
         from sgrun.constrain.bitmask import allocate_bitmask
@@ -82,7 +82,7 @@ def sampling_inputs(seqs: list[Sequence], vocab_size: int, pin: bool = False) ->
         if pin:
             bitmask = bitmask.pin_memory()
         for first, seq in masks:
-            _fill_masks(seq, bitmask[first:first + len(seq.draft) + 1])
+            _fill_masks(seq, bitmask[first:first + len(seq.speculation.draft) + 1])
         si.bitmask = bitmask
     return si
 
@@ -90,16 +90,16 @@ def sampling_inputs(seqs: list[Sequence], vocab_size: int, pin: bool = False) ->
 def _fill_masks(seq: Sequence, out: torch.Tensor) -> None:
     """Row j: the constraint's mask after the draft's first j tokens (the matcher is advanced on
     trial and rolled back; the drafter already checked the draft is allowed)."""
-    matcher = seq.matcher
+    matcher = seq.constraint.matcher
     assert matcher is not None
     advanced = 0
     try:
-        for j, token in enumerate(seq.draft):
+        for j, token in enumerate(seq.speculation.draft):
             matcher.fill_bitmask(out[j])
             if not matcher.advance(token):
                 raise RuntimeError(f"constraint rejected draft token {token}")
             advanced += 1
-        matcher.fill_bitmask(out[len(seq.draft)])
+        matcher.fill_bitmask(out[len(seq.speculation.draft)])
     finally:
         if advanced:
             matcher.rollback(advanced)

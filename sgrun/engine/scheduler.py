@@ -101,7 +101,7 @@ class Scheduler:
         seq.num_computed = 0
         seq.kv_stale_from = None
         seq.cache_inserted_len = 0
-        seq.draft = []
+        seq.speculation.draft = []
 
     def settle(self, last: Settlement) -> None:
         """Record the K/V the last step computed, then release what it finished. A request
@@ -120,8 +120,8 @@ class Scheduler:
         """After a verify step: only the first `accepted` draft positions hold K/V of tokens the
         sequence keeps; forget the rest and give back the pages only they used (the next token's
         page is kept). The radix cache never saw them: commit caches prompt tokens only."""
-        seq.num_computed -= len(seq.draft) - accepted
-        seq.draft = []
+        seq.num_computed -= len(seq.speculation.draft) - accepted
+        seq.speculation.draft = []
         seq.drop_stale_kv()   # jump-forward rewrote some of the accepted positions (sequence.py)
         keep = -(-(seq.num_computed + 1) // self.ps)
         if len(seq.page_table) > keep:
@@ -169,10 +169,10 @@ class Scheduler:
         for seq in order:
             if seq.status is not Status.RUNNING or budget <= 0:
                 continue
-            if self.drafter is not None and not seq.draft:
-                seq.draft = self.drafter(seq, budget - 1)
-                if seq.draft and not self._reserve(self._pages_needed(seq, seq.num_tokens)):
-                    seq.draft = []   # a draft never preempts anyone: run the plain decode
+            if self.drafter is not None and not seq.speculation.draft:
+                seq.speculation.draft = self.drafter(seq, budget - 1)
+                if seq.speculation.draft and not self._reserve(self._pages_needed(seq, seq.num_tokens)):
+                    seq.speculation.draft = []   # a draft never preempts anyone: run the plain decode
             n = min(seq.num_tokens - seq.num_computed, budget)
             if n <= 0:
                 continue

@@ -1,5 +1,7 @@
 """Sequence: the engine's state for one sample of one request (a generating request; the
-scoring kind is ScoringSequence in scoring.py)."""
+scoring kind is ScoringSequence in scoring.py). Its tokens and KV bookkeeping are its own fields;
+what belongs to the request's constraint, to speculation and to the output the caller gets are
+objects of their own (ConstraintState, DraftState, OutputState)."""
 
 from __future__ import annotations
 
@@ -38,6 +40,39 @@ class Status(enum.Enum):
     FINISHED = 2
 
 
+@dataclass
+class ConstraintState:
+    """The request's constraint on one sample: its matcher, and the tokens jump-forward forced
+    whose log-probabilities wait for the next forward."""
+    matcher: TokenMatcher | None = None    # constraint matcher (sgrun.constrain), or None
+    # Jump-forward appends forced tokens without running the model; with logprobs asked for, the
+    # next forward (which computes them anyway) also yields their log-probabilities. Tokens from
+    # this position on wait for theirs; a sequence that finished meanwhile waits for that forward.
+    logprobs_pending_from: int | None = None
+    finish_after_logprobs: str | None = None
+
+
+@dataclass
+class DraftState:
+    """Speculation's state of one sample (ngram_draft.py, speculative.py)."""
+    # Draft tokens this step's verify forward computes after `tokens`; never part of `tokens`: the
+    # sampler accepts a prefix of them (sampler.draw, speculative.tokens_of), the rest is dropped.
+    draft: list[int] = field(default_factory=list)
+    limit: int | None = None          # most draft tokens next step (adapted to acceptance; None: the config's)
+
+
+@dataclass
+class OutputState:
+    """What one sample has produced for its caller besides its tokens: how it ended, its
+    logprobs, when its first token came."""
+    finish_reason: str | None = None
+    matched_stop: str | int | None = None
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    first_token_time: float | None = None
+    error: str | None = None
+    abort_cause: str | None = None    # "client_disconnect" | "error" | "engine" when aborted
+
+
 @dataclass(eq=False)
 class Sequence:
     seq_id: int
@@ -48,13 +83,12 @@ class Sequence:
     params: SamplingParams
     detok: IncrementalDetokenizer | None
     emit: Callable[[StreamEvent], None]
-    matcher: TokenMatcher | None = None    # constraint matcher (sgrun.constrain), or None
     sample_seed: int = 0              # counter-based sampling: noise = hash(sample_seed, num_output)
     pending: int = 0                  # sampled tokens still on the device (overlap scheduling)
-    # Speculative draft tokens (ngram_draft.py) this step's verify forward computes after `tokens`;
-    # never part of `tokens`: the sampler accepts a prefix of them (speculative.py), the rest is dropped.
-    draft: list[int] = field(default_factory=list)
-    draft_limit: int | None = None    # most draft tokens next step (adapted to acceptance; None: the config's)
+    constraint: ConstraintState = field(default_factory=ConstraintState)
+    speculation: DraftState = field(default_factory=DraftState)
+    output: OutputState = field(default_factory=OutputState)
+    # The KV pages and the scheduler's bookkeeping:
     status: Status = Status.WAITING
     page_table: list[int] = field(default_factory=list)
     num_computed: int = 0             # tokens whose K/V are in the pool
@@ -68,19 +102,8 @@ class Sequence:
     cache_inserted_len: int = 0
     admit_order: int = 0
     passed_over: int = 0
-    finish_reason: str | None = None
-    matched_stop: str | int | None = None
-    logprobs: list[TokenLogprob] = field(default_factory=list)
-    arrival_time: float = field(default_factory=time.monotonic)
-    first_token_time: float | None = None
     num_preemptions: int = 0
-    error: str | None = None
-    abort_cause: str | None = None    # "client_disconnect" | "error" | "engine" when aborted
-    # Jump-forward appends forced tokens without running the model; with logprobs asked for, the
-    # next forward (which computes them anyway) also yields their log-probabilities. Tokens from
-    # this position on wait for theirs; a sequence that finished meanwhile waits for that forward.
-    logprobs_pending_from: int | None = None
-    finish_after_logprobs: str | None = None
+    arrival_time: float = field(default_factory=time.monotonic)
 
     @property
     def output_ids(self) -> list[int]:
@@ -94,12 +117,12 @@ class Sequence:
     def num_tokens(self) -> int:
         """Tokens including those sampled but not yet read back and this step's draft (the
         scheduler plans with these)."""
-        return len(self.tokens) + self.pending + len(self.draft)
+        return len(self.tokens) + self.pending + len(self.speculation.draft)
 
     def token_slice(self, start: int, end: int) -> list[int]:
         """The known input tokens at positions [start, end), draft tokens included."""
-        if self.draft and end > len(self.tokens):
-            return (self.tokens + self.draft)[start:end]
+        if self.speculation.draft and end > len(self.tokens):
+            return (self.tokens + self.speculation.draft)[start:end]
         return self.tokens[start:end]
 
     @property
@@ -117,10 +140,10 @@ class Sequence:
         None when this step produces nothing to post-process (a prefill chunk short of the end)."""
         if end != self.num_tokens:
             return None
-        if self.draft:   # the last token's row and each draft token's: the verify rows
-            return list(range(end - 1 - len(self.draft), end))
-        if self.logprobs_pending_from is not None:  # the rows that predict the forced tokens, too
-            return list(range(max(start, self.logprobs_pending_from - 1), end))
+        if self.speculation.draft:   # the last token's row and each draft token's: the verify rows
+            return list(range(end - 1 - len(self.speculation.draft), end))
+        if self.constraint.logprobs_pending_from is not None:  # the rows that predict the forced tokens, too
+            return list(range(max(start, self.constraint.logprobs_pending_from - 1), end))
         return [end - 1]
 
     def retokenize_tail(self, rollback: int, tokens: list[int]) -> None:

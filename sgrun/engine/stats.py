@@ -5,14 +5,25 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sgrun.engine.page_pool import PagePool
 from sgrun.engine.radix_cache import RadixCache
 
-if TYPE_CHECKING:   # type names only: the runner and scheduler import this module's counters' users
-    from sgrun.engine.model_runner import ModelRunner
-    from sgrun.engine.scheduler import Scheduler
+
+class SchedulerCounts(Protocol):
+    """What the stats read off the scheduler (scheduler.Scheduler is one)."""
+    running: list
+    waiting: Any
+    prompt_tokens_total: int
+    cached_tokens_total: int
+    num_preemptions: int
+
+
+class RunnerCounts(Protocol):
+    """What the stats read off the model runner (model_runner.ModelRunner is one)."""
+    forward_calls: int
+    tokens_computed: int
 
 # Why a request was aborted (the keys of the aborted_* counters).
 ABORT_CAUSES = ("client_disconnect", "error", "engine")
@@ -38,7 +49,7 @@ class SpeculationCounters:
                 "spec_acceptance_rate": self.accepted / self.drafted if self.drafted else 0.0}
 
 
-def engine_stats(scheduler: Scheduler, pool: PagePool, cache: RadixCache | None, runner: ModelRunner,
+def engine_stats(scheduler: SchedulerCounts, pool: PagePool, cache: RadixCache | None, runner: RunnerCounts,
                  num_steps: int, tp: int, model: Any, aborted: Counter[str],
                  speculation: SpeculationCounters) -> dict[str, Any]:
     """`model`: its `comm_stats()` are reported with tp > 1 (tp_group.TensorParallelModel)."""

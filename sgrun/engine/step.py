@@ -40,12 +40,14 @@ import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import torch
 
 from sgrun.engine.isolation import isolate
-from sgrun.engine.model_runner import BatchInputs, ModelRunner, SampledTokens, SampleOutput, Scores, forced_logprobs
+from sgrun.engine.model_runner import BatchInputs, ModelRunner, SampleOutput
+from sgrun.engine.sampled import SampledTokens, Scores
 from sgrun.engine.outputs import StreamEvent
 from sgrun.engine.postprocess import Postprocessor
 from sgrun.engine.sampling_rows import SamplingInputs
@@ -70,11 +72,34 @@ def overlap_excludes(items: list[tuple[Sequence, int]]) -> bool:
 
 @dataclass
 class StepOutcome:
-    """What one turn of the pipeline hands the engine."""
+    """What one turn of the pipeline hands the engine. The turn's stages record into it: the
+    events, and the requests a stage failed on (`fail`, which `isolate` calls per request)."""
     finished: list[Sequence] = field(default_factory=list)     # ended normally, settled (pages freed)
     failed: dict[str, str] = field(default_factory=dict)       # request id -> why a stage failed on it
     unschedulable: Sequence | None = None                      # fits not even in an empty pool
     events: list[tuple[Sequence, StreamEvent]] = field(default_factory=list)
+
+    def live(self, seq: Sequence) -> bool:
+        """Not finished, not ending, and no stage of this turn failed on its request."""
+        return not seq.is_finished and seq.output.finish_reason is None and seq.request_id not in self.failed
+
+    def fail(self, stage: str, item: tuple[Sequence, Any], exc: Exception) -> None:
+        """`stage` failed on item's request: log it and end the request (isolation.py's on_fail)."""
+        seq = item[0]
+        log.error("request %s failed in %s:\n%s", seq.request_id, stage,
+                  "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        self.failed.setdefault(seq.request_id, f"{stage} failed: {type(exc).__name__}: {exc}"[:500])
+
+    def fails_in(self, stage: str) -> Callable[[tuple[Sequence, Any], Exception], None]:
+        return partial(self.fail, stage)
+
+
+@dataclass
+class SamplingJob:
+    """A step's sampling, queued: the sequences drawn for, their rows, and the drawn result."""
+    seqs: list[Sequence]
+    inputs: SamplingInputs
+    drawn: Future                        # -> SampleOutput
 
 
 @dataclass
@@ -87,12 +112,8 @@ class Launched:
     known: list[list[int]]               # the tokens it computes, draft included (without a pending last one)
     forward: Future
     committed: list[tuple[Sequence, int]] = field(default_factory=list)
-    sampled: list[Sequence] = field(default_factory=list)
-    rows: list[int] = field(default_factory=list)
-    sampling: SamplingInputs | None = None
-    sample: Future | None = None
-    token_of: dict[int, int] = field(default_factory=dict)   # seq_id -> first drawn token, once read
-    accepted: dict[int, int] = field(default_factory=dict)   # seq_id -> draft tokens accepted
+    sampling: SamplingJob | None = None
+    drawn: dict[int, SampledTokens] = field(default_factory=dict)   # seq_id -> its tokens, once read
 
 
 def _done(fn: Callable[..., Any], *args: Any) -> Future:
@@ -107,7 +128,8 @@ def _done(fn: Callable[..., Any], *args: Any) -> Future:
 
 class StepPipeline:
     """The engine's step at `depth` 0 or 1, made of the stages it is handed: the scheduler, the
-    model runner, the postprocessor and the speculation (never the Engine)."""
+    model runner, the postprocessor and the speculation (never the Engine). Each turn's state
+    is its StepOutcome, handed from stage to stage; what lives here outlasts a turn."""
 
     def __init__(self, scheduler: Scheduler, runner: ModelRunner, post: Postprocessor, speculation: Speculation,
                  depth: int, device: torch.device):
@@ -123,9 +145,7 @@ class StepPipeline:
         self.dropped = 0      # step results discarded because the step before finished or changed the sequence
         self.num_steps = 0
         self.step_time_total = 0.0
-        self._out = StepOutcome()
         self._last = Settlement()                  # what the next schedule settles
-        self._finishing: list[Sequence] = []        # what this turn's postprocess finished
         self._final_events: list[tuple[Sequence, StreamEvent]] = []   # held until then
 
     @property
@@ -136,58 +156,58 @@ class StepPipeline:
     # --- one turn ---------------------------------------------------------------------------
     def step(self) -> StepOutcome:
         t0 = time.perf_counter()
-        self._out = out = StepOutcome()
+        out = StepOutcome()
         last, self._last = self._last, Settlement()
         items = self.scheduler.schedule(last).items
-        self._release(last)
+        self._release(last, out)
         if not items:
-            self.drain()
+            self._drain(out)
             out.unschedulable = self.scheduler.unschedulable()
-            return self._hand_back([])
+            return self._hand_back(out, [])
         depth = self.depth
         if depth and overlap_excludes(items):
             depth = 0
-            self.drain()
-            items = [(s, n) for s, n in items if self._live(s)]
+            self._drain(out)
+            items = [(s, n) for s, n in items if out.live(s)]
             if not items:   # the drained step finished all of them
-                return self._hand_back([])
+                return self._hand_back(out, [])
         prev = self.inflight
         cur = self.launch(items, prev, depth)
         if prev is not None:
             self.inflight = None
-            self.complete(prev)
-        self._launch_sampling(cur, self._still_valid(cur, prev))
+            self.complete(prev, out)
+        self._launch_sampling(cur, self._still_valid(cur, prev, out), out)
         if depth == 0:
-            self.complete(cur)
+            self.complete(cur, out)
         else:
             self.inflight = cur
         self.num_steps += 1
         self.step_time_total += time.perf_counter() - t0
-        return self._hand_back([(s, n, cur.accepted.get(s.seq_id)) for s, n in cur.committed])
+        return self._hand_back(out, [(s, n, _accepted(cur, s)) for s, n in cur.committed])
 
-    def drain(self) -> None:
+    def _drain(self, out: StepOutcome) -> None:
         """Complete the step in flight; the pipeline is then empty."""
         if self.inflight is not None:
             prev, self.inflight = self.inflight, None
-            self.complete(prev)
+            self.complete(prev, out)
 
     def close(self) -> StepOutcome:
         """Complete what is in flight and settle everything: the engine is stopping."""
-        self._out = StepOutcome()
-        self.drain()
+        out = StepOutcome()
+        self._drain(out)
         if self.worker is not None:
             self.worker.shutdown(wait=True)
-        self._hand_back([])
+        self._hand_back(out, [])
         last, self._last = self._last, Settlement()
         self.scheduler.settle(last)
-        self._release(last)
-        return self._out
+        self._release(last, out)
+        return out
 
-    def _hand_back(self, computed: list[tuple[Sequence, int, int | None]]) -> StepOutcome:
+    def _hand_back(self, out: StepOutcome, computed: list[tuple[Sequence, int, int | None]]) -> StepOutcome:
         """Leave what ran and what finished for the next schedule; emit the events, holding
         back the final ones until then."""
-        out = self._out
-        self._last, self._finishing = Settlement(computed, self._finishing), []
+        finishing = [seq for seq, event in out.events if event.finish_reason is not None]
+        self._last = Settlement(computed, finishing)
         for seq, event in out.events:
             if event.finish_reason is None:
                 seq.emit(event)
@@ -195,61 +215,54 @@ class StepPipeline:
                 self._final_events.append((seq, event))
         return out
 
-    def _release(self, last: Settlement) -> None:
+    def _release(self, last: Settlement, out: StepOutcome) -> None:
         """After the scheduler settled `last`: its finished requests go to the engine and their
         final events out (not to a request aborted meanwhile: that one already had its last event)."""
-        self._out.finished.extend(last.finished)
+        out.finished.extend(last.finished)
         held, self._final_events = self._final_events, []
         for seq, event in held:
-            if seq.abort_cause is None:
+            if seq.output.abort_cause is None:
                 seq.emit(event)
 
     # --- launch -----------------------------------------------------------------------------
     def launch(self, items: list[tuple[Sequence, int]], prev: Launched | None, depth: int) -> Launched:
         """Queue the batch's forward. `prev`: the step still in flight (depth 1), whose drawn
         tokens some of these sequences take as their last input, read on the device."""
-        future = {s.seq_id: j for j, s in enumerate(prev.sampled)} if prev is not None else None
+        sampling = prev.sampling if prev is not None else None
+        future = {s.seq_id: j for j, s in enumerate(sampling.seqs)} if sampling is not None else None
         inputs = self.runner.prepare(items, future)
-        job = self._submit(depth, self._forward_job, inputs, prev.sample if prev is not None else None)
+        job = self._submit(depth, self._forward_job, inputs, sampling.drawn if sampling is not None else None)
         return Launched(depth, items, inputs, [s.num_computed for s, _ in items],
                         [s.token_slice(s.num_computed, s.num_computed + n) for s, n in items], job)
 
     def _submit(self, depth: int, fn: Callable[..., Any], *args: Any) -> Future:
         return self.worker.submit(fn, *args) if depth and self.worker is not None else _done(fn, *args)
 
-    def _forward_job(self, inputs: BatchInputs, prev_sample: Future | None) -> torch.Tensor:
-        prev_tokens = prev_sample.result().drawn[0] if prev_sample is not None else None
+    def _forward_job(self, inputs: BatchInputs, prev_drawn: Future | None) -> torch.Tensor:
+        prev_tokens = prev_drawn.result().drawn[0] if prev_drawn is not None else None
         return self.runner.run(inputs, prev_tokens)
 
     def _sample_job(self, forward: Future, rows: list[int], si: SamplingInputs) -> SampleOutput:
-        logits = forward.result()
-        if len(rows) == logits.shape[0] and rows == list(range(len(rows))):
-            # Every row, in order (a plain decode batch): greedy rows with nothing to apply are
-            # drawn in place; else a copy, without index_select's index tensor (30 us at batch 1).
-            # A copy still: run_sampling processes its rows in place.
-            plain = self.runner.draw_plain_greedy(si, logits)
-            return plain if plain is not None else self.runner.run_sampling(si, logits.clone())
-        return self.runner.run_sampling(si, logits.index_select(0, torch.tensor(rows, dtype=torch.long).to(logits.device)))
+        return self.runner.sample_logits(si, forward.result(), rows)
 
-    def _still_valid(self, cur: Launched, prev: Launched | None) -> list[bool]:
+    def _still_valid(self, cur: Launched, prev: Launched | None, out: StepOutcome) -> list[bool]:
         """Which of cur's items still compute what the sequence really holds (all, at depth 0);
         those are the ones the scheduler commits."""
         valid = []
         for (seq, n), start, known in zip(cur.items, cur.starts, cur.known):
             used: list[int] | None = known
             if len(known) < n:   # its last input was prev's drawn token
-                token = prev.token_of.get(seq.seq_id) if prev is not None else None
-                used = known + [token] if token is not None else None
-            valid.append(used is not None and self._live(seq) and seq.num_computed == start
+                got = prev.drawn.get(seq.seq_id) if prev is not None else None
+                used = known + [got.tokens[0]] if got is not None else None
+            valid.append(used is not None and out.live(seq) and seq.num_computed == start
                          and seq.token_slice(start, start + n) == used)
         self.dropped += valid.count(False)
         cur.committed = [item for item, ok in zip(cur.items, valid) if ok]
         return valid
 
-    def _launch_sampling(self, cur: Launched, valid: list[bool]) -> None:
+    def _launch_sampling(self, cur: Launched, valid: list[bool], out: StepOutcome) -> None:
         """Build the sampling rows on the host (after the previous step's postprocess: the
         matchers include its tokens) and queue their processing and draw."""
-        rows: list[int] = []
         sampled: list[tuple[Sequence, list[int]]] = []
         row = 0
         for (seq, n), start, want, ok in zip(cur.items, cur.starts, cur.inputs.wanted, valid):
@@ -257,23 +270,22 @@ class StepPipeline:
                 continue
             row += len(want)
             # Only logits that predict the sequence's real next token are drawn from.
-            if ok and not isinstance(seq, ScoringSequence) and start + n == len(seq.tokens) + len(seq.draft):
-                sampled.append((seq, list(range(row - len(seq.draft) - 1, row))))
+            if ok and not isinstance(seq, ScoringSequence) and start + n == len(seq.tokens) + len(seq.speculation.draft):
+                sampled.append((seq, list(range(row - len(seq.speculation.draft) - 1, row))))
         if not sampled:
             return
         try:
             si = self.runner.prepare_sampling([s for s, _ in sampled])
         except Exception:  # noqa: BLE001 - a constraint failed on the host: fail whose it was, sample the rest
-            isolate(sampled, self._prepare_rows, self._fail_in("sampling"))
-            sampled = [(s, r) for s, r in sampled if self._live(s)]
+            isolate(sampled, self._prepare_rows, out.fails_in("sampling"))
+            sampled = [(s, r) for s, r in sampled if out.live(s)]
             if not sampled:
                 return
             si = self.runner.prepare_sampling([s for s, _ in sampled])
-        cur.sampled = [s for s, _ in sampled]
-        cur.rows = [r for _, rs in sampled for r in rs]
-        cur.sampling = si
-        cur.sample = self._submit(cur.depth, self._sample_job, cur.forward, cur.rows, si)
-        for seq in cur.sampled:
+        rows = [r for _, rs in sampled for r in rs]
+        cur.sampling = SamplingJob([s for s, _ in sampled], si, self._submit(cur.depth, self._sample_job,
+                                                                             cur.forward, rows, si))
+        for seq in cur.sampling.seqs:
             seq.pending = 1
 
     def _prepare_rows(self, batch: list[tuple[Sequence, list[int]]]) -> list[None]:
@@ -281,89 +293,71 @@ class StepPipeline:
         return [None] * len(batch)
 
     # --- complete ---------------------------------------------------------------------------
-    def complete(self, step: Launched) -> None:
+    def complete(self, step: Launched, out: StepOutcome) -> None:
         """Read the step's drawn tokens, settle its drafts, postprocess. A failed device job is
         run again in parts at depth 0 (isolation.py) and fails the step's requests at depth 1."""
-        for seq in step.sampled:
+        job = step.sampling
+        seqs = job.seqs if job is not None else []
+        for seq in seqs:
             seq.pending = 0
         try:
             logits = step.forward.result()
-            got = (self.runner.finish_sampling(step.sampled, step.sampling, step.sample.result())
-                   if step.sample is not None else [])
+            # Depth 0 reads logits on the host too: scores, and the rows of tokens jump-forward forced.
+            split = self.runner.split(step.inputs, logits) if step.depth == 0 else [None] * len(step.items)
+            of = {seq.seq_id: lg for (seq, _), lg in zip(step.items, split)}
+            got = (self.runner.finish_sampling(seqs, job.inputs, job.drawn.result(), [of[s.seq_id] for s in seqs])
+                   if job is not None else [])
         except EngineFatalError:
             raise
         except Exception as exc:  # noqa: BLE001 - see the module docstring
-            results = self._rerun_in_parts(step) if step.depth == 0 else self._fail_step(step, exc)
+            results = self._rerun_in_parts(step, out) if step.depth == 0 else self._fail_step(step, exc, out)
         else:
-            results = list(zip(step.sampled, got))
-            for seq, res in results:
-                step.token_of[seq.seq_id] = res.tokens[0]
-            if step.depth == 0:
-                results += self._host_logits(step, logits, dict(results))
-        self._settle_and_postprocess(step, results)
+            results = list(zip(seqs, got)) + [
+                (seq, self.runner.score(seq, lg)) for (seq, _), lg in zip(step.items, split)
+                if lg is not None and isinstance(seq, ScoringSequence) and out.live(seq)]
+        self._settle_and_postprocess(step, results, out)
 
-    def _host_logits(self, step: Launched, logits: torch.Tensor,
-                     sampled: dict[Sequence, Any]) -> list[tuple[Sequence, Scores]]:
-        """Depth 0 only: scores, and the logprobs of tokens jump-forward forced last step."""
-        scores = []
-        for (seq, n), lg in zip(step.items, self.runner.split(step.inputs, logits)):
-            if lg is None or not self._live(seq):
-                continue
-            if isinstance(seq, ScoringSequence):
-                scores.append((seq, self.runner.score(seq, lg)))
-            elif seq in sampled and seq.logprobs_pending_from is not None and seq.params.logprobs is not None:
-                sampled[seq].forced = forced_logprobs(seq, lg, seq.params.logprobs)
-        return scores
-
-    def _rerun_in_parts(self, step: Launched) -> list[tuple[Sequence, SampledTokens | Scores]]:
+    def _rerun_in_parts(self, step: Launched, out: StepOutcome) -> list[tuple[Sequence, SampledTokens | Scores]]:
         """The step again, its forward then its sampling on halves of the batch down to single
         requests, so only the request whose input fails a stage fails (isolation.py)."""
-        ran = [(item, lg) for item, lg in isolate(step.committed, self.runner.forward, self._fail_in("forward"))
-               if self._live(item[0])]
+        ran = [(item, lg) for item, lg in isolate(step.committed, self.runner.forward, out.fails_in("forward"))
+               if out.live(item[0])]
         step.committed = [item for item, _ in ran]
-        sampled = {s.seq_id for s in step.sampled}
+        sampled = {s.seq_id for s in step.sampling.seqs} if step.sampling is not None else set()
         wanted = [(seq, lg) for (seq, _), lg in ran
                   if lg is not None and (seq.seq_id in sampled or isinstance(seq, ScoringSequence))]
-        return [(seq, res) for (seq, _), res in isolate(wanted, self.runner.sample, self._fail_in("sampling"))
-                if self._live(seq)]
+        return [(seq, res) for (seq, _), res in isolate(wanted, self.runner.sample, out.fails_in("sampling"))
+                if out.live(seq)]
 
-    def _fail_step(self, step: Launched, exc: Exception) -> list:
+    def _fail_step(self, step: Launched, exc: Exception, out: StepOutcome) -> list:
         log.error("device step failed: %s: %s", type(exc).__name__, exc)
-        fail = self._fail_in("device step")
         for item in step.items:
-            if self._live(item[0]):
-                fail(item, exc)
+            if out.live(item[0]):
+                out.fail("device step", item, exc)
         return []
 
-    def _settle_and_postprocess(self, step: Launched, results: list[tuple[Sequence, Any]]) -> None:
+    def _settle_and_postprocess(self, step: Launched, results: list[tuple[Sequence, Any]], out: StepOutcome) -> None:
         starts = {seq.seq_id: (start, n) for (seq, n), start in zip(step.items, step.starts)}
         for seq, res in results:
             if isinstance(res, Scores):
                 start, n = starts[seq.seq_id]
                 res.done = start + n == len(seq.tokens)
-            elif res.accepted_draft is not None:
-                self.speculation.settle(seq, res.accepted_draft)
-                step.accepted[seq.seq_id] = res.accepted_draft
-        live = [(seq, res) for seq, res in results if self._live(seq)]
-        for (seq, _), event in isolate(live, self._postprocess, self._fail_in("postprocess"), one_at_a_time=True):
-            if event is None:
                 continue
-            self._out.events.append((seq, event))
-            if event.finish_reason is not None:
-                self._finishing.append(seq)
+            step.drawn[seq.seq_id] = res
+            if res.accepted_draft is not None:
+                self.speculation.settle(seq, res.accepted_draft)
+        live = [(seq, res) for seq, res in results if out.live(seq)]
 
-    def _postprocess(self, items: list[tuple[Sequence, Any]]) -> list[StreamEvent | None]:
-        # A sibling sample's failure may have ended the request meanwhile.
-        return [self.post.accept(seq, res) if self._live(seq) else None for seq, res in items]
+        def postprocess(batch: list[tuple[Sequence, Any]]) -> list[StreamEvent | None]:
+            # A sibling sample's failure may have ended the request meanwhile.
+            return [self.post.accept(seq, res) if out.live(seq) else None for seq, res in batch]
 
-    # --- failures ---------------------------------------------------------------------------
-    def _live(self, seq: Sequence) -> bool:
-        return not seq.is_finished and seq.finish_reason is None and seq.request_id not in self._out.failed
+        for (seq, _), event in isolate(live, postprocess, out.fails_in("postprocess"), one_at_a_time=True):
+            if event is not None:
+                out.events.append((seq, event))
 
-    def _fail_in(self, stage: str) -> Callable[[tuple[Sequence, Any], Exception], None]:
-        def fail(item: tuple[Sequence, Any], exc: Exception) -> None:
-            seq = item[0]
-            log.error("request %s failed in %s:\n%s", seq.request_id, stage,
-                      "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-            self._out.failed.setdefault(seq.request_id, f"{stage} failed: {type(exc).__name__}: {exc}"[:500])
-        return fail
+
+def _accepted(step: Launched, seq: Sequence) -> int | None:
+    """How many of seq's draft tokens the step accepted (None: no verify, or not read yet)."""
+    got = step.drawn.get(seq.seq_id)
+    return got.accepted_draft if got is not None else None

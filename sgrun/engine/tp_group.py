@@ -268,7 +268,8 @@ class TensorParallelModel:
 
     @staticmethod
     def wrap_attention(attn: Any) -> RecordingAttention:
-        """The model runner lets its model wrap the attention backend: rank 0 records each
+        """What the model runner hands this model instead of its attention backend
+        (engine_builder.py passes it as ModelRunner's `wrap_attention`): rank 0 records each
         batch's metadata there to broadcast it."""
         return RecordingAttention(attn)
 

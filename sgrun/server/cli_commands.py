@@ -92,16 +92,17 @@ def run_serve(args: argparse.Namespace) -> int:
     report = engine.startup_report()
     logging.getLogger("sgrun.server").info("start-up: " + ", ".join(
         f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in report.items()))
-    print(startup_line(engine, args.host, args.port, time.perf_counter() - started), file=sys.stderr, flush=True)
+    print(serve_banner(engine, report, args.host, args.port, time.perf_counter() - started), file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
     return 0
 
 
-def startup_line(engine, host: str, port: int, seconds: float) -> str:
-    """The one line a person reads when the server is up: where, what, how big, how long it took."""
+def serve_banner(engine, report: dict, host: str, port: int, seconds: float) -> str:
+    """What a person reads when the server is up: where, what, how big, how long it took, and
+    the engine's start-up line (what runs, from `report`: engine.startup_report())."""
     kv_tokens = engine.pool.num_pages * engine.pool.page_size
     dtype = str(engine.dtype).replace("torch.", "")
     device = str(getattr(engine, "device", "cpu"))
-    from sgrun.models.auto_config import startup_line as runs
+    from sgrun.engine.startup_report import startup_line
     return (f"sgrun serve: http://{host}:{port}/  model {engine.model_name}  dtype {dtype}  device {device}  "
-            f"KV capacity {kv_tokens} tokens  started in {seconds:.1f} s\nsgrun serve: {runs(engine)}")
+            f"KV capacity {kv_tokens} tokens  started in {seconds:.1f} s\nsgrun serve: {startup_line(report)}")

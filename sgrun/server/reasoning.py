@@ -7,19 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sgrun.errors import SgrunError
-
-# Parser name -> (open tag, close tag). Qwen3, DeepSeek-R1 and most open reasoning models use these.
-REASONING_TAGS: dict[str, tuple[str, str]] = {"deepseek_r1": ("<think>", "</think>"), "qwen3": ("<think>", "</think>"),
-                                              "think": ("<think>", "</think>")}
+from sgrun.lang.reasoning_split import REASONING_TAGS
+from sgrun.lang.reasoning_split import reasoning_tags as known_tags
 
 
 def reasoning_tags(name: str | None) -> tuple[str, str] | None:
+    """--reasoning-parser's tags (the one table: lang/reasoning_split.py), None without one."""
     if name is None:
         return None
-    key = name.lower().replace("-", "_")
-    if key not in REASONING_TAGS:
+    tags = known_tags(name)
+    if tags is None:
         raise SgrunError(f"unknown reasoning parser {name!r}; choose one of {', '.join(sorted(REASONING_TAGS))}")
-    return REASONING_TAGS[key]
+    return tags
 
 
 @dataclass

@@ -67,11 +67,6 @@ class ServerState:
     def max_context(self) -> int:
         return int(self.engine.max_context)
 
-    @property
-    def model_file_name(self) -> str | None:
-        path = getattr(self.engine, "model_path", None)
-        return os.path.basename(str(path).rstrip("/\\")) if path else None
-
     def check_model(self, requested: str) -> None:
         """Requests name the model they want; anything we do not serve is a 404."""
         if requested not in self.accepted_names:

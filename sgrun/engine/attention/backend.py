@@ -35,6 +35,3 @@ class AttentionBackend(Protocol):
 
     def forward(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """q: [T, H, D], k/v: [T, KV, D] for the new tokens of layer `layer`. Returns [T, H, D]."""
-
-    # Optional: `bitmask_kernel(logits, bitmask, rows)`, the constraint-mask kernel that runs
-    # with this backend's kernels (Triton's has one); without it sgrun.constrain's is used.

@@ -47,6 +47,20 @@ class CppPagedAttention(TorchPagedAttention):
         # The kernel's decode_layer for FusedDecode's one-call forward (0: an op without it).
         self.decode_layer_fn = op.decode_layer_address() if hasattr(op, "decode_layer_address") else 0
 
+    def prefill_kernel(self, query_dtype: torch.dtype) -> str:
+        """The prefill attention this backend runs, for the start-up report: SDPA, or sgrun's C++
+        kernel with its vector path for the pool (and, for float32 queries on the AVX512-BF16
+        path, where their bf16 products start)."""
+        if self.prefill_op is None:
+            return "SDPA"
+        from sgrun.cpu_kernels.prefill_attention import dtype_name
+        path = self.prefill_op.fast_path(dtype_name(self.pool.k[0].dtype), self.D) or "portable"
+        if path == "avx512_bf16" and self.prefill_amx:
+            path = "amx"   # the same walk, its products on AMX tiles
+        if path in ("avx512_bf16", "amx") and query_dtype == torch.float32:
+            return f"sgrun C++ {path} (bf16 products from position {self.prefill_bf16_from})"
+        return f"sgrun C++ {path}"
+
     def _prepare_decodes(self, decodes: list[Segment]) -> None:
         self.prefixes = []
         if not decodes:

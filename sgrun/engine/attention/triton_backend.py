@@ -19,7 +19,6 @@ import torch
 
 from sgrun.engine.attention.backend import Segment
 from sgrun.engine.page_pool import PagePool
-import sgrun.kernels
 from sgrun.kernels import decode_num_splits, paged_decode_attention, paged_prefill_attention, write_kv
 
 
@@ -63,12 +62,6 @@ def device_sm_count(device: torch.device) -> int:
 
 
 class TritonPagedAttention:
-    # The sampler's constraint-mask kernel that belongs with these kernels (the model runner
-    # uses a backend's `bitmask_kernel` when it has one, else sgrun.constrain's torch version).
-    @staticmethod
-    def bitmask_kernel(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor) -> None:
-        sgrun.kernels.apply_bitmask(logits, bitmask, rows)
-
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int):
         self.pool = pool
         self.H, self.KV, self.D = num_heads, num_kv_heads, head_dim

@@ -1,5 +1,5 @@
-"""Running the server on a background thread of the current process (tests, notebooks, the
-DSL's in-process runtime): uvicorn on a loopback port, stopped cleanly on exit."""
+"""The tests' server on a background thread of the test process: uvicorn on a loopback port,
+stopped cleanly on exit."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import uvicorn
 
-from sgrun.child_process import free_port  # noqa: F401 - tests and benchmarks import it from here
+from sgrun.child_process import free_port
 
 
 class ServerThread:
