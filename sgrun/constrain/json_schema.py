@@ -34,7 +34,7 @@ from sgrun.constrain.schema_merge import merge_schemas
 from sgrun.constrain.schema_rewrites import conditional_part, dependency_parts, negate
 from sgrun.errors import ConstraintError
 from sgrun.constrain.schema_refs import SchemaIndex
-from sgrun.constrain.string_formats import FORMAT_REGEXES
+from sgrun.constrain.string_formats import KNOWN_FORMATS
 from sgrun.constrain.string_leaf import format_dfa, pattern_matches, pattern_search_dfa, string_leaf
 
 ANNOTATIONS = frozenset({
@@ -677,8 +677,7 @@ class SchemaCompiler:
             if any(not pattern_matches(p, v) for p in pats):
                 return False
             fmt = s.get("format")
-            if fmt in FORMAT_REGEXES and not dfa_from_node(parse_regex(FORMAT_REGEXES[fmt]).fullmatch_node()) \
-                    .fullmatch(v.encode()):
+            if fmt in KNOWN_FORMATS and not format_dfa(fmt).fullmatch(v.encode()):
                 return False
             return v not in s.get("$sgrun_exclude", [])
         if t in ("array", "object"):
@@ -762,9 +761,10 @@ class SchemaCompiler:
         hi = int(hi) if hi is not None else None
         patterns = ([s["pattern"]] if "pattern" in s else []) + list(s.get("$sgrun_patterns", []))
         fmt = s.get("format")
-        if fmt is not None and fmt not in FORMAT_REGEXES:
-            # 2020-12: format is an annotation, and validators ignore formats they do not know.
-            self.warn(f"format {fmt!r} at {ptr} is not a format sgrun checks; kept as an annotation (any string)")
+        if fmt is not None and fmt not in KNOWN_FORMATS:
+            # A user who writes a format means it: one sgrun cannot enforce is refused like any
+            # unsupported keyword (lenient: dropped, with a warning naming it).
+            self.refuse("format", ptr, _unknown_format(fmt))
             fmt = None
         exclude = tuple(s.get("$sgrun_exclude", []))
         if hi is not None and lo > hi:
@@ -987,8 +987,8 @@ class SchemaCompiler:
         if "pattern" in pn:
             d = product(d, pattern_search_dfa(pn["pattern"]))
         if "format" in pn:
-            if pn["format"] not in FORMAT_REGEXES:
-                self.warn(f"format {pn['format']!r} at {ptr} is not a format sgrun checks; kept as an annotation")
+            if pn["format"] not in KNOWN_FORMATS:
+                self.refuse("format", ptr, _unknown_format(pn["format"]))
             else:
                 d = product(d, format_dfa(pn["format"]))
         if "enum" in pn or "const" in pn:
@@ -1175,6 +1175,11 @@ def _disjoint(a: dict, b: dict) -> bool:
     if common <= {"integer", "number"} and "integer" in common:
         pass
     return False
+
+
+def _unknown_format(fmt: Any) -> str:
+    return (f"format {fmt!r} is not a JSON Schema 2020-12 format (sgrun enforces those: "
+            f"{', '.join(sorted(KNOWN_FORMATS))}); write the pattern it stands for instead")
 
 
 def schema_to_nfa(schema: Any, whitespace: str = "compact", lenient: bool = False,
