@@ -1,6 +1,7 @@
-"""Prebuilt minimal DFAs of the string formats that take seconds to build (regex, idn-hostname,
-idn-email: large Unicode classes, nested groups), shipped in format_tables.json.gz so that the
-first schema naming one compiles within its budget instead of spending it on the format.
+"""Prebuilt minimal DFAs of the string formats, shipped in format_tables.json.gz: regex,
+idn-hostname and idn-email take seconds to build (large Unicode classes, nested groups), the
+others milliseconds to a second of a loaded machine (the exact uri and email grammars), all of
+it spent by the first schema naming the format, inside its compile budget.
 
 Regenerate after changing string_formats (tests/test_constrain_formats.py checks the shipped
 tables against a fresh build):  python -m sgrun.constrain.format_tables
@@ -14,9 +15,9 @@ import unicodedata
 from pathlib import Path
 
 from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, fully_live, minimize
-from sgrun.constrain.string_formats import IDN_LABEL_MAX_CODEPOINTS, REGEX_DEPTH, format_node
+from sgrun.constrain.string_formats import IDN_LABEL_MAX_CODEPOINTS, KNOWN_FORMATS, REGEX_DEPTH, format_node
 
-TABLED_FORMATS = ("regex", "idn-hostname", "idn-email")
+TABLED_FORMATS = tuple(sorted(KNOWN_FORMATS))  # (the fast ones too: no per-process build at first use)
 TABLE_PATH = Path(__file__).with_name("format_tables.json.gz")
 
 
@@ -47,9 +48,10 @@ def load(fmt: str) -> ByteDFA | None:
                 _loaded = json.load(f)
         except FileNotFoundError:
             _loaded = {"formats": {}}
-    t = _loaded["formats"].get(fmt)
-    if t is None:
+    text = _loaded["formats"].get(fmt)
+    if text is None:
         return None
+    t = json.loads(text)  # (each format's own JSON text: the first use of `date` parses no IDN table)
     edges = [[(int(m, 16), int(x)) for m, x in row] for row in t["edges"]]
     return fully_live(ByteDFA(edges, set(t["accepting"])))
 
@@ -63,8 +65,8 @@ def write() -> None:
     out = {"inputs": inputs(), "formats": {}}
     for fmt in TABLED_FORMATS:
         d = build(fmt)
-        out["formats"][fmt] = {"edges": [[[format(m, "x"), t] for m, t in row] for row in d.edges],
-                               "accepting": sorted(d.accepting)}
+        out["formats"][fmt] = json.dumps({"edges": [[[format(m, "x"), t] for m, t in row] for row in d.edges],
+                                          "accepting": sorted(d.accepting)}, separators=(",", ":"))
         print(f"{fmt}: {d.num_states} states")
     with gzip.open(TABLE_PATH, "wt", encoding="ascii", compresslevel=9) as f:
         json.dump(out, f, separators=(",", ":"))

@@ -118,7 +118,7 @@ class SchemaCompiler:
         if key_order not in ("schema", "required-first"):
             raise InvalidSchemaError(f"key_order must be 'schema' or 'required-first', not {key_order!r}")
         self.required_first = key_order == "required-first"
-        self.warnings: list[str] = []  # what lenient mode dropped, formats kept as annotations
+        self.warnings: list[str] = []  # what lenient mode dropped or loosened
         # A shared NFA lets several documents (one per tool) be sub-automata of one constraint,
         # each resolving its own $ref/$defs.
         self.nfa = nfa if nfa is not None else ByteNFA(share=True)
@@ -1184,7 +1184,7 @@ def _unknown_format(fmt: Any) -> str:
 
 def schema_to_nfa(schema: Any, whitespace: str = "compact", lenient: bool = False,
                   key_order: str = "schema") -> tuple[ByteNFA, int, list[str]]:
-    """-> (NFA, root fragment, warnings: what lenient mode loosened, formats kept as annotations)."""
+    """-> (NFA, root fragment, warnings: what lenient mode dropped or loosened)."""
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchemaError("a JSON Schema must be an object or a boolean")
     check_document_depth(schema)
