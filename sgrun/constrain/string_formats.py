@@ -150,10 +150,12 @@ def format_node(fmt: str) -> Node:
 # --- idn-hostname, idn-email ---------------------------------------------------------------
 
 IDN_LABEL_MAX_CODEPOINTS = 6
+IDN_ONE_NON_ASCII_SIDE = 24
 """A U-label's A-label (xn-- plus Punycode) must fit 63 octets. Punycode spends at most 9 digits
 on a character (each digit but the last divides the remaining delta, < 0x110000 * 64, by at
-least 10), so 6 code points (4 + 1 + 6 * 9 = 59 octets) always fit; longer U-labels are not
-accepted (their Punycode length is not a regular property of the label)."""
+least 10), so 6 code points (4 + 1 + 6 * 9 = 59 octets) always fit, and so does one non-ASCII
+code point among 48 ASCII ones (4 + 48 + 1 + 9 = 62); other U-labels are not accepted (their
+Punycode length is not a regular property of the label)."""
 
 
 @lru_cache(maxsize=None)
@@ -222,7 +224,8 @@ def idn_label_node() -> Node:
     - NFC (RFC 5891 5.3): NFC_Quick_Check=Yes code points, no two combining marks in a row;
     - no combining mark first (5.4), no '-' first or last, no '--' in positions 3-4;
     - the Bidi Rule (RFC 5893) where the label holds R, AL or AN characters;
-    - at most IDN_LABEL_MAX_CODEPOINTS code points (the A-label's 63 octets)."""
+    - at most IDN_LABEL_MAX_CODEPOINTS code points, or one non-ASCII code point between at most
+      IDN_ONE_NON_ASCII_SIDE ASCII ones on either side (the A-label's 63 octets)."""
     c = {k: chars(*v) for k, v in _idn_classes().items()}
     # NFC: a starter first, then never two non-starters (ccc != 0) in a row
     nfc = seq(c["start"], rep(seq(opt(c["nonzero"]), c["zero"]), 0, None), opt(c["nonzero"]))
@@ -234,11 +237,16 @@ def idn_label_node() -> Node:
         ending = alt(c["R_AL"], c[numeric])
         rtl.append(seq(c["R_AL"], opt(seq(rep(allowed, 0, None), ending)), rep(c["NSM"], 0, None)))
     bidi = alt(rep(c["ltr"], 0, None), *rtl)
-    shape = parse_regex(f"[\\x00-\\u{{10FFFF}}]{{1,{IDN_LABEL_MAX_CODEPOINTS}}}").fullmatch_node()
+    # (the second shape: one non-ASCII code point among at most 2 x 24 ASCII ones, 'münchen'; each
+    # side bounded on its own, so the automaton forgets the first count once the non-ASCII starts)
+    shape = minimize(dfa_from_node(alt(
+        parse_regex(f"[\\x00-\\u{{10FFFF}}]{{1,{IDN_LABEL_MAX_CODEPOINTS}}}").fullmatch_node(),
+        parse_regex(f"[\\x00-\\x7F]{{0,{IDN_ONE_NON_ASCII_SIDE}}}[\\u0080-\\u{{10FFFF}}]"
+                    f"[\\x00-\\x7F]{{0,{IDN_ONE_NON_ASCII_SIDE}}}").fullmatch_node())))
     non_ascii = parse_regex(r".*[\u0080-\u{10FFFF}].*").fullmatch_node()
     d = dfa_from_node(nfc)
-    for other in (bidi, shape, non_ascii):
-        d = product(d, dfa_from_node(other))
+    for other in (dfa_from_node(bidi), shape, dfa_from_node(non_ascii)):
+        d = product(d, other)
     d = minimize(product(d, _BAD_HYPHENS(), "minus"))
     return ("dfa", d) if d.accepting else NOTHING
 
