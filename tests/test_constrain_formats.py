@@ -47,6 +47,8 @@ CASES = [
     ("email", ["a@b.co", "a.b+c@ex-ample.org", '"john doe"@x.com', "a@[127.0.0.1]", "a@[IPv6:::1]", "a@localhost",
                '"a\\"b"@x.y'],
      ["a", "a@", "@b", "a..b@c", ".a@b", "a@b..c", "a@-b.c", "ä@b.c", "a b@c", "a@[300.1.1.1]", "a@[x:y]"]),
+    ("hostname", ["example.com", "a", "A-1.b2", "a--b.c", "x" * 63], ["xn--X", "ab--c.d", "-a", "a-", "a..b", "x" * 64,
+                                                                 "ü.de", ""]),
     ("idn-email", ["실례@실례.테스트", "ä@b.c", "a@bücher.de", '"ü"@x.y', "a@b.co"],
      ["a", "ä@", "a@b..c", "@x", "a@-x.y", "a@Bücher.de"]),
     ("idn-hostname", ["실례.테스트", "bücher.de", "münchen-flughafen.de", "example.com", "Example.COM", "a-b.c", "מוקד.il", "例子.测试",

@@ -122,13 +122,12 @@ FORMAT_REGEXES: dict[str, str] = {
     "uri-template": _URI_TEMPLATE,
     "ipv4": _IPV4,
     "ipv6": _IPV6,
-    "hostname": rf"{_LABEL}(\.{_LABEL})*",
     "json-pointer": r"(/([^/~]|~[01])*)*",
     "relative-json-pointer": r"(0|[1-9][0-9]*)(#|(/([^/~]|~[01])*)*)",
 }
-"""The formats that are plain regexes; idn-hostname, idn-email and regex are built as nodes."""
+"""The formats that are plain regexes; the hostnames, idn-email and regex are built as nodes."""
 
-KNOWN_FORMATS = frozenset([*FORMAT_REGEXES, "idn-hostname", "idn-email", "regex"])
+KNOWN_FORMATS = frozenset([*FORMAT_REGEXES, "hostname", "idn-hostname", "idn-email", "regex"])
 """Every format JSON Schema 2020-12 defines (section 7.3 of its validation vocabulary)."""
 
 
@@ -137,6 +136,8 @@ def format_node(fmt: str) -> Node:
     """The decoded strings `fmt` accepts (full match). KeyError for a format not in KNOWN_FORMATS."""
     if fmt in FORMAT_REGEXES:
         return parse_regex(FORMAT_REGEXES[fmt]).fullmatch_node()
+    if fmt == "hostname":  # RFC 1123 2.1 labels; RFC 5891's A-labels: see _ascii_label_node
+        return seq(_ascii_label_node(), rep(seq(lit("."), _ascii_label_node()), 0, None))
     if fmt == "idn-hostname":
         label = alt(_ascii_label_node(), idn_label_node())
         return seq(label, rep(seq(lit("."), label), 0, None))
