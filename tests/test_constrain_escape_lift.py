@@ -1,4 +1,4 @@
-"""The escape lift in C++ (cpu_kernels/escape_lift.cpp) against json_string.escape_lift_uncached,
+"""The escape lift in C++ (constrain/native/escape_lift.cpp) against json_string.escape_lift_uncached,
 the Python reference: the same trimmed DFA, state for state and edge for edge, on every shape a
 compile lifts (an open object's "any key but these", formats, patterns, length bounds, enum
 exclusions), on names with escapes and non-ASCII characters, past the 8 non-ASCII edge sets the

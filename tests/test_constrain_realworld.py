@@ -17,7 +17,10 @@ from sgrun.errors import ConstraintError
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from realworld_corpus import cases  # noqa: E402
 
-KNOWN_REFUSALS = ("uniqueItems", "'oneOf' at #/definitions/status", "unicode property classes")
+# (and a format outside JSON Schema 2020-12's, such as OpenAPI's byte or a semver: refused by name,
+# docs/constrained-decoding.md "String formats")
+KNOWN_REFUSALS = ("uniqueItems", "'oneOf' at #/definitions/status", "unicode property classes",
+                  "is not a JSON Schema 2020-12 format")
 
 
 def test_realworld_sample_is_sound_and_passes():
@@ -41,4 +44,6 @@ def test_realworld_sample_is_sound_and_passes():
         else:
             passed += 1
     assert not failures, "valid instances rejected:\n" + "\n".join(failures)
-    assert passed >= 88 and len(all_cases) >= 97, (passed, refused)
+    # (88 before formats outside 2020-12 were refused: k8s_configmap's byte, gh_semver_release's
+    # and gh_string_formats' semver are refused by name now)
+    assert passed >= 85 and len(all_cases) >= 97, (passed, refused)

@@ -383,7 +383,7 @@ def test_error_cases(server, model, engine):
     err = assert_error(httpx.post(url, json={**ok, "response_format": {"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}}),
         400, param="response_format.json_schema.schema", code="constraint_error")
-    # (an unknown "format" is an annotation since c1e3f08, as JSON Schema says; uniqueItems is refused)
+    # (uniqueItems over unbounded arrays is refused, by name and path)
     assert "'uniqueItems'" in err["message"] and "#/properties/a" in err["message"]  # the keyword and its path
     err = assert_error(httpx.post(url, json={**ok, "tools": [{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"xs": {"type": "array", "contains": {}}}}}}],

@@ -232,3 +232,41 @@ def finite_words(d: ByteDFA, cap: int) -> list[bytes] | None:
         for m, t in d.edges[s]:
             todo.extend((t, prefix + bytes([b])) for b in range(256) if m >> b & 1)
     return sorted(out)
+
+
+def minimize(d: ByteDFA) -> ByteDFA:
+    """The minimal DFA of d's language (Moore's partition refinement over trimmed states). Used
+    for the big fixed leaves (string formats) that are built once and embedded in many schemas."""
+    d = trim(d)
+    n = d.num_states
+    block = [1 if s in d.accepting else 0 for s in range(n)]
+    count = len(set(block))
+    while True:
+        sigs: dict[tuple, int] = {}
+        new_block = []
+        for s in range(n):
+            tick()
+            by_target: dict[int, int] = {}
+            for m, t in d.edges[s]:
+                by_target[block[t]] = by_target.get(block[t], 0) | m
+            sig = (block[s], tuple(sorted(by_target.items())))
+            new_block.append(sigs.setdefault(sig, len(sigs)))
+        block = new_block
+        if len(sigs) == count:
+            break
+        count = len(sigs)
+    order: dict[int, int] = {block[d.start]: 0}
+    for s in range(n):
+        order.setdefault(block[s], len(order))
+    edges: list[list[tuple[int, int]]] = [[] for _ in range(len(order))]
+    done = set()
+    for s in range(n):
+        b = order[block[s]]
+        if b in done:
+            continue
+        done.add(b)
+        by_target: dict[int, int] = {}
+        for m, t in d.edges[s]:
+            by_target[order[block[t]]] = by_target.get(order[block[t]], 0) | m
+        edges[b] = [(m, t) for t, m in by_target.items()]
+    return fully_live(ByteDFA(edges, {order[block[s]] for s in d.accepting}))

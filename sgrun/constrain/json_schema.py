@@ -36,7 +36,7 @@ from sgrun.constrain.schema_merge import merge_schemas, value_key
 from sgrun.constrain.schema_rewrites import conditional_part, dependency_parts, negate
 from sgrun.errors import ConstraintError
 from sgrun.constrain.schema_refs import SchemaIndex
-from sgrun.constrain.string_formats import FORMAT_REGEXES
+from sgrun.constrain.string_formats import KNOWN_FORMATS
 from sgrun.constrain.string_leaf import format_dfa, pattern_matches, pattern_search_dfa, string_leaf
 
 ANNOTATIONS = frozenset({
@@ -124,7 +124,7 @@ class SchemaCompiler:
             raise InvalidSchemaError(f"key_order must be one of {', '.join(map(repr, KEY_ORDERS))}, not {key_order!r}")
         self.required_first = key_order == "required-first"
         self.any_order = key_order == "any"
-        self.warnings: list[str] = []  # what lenient mode dropped, formats kept as annotations
+        self.warnings: list[str] = []  # what lenient mode dropped or loosened
         # A shared NFA lets several documents (one per tool) be sub-automata of one constraint,
         # each resolving its own $ref/$defs.
         self.nfa = nfa if nfa is not None else ByteNFA(share=True)
@@ -711,8 +711,7 @@ class SchemaCompiler:
             if any(not pattern_matches(p, v) for p in pats):
                 return False
             fmt = s.get("format")
-            if fmt in FORMAT_REGEXES and not dfa_from_node(parse_regex(FORMAT_REGEXES[fmt]).fullmatch_node()) \
-                    .fullmatch(v.encode()):
+            if fmt in KNOWN_FORMATS and not format_dfa(fmt).fullmatch(v.encode()):
                 return False
             return v not in s.get("$sgrun_exclude", [])
         if t in ("array", "object"):
@@ -849,9 +848,10 @@ class SchemaCompiler:
         hi = int(hi) if hi is not None else None
         patterns = ([s["pattern"]] if "pattern" in s else []) + list(s.get("$sgrun_patterns", []))
         fmt = s.get("format")
-        if fmt is not None and fmt not in FORMAT_REGEXES:
-            # 2020-12: format is an annotation, and validators ignore formats they do not know.
-            self.warn(f"format {fmt!r} at {ptr} is not a format sgrun checks; kept as an annotation (any string)")
+        if fmt is not None and fmt not in KNOWN_FORMATS:
+            # A user who writes a format means it: one sgrun cannot enforce is refused like any
+            # unsupported keyword (lenient: dropped, with a warning naming it).
+            self.refuse("format", ptr, _unknown_format(fmt))
             fmt = None
         exclude = tuple(s.get("$sgrun_exclude", []))
         if hi is not None and lo > hi:
@@ -1215,8 +1215,8 @@ class SchemaCompiler:
         if "pattern" in pn:
             d = product(d, pattern_search_dfa(pn["pattern"]))
         if "format" in pn:
-            if pn["format"] not in FORMAT_REGEXES:
-                self.warn(f"format {pn['format']!r} at {ptr} is not a format sgrun checks; kept as an annotation")
+            if pn["format"] not in KNOWN_FORMATS:
+                self.refuse("format", ptr, _unknown_format(pn["format"]))
             else:
                 d = product(d, format_dfa(pn["format"]))
         if "enum" in pn or "const" in pn:
@@ -1405,9 +1405,14 @@ def _disjoint(a: dict, b: dict) -> bool:
     return False
 
 
+def _unknown_format(fmt: Any) -> str:
+    return (f"format {fmt!r} is not a JSON Schema 2020-12 format (sgrun enforces those: "
+            f"{', '.join(sorted(KNOWN_FORMATS))}); write the pattern it stands for instead")
+
+
 def schema_to_nfa(schema: Any, whitespace: str = "compact", lenient: bool = False,
                   key_order: str = "schema") -> tuple[ByteNFA, int, list[str]]:
-    """-> (NFA, root fragment, warnings: what lenient mode loosened, formats kept as annotations)."""
+    """-> (NFA, root fragment, warnings: what lenient mode dropped or loosened)."""
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchemaError("a JSON Schema must be an object or a boolean")
     check_document_depth(schema)

@@ -1,4 +1,4 @@
-"""The lazy DFA and the token-mask walk in C++ (cpu_kernels/lazy_dfa_core.cpp), behind LazyDFA's interface.
+"""The lazy DFA and the token-mask walk in C++ (constrain/native/lazy_dfa_core.cpp), behind LazyDFA's interface.
 
 `make_lazy_dfa(nfa, root)` is what the compiler calls: a NativeLazyDFA where the core library
 builds (one g++ run of about a second, cached on disk like the CPU kernels), else the Python
@@ -32,8 +32,8 @@ from sgrun.constrain.lazy_dfa import _MAX_CLOSURE, DEFAULT_MAX_DEPTH, DEFAULT_MA
 
 log = logging.getLogger("sgrun.constrain")
 
-_KERNELS = Path(__file__).resolve().parent.parent / "cpu_kernels"
-SOURCES = (_KERNELS / "lazy_dfa_core.cpp", _KERNELS / "escape_lift.cpp")  # one library
+_NATIVE = Path(__file__).resolve().parent / "native"  # the constraint compiler's C++, shipped as package data
+SOURCES = (_NATIVE / "lazy_dfa_core.cpp", _NATIVE / "escape_lift.cpp")  # one library
 _ERR_CLOSURE, _ERR_STATES = -2, -3
 _NON_UNIFORM = -4
 _MAX_SUCCESSORS = 4096

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
+from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, minimize, product
 from sgrun.constrain.errors import ConstraintTooComplexError, RegexError, UnsupportedSchemaError
 from sgrun.constrain.json_string import (QUOTE, any_text_dfa, constrained_string_node, excluded_dfa,
                                          length_product, length_range, string_node)
 from sgrun.constrain.regex_ast import MAX_CODEPOINT, NOTHING, Node, alt, chars, lit, normalize_ranges, rep, seq
 from sgrun.constrain.regex_parser import parse_regex
-from sgrun.constrain.string_formats import FORMAT_REGEXES
+from sgrun.constrain.string_formats import format_node
 
 ECMA_DOT_EXCLUDES = (0x0A, 0x0D, 0x2028, 0x2029)
 EAGER_PATTERN_STATES = 1500  # above this, a lone pattern goes the lazy way
@@ -51,7 +51,14 @@ def pattern_matches(pattern: str, text: str) -> bool:
 
 @lru_cache(maxsize=None)
 def format_dfa(fmt: str) -> ByteDFA:
-    return dfa_from_node(parse_regex(FORMAT_REGEXES[fmt]).fullmatch_node())
+    """The decoded strings of a format (string_formats.KNOWN_FORMATS), minimal: built once per
+    process and shared by every schema that names the format."""
+    from sgrun.constrain.format_tables import load
+    d = load(fmt)  # the slow-to-build formats ship prebuilt
+    if d is not None:
+        return d
+    node = format_node(fmt)
+    return minimize(node[1] if node[0] == "dfa" else dfa_from_node(node))
 
 
 @lru_cache(maxsize=2048)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sgrun.constrain.byte_dfa import ByteDFA, dfa_from_node, product
+from sgrun.constrain.byte_dfa import ByteDFA, product
 from sgrun.constrain.byte_nfa import ByteNFA
 from sgrun.constrain.errors import ConstraintTooComplexError, InvalidSchemaError, UnsupportedSchemaError
 from sgrun.constrain.json_schema import ANNOTATIONS, SchemaCompiler, pattern_search_dfa
+from sgrun.constrain.string_leaf import format_dfa
 from sgrun.constrain.json_string import any_text_dfa, length_dfa
 from sgrun.constrain.regex_ast import Node, alt, lit
-from sgrun.constrain.regex_parser import parse_regex
-from sgrun.constrain.string_formats import FORMAT_REGEXES
+from sgrun.constrain.string_formats import KNOWN_FORMATS
 from sgrun.constrain.tool_calls.closed_objects import closed_parameters
 from sgrun.constrain.tool_calls.tool_spec import ToolSchemaError, ToolSpec
 from sgrun.errors import ConstraintError
@@ -153,9 +153,9 @@ class ToolArguments:
                 raise self._fail(UnsupportedSchemaError("pattern", f"{pptr}/pattern", str(e))) from None
         fmt = s.get("format")
         if fmt is not None:
-            if fmt not in FORMAT_REGEXES:
+            if fmt not in KNOWN_FORMATS:
                 raise self._fail(UnsupportedSchemaError("format", f"{pptr}/format", f"format {fmt!r} is not enforced"))
-            d = product(d, dfa_from_node(parse_regex(FORMAT_REGEXES[fmt]).fullmatch_node()))
+            d = product(d, format_dfa(fmt))
         d = product(d, pattern_search_dfa(_regex_literal(forbidden)), "minus")
         return ("dfa", d)
 
