@@ -138,11 +138,12 @@ class Engine:
                 field="max_new_tokens" if len(prompt_ids) < self.max_context else "prompt")
         if constraint is None and params.has_constraint:
             constraint = self.compile_constraint(params)
-        # Refuses a constraint whose shortest output exceeds max_new_tokens; masks that close within it.
+        # Masks that close the output within max_new_tokens where it fits; where it cannot, the
+        # output is cut at max_new_tokens (finish "length"), or refused under strict_budget.
         new_matcher = None
         if constraint is not None:
             from sgrun.constrain.budget import budgeted_matcher
-            new_matcher = budgeted_matcher(constraint, params.max_new_tokens)
+            new_matcher = budgeted_matcher(constraint, params.max_new_tokens, refuse=params.strict_budget)
         request_id = request_id or uuid.uuid4().hex
         handle = RequestHandle(self.abort, request_id, prompt_ids, params.n)
         for i in range(params.n):

@@ -114,7 +114,8 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     max_tokens = resolve_max_tokens(req.max_completion_tokens if req.max_completion_tokens is not None
                                     else req.max_tokens, len(prompt_ids), state.max_context,
                                     max_tokens_field=max_field, prompt_field="messages")
-    params = openai_sampling_params(req, max_tokens, logprobs, names, state.tokenizer.vocab_size)
+    params = openai_sampling_params(req, max_tokens, logprobs, names, state.tokenizer.vocab_size,
+                                    state.strict_budget)
     return PreparedChat("chatcmpl-" + uuid.uuid4().hex, prompt_ids, params, plan, spec, names, splitter)
 
 

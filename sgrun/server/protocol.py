@@ -123,6 +123,9 @@ class ChatCompletionRequest(msgspec.Struct):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
     speculative_ngram: bool | None = None   # n-gram speculative decoding (None: the server's default)
+    # True: refuse (400) a constraint whose shortest output exceeds max_tokens instead of cutting the
+    # output there with finish "length" (None: the server's default, `sgrun serve --strict-budget`).
+    strict_budget: bool | None = None
 
 
 # --------------------------------------------------------------------------- chat responses
@@ -237,6 +240,9 @@ class CompletionRequest(msgspec.Struct):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
     speculative_ngram: bool | None = None   # n-gram speculative decoding (None: the server's default)
+    # True: refuse (400) a constraint whose shortest output exceeds max_tokens instead of cutting the
+    # output there with finish "length" (None: the server's default, `sgrun serve --strict-budget`).
+    strict_budget: bool | None = None
 
 
 class CompletionLogprobs(msgspec.Struct):
