@@ -25,6 +25,7 @@ from sgrun.server.protocol import ChatChoice, ChatCompletionRequest, ChatComplet
 from sgrun.server.request_limits import resolve_max_tokens
 from sgrun.server.state import ServerState
 from sgrun.server.reasoning import ReasoningSplitter
+from sgrun.server.tool_decision import answered_calls, decide, needs_decision
 from sgrun.server.tool_format import call_constraint, response_calls
 from sgrun.server.tool_plan import ToolPlan, plan_tools
 
@@ -121,6 +122,11 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
 
 async def start_chat(state: ServerState, req: ChatCompletionRequest) -> tuple[PreparedChat, RunningRequest]:
     prepared = await asyncio.to_thread(prepare_chat, state, req)
+    answered = answered_calls(req.messages)
+    if needs_decision(prepared.constraint, prepared.params, answered):   # tools + response_format after results
+        prepared.constraint, prepared.params = await decide(
+            state, prepared.prompt_ids, prepared.params, prepared.constraint, prepared.names, answered,
+            "response_format.json_schema.schema")
     constraint: Constraint | None = await compile_request_constraint(state, prepared.constraint)
     run = await submit(state.engine, prepared.prompt_ids, prepared.params, constraint, state.metrics, "chat",
                        prepared.names, request_id=prepared.request_id)
