@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import jinja2
@@ -36,6 +37,18 @@ class ChatTemplate:
     def accepts_tools(self) -> bool:
         """True when the template itself renders a `tools` list."""
         return "tools" in self.source
+
+    @cached_property
+    def renders_tool_turns(self) -> bool:
+        """True when a `tool` message's content reaches the prompt. Some templates keep only the
+        roles they know (Phi-3.5's drops `tool` turns without a word): found by rendering one."""
+        marker = "sgrun-tool-result-marker"
+        probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                 {"role": "tool", "content": marker}]
+        try:
+            return marker in self.render(probe, add_generation_prompt=True)
+        except InvalidRequestError:
+            return False
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                tools: list[dict] | None = None, **kwargs: Any) -> str:

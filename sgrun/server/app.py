@@ -208,7 +208,8 @@ async def apply_chat_template(request: Request) -> Response:
     plan = plan_tools(req.tools, None, None)
 
     def render() -> tuple[str, list[int]]:
-        text = render_prompt(state.tokenizer, state.tool_format, req.messages, plan.tools, req.add_generation_prompt)
+        text = render_prompt(state.tokenizer, state.tool_format, req.messages, plan.tools, req.add_generation_prompt,
+                             req.chat_template_kwargs)
         return text, state.tokenizer.encode(text, add_bos=None)
     try:
         text, ids = await asyncio.to_thread(render)

@@ -97,15 +97,17 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     plan = plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
     # Every tool is in the prompt whatever tool_choice says (as OpenAI does), so turns with
     # different tool_choice share their prefix in the cache.
-    text = render_prompt(state.tokenizer, state.tool_format, req.messages, list(req.tools or []))
+    text = render_prompt(state.tokenizer, state.tool_format, req.messages, list(req.tools or []),
+                         chat_template_kwargs=req.chat_template_kwargs)
     prompt_ids = state.tokenizer.encode(text, add_bos=None)
     if req.top_logprobs is not None and not req.logprobs:
         raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     splitter, tags = None, None
-    if state.reasoning is not None:
+    if state.reasoning is not None and not text.rstrip().endswith(state.reasoning[1]):
         # A template that opens the section itself (a generation prompt ending in `<think>`)
-        # starts the output inside it.
+        # starts the output inside it; one that closes it (Qwen3 under enable_thinking false
+        # writes an empty `<think>\n\n</think>`) leaves none to split or to constrain around.
         in_prompt = text.rstrip().endswith(state.reasoning[0])
         splitter = ReasoningSplitter(*state.reasoning, in_prompt=in_prompt)
         tags = ("" if in_prompt else state.reasoning[0], state.reasoning[1])
