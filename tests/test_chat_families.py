@@ -33,10 +33,13 @@ FAMILIES = {
     "meta-llama-Llama-3.2-3B-Instruct.jinja": "llama3_json",
     "HuggingFaceTB-SmolLM3-3B.jinja": "hermes",
     "microsoft-Phi-3.5-mini-instruct.jinja": "hermes",   # no tool markup: sgrun's own tools block
+    "microsoft-Phi-4-mini-instruct.jinja": "phi4_mini",
+    "google-gemma-3-it.jinja": "gemma",
 }
 # How each format writes a past call of get_weather(city="Paris") into the prompt.
 CALL_IN_PROMPT = {"hermes": '"name": "get_weather"', "qwen3_coder": "<function=get_weather>",
-                  "llama3_json": '"name": "get_weather"'}
+                  "llama3_json": '"name": "get_weather"', "phi4_mini": '<|tool_call|>[{"name": "get_weather"',
+                  "gemma": '```tool_code\nget_weather(city="Paris")\n```'}
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather in a city.",
     "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
@@ -131,7 +134,8 @@ def test_qwen3_thinking_switch_and_reasoning_parser(engine, serve_family):
 
 
 @pytest.mark.parametrize("template_file", ["Qwen-Qwen3-0.6B.jinja", "Qwen3-Coder.jinja",
-                                           "meta-llama-Llama-3.1-8B-Instruct.jinja"])
+                                           "meta-llama-Llama-3.1-8B-Instruct.jinja",
+                                           "microsoft-Phi-4-mini-instruct.jinja", "google-gemma-3-it.jinja"])
 def test_tool_choice_modes_per_family(serve_family, template_file):
     """required, named, none and auto on the family's template and detected format: calls parse into
     OpenAI tool_calls valid against the tool's schema, and a result turn renders and runs."""

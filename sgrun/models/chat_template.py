@@ -33,10 +33,20 @@ class ChatTemplate:
         self.bos_token = bos_token or ""
         self.eos_token = eos_token or ""
 
-    @property
+    @cached_property
     def accepts_tools(self) -> bool:
-        """True when the template itself renders a `tools` list."""
-        return "tools" in self.source
+        """True when the template itself renders the `tools` it is given: found by rendering one
+        (Phi-4-mini's names `tools` but reads only a system message's own `tools` text)."""
+        if "tools" not in self.source:
+            return False
+        name = "sgrun_probe_tool"
+        tool = {"type": "function", "function": {"name": name, "description": "d",
+                                                 "parameters": {"type": "object", "properties": {}}}}
+        try:
+            return name in self.render([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+                                       tools=[tool])
+        except InvalidRequestError:
+            return True   # it needs other messages to render; it names tools, so trust it
 
     @cached_property
     def renders_tool_turns(self) -> bool:

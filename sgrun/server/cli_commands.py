@@ -41,8 +41,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--max-context", type=int, default=None, help="cap on prompt + output tokens")
     p.add_argument("--disable-prefix-cache", action="store_true", help="turn the radix cache off")
     p.add_argument("--tool-call-parser", default=None,
-                   help="tool-call format: hermes, llama3_json, mistral, pythonic or qwen3_coder (default: detected "
-                        "from the model's chat template, else hermes)")
+                   help="tool-call format: hermes, llama3_json, mistral, pythonic, qwen3_coder, phi4_mini or gemma "
+                        "(default: detected from the model's chat template, else hermes)")
     p.add_argument("--constraint-budget", type=float, default=5.0, metavar="SECONDS",
                    help="compile time allowed per constraint (schema, regex, grammar, tools); past it the request "
                         "gets a 400 saying the constraint is too complex (default: 5)")
