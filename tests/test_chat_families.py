@@ -155,3 +155,29 @@ def test_tool_choice_modes_per_family(serve_family, template_file):
     assert auto.choices[0].finish_reason in ("stop", "tool_calls", "length")
     for call in auto.choices[0].message.tool_calls or []:
         jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+
+
+def get_weather(city: str) -> str:
+    """Current weather in a city."""
+    return f"{city}: 21 C, sunny"
+
+
+@pytest.mark.parametrize("template_file", ["Qwen-Qwen3-0.6B.jinja", "Qwen3-Coder.jinja",
+                                           "meta-llama-Llama-3.2-3B-Instruct.jinja",
+                                           "microsoft-Phi-4-mini-instruct.jinja", "google-gemma-3-it.jinja"])
+def test_sgrun_agent_speaks_each_familys_format(engine, tmp_path, template_file):
+    """sgrun.Agent without a call_format takes the one the backend's template describes, calls the
+    tool in it (tool_choice required), feeds the result back in the family's way and answers."""
+    import sgrun
+    original = engine.parts.tokenizer
+    engine.parts.tokenizer = family_tokenizer(engine, template_file, tmp_path)
+    try:
+        agent = sgrun.Agent(tools=[get_weather], tool_choice="required", max_steps=2, max_tokens=16,
+                            call_max_tokens=48)
+        result = agent.run("What's the weather in Paris?", backend=sgrun.Runtime(engine=engine))
+    finally:
+        engine.parts.tokenizer = original
+    assert agent.format.name == FAMILIES[template_file]
+    assert result.tool_calls and result.tool_calls[0].name == "get_weather", result
+    assert result.tool_calls[0].error is None and isinstance(result.tool_calls[0].arguments["city"], str)
+    assert result.finish_reason in ("answer", "max_steps")
