@@ -86,6 +86,22 @@ def serve_family(engine, tmp_path):
     engine.parts.tokenizer = original
 
 
+@pytest.mark.parametrize("template_file", ["Qwen-Qwen3-0.6B.jinja", "google-gemma-3-it.jinja"])
+def test_a_gguf_files_own_template_is_the_one_used(template_file):
+    """From a GGUF file the template is its `tokenizer.chat_template` field: the default model's own
+    metadata with that field replaced by a family's template gives that family's format."""
+    from sgrun.constrain.tool_calls import detect_format
+    from sgrun.models.gguf_file import GGUFFile
+    from sgrun.models.loader import resolve_model_path
+    from sgrun.models.tokenizer import Tokenizer
+    meta = dict(GGUFFile(resolve_model_path(None)).metadata)
+    source = (TEMPLATES / template_file).read_text()
+    meta["tokenizer.chat_template"] = source
+    tok = Tokenizer.from_gguf_fields(meta)
+    assert tok.chat_template.source == source
+    assert detect_format(tok.chat_template.source).name == FAMILIES[template_file]
+
+
 @pytest.mark.parametrize("template_file", FAMILIES)
 def test_the_format_is_detected_and_calls_and_results_render_in_it(engine, tmp_path, template_file):
     from sgrun.constrain.tool_calls import detect_format
