@@ -24,7 +24,6 @@ Applies to one sample (n = 1) without a reasoning parser, after at least one ans
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 from typing import Any
