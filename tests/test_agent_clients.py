@@ -47,8 +47,9 @@ def get_weather(city: str) -> str:
 
 
 def tool_not_called_yet(*_: object) -> bool:
-    """A 135M model calls a tool it is offered every time; offering it once lets the run end in
-    the typed answer (the next request has no tools, only response_format)."""
+    """Offers the tool until it has been called: the run's next request then has no tools, only
+    response_format (the path a library takes when a tool is disabled mid-run). The same agents
+    with the tool always offered are the *_ends tests below."""
     return not CALLS
 
 
