@@ -261,3 +261,23 @@ def test_server_tool_call_fits_the_count_the_400_names(client, model):
     call = r.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather"
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+
+
+def test_the_dsl_takes_the_same_decision(engine):
+    """gen() under a schema whose shortest instance does not fit max_tokens: cut there with finish
+    "length" by default, refused (the program's error names max_new_tokens) with strict_budget."""
+    import sgrun
+    schema, _ = CASES["20"]
+    need = _needed(schema)
+
+    @sgrun.function
+    def order(s, strict):
+        s += sgrun.user(PROMPT)
+        s += sgrun.assistant(sgrun.gen("order", max_tokens=need - 1, temperature=0, json_schema=schema,
+                                       strict_budget=strict))
+
+    runtime = sgrun.Runtime(engine=engine)
+    cut = order.run(strict=None, backend=runtime)
+    assert cut.get_meta_info("order")["finish_reason"] == "length" and cut["order"].startswith("{")
+    with pytest.raises(Exception, match=rf"OutputBudgetError: max_new_tokens is {need - 1}, .* needs {need} tokens"):
+        order.run(strict=True, backend=runtime)
