@@ -151,6 +151,7 @@ def test_qwen3_thinking_switch_and_reasoning_parser(engine, serve_family):
 
 @pytest.mark.parametrize("template_file", ["Qwen-Qwen3-0.6B.jinja", "Qwen3-Coder.jinja",
                                            "meta-llama-Llama-3.1-8B-Instruct.jinja",
+                                           "meta-llama-Llama-3.2-3B-Instruct.jinja", "HuggingFaceTB-SmolLM3-3B.jinja",
                                            "microsoft-Phi-4-mini-instruct.jinja", "google-gemma-3-it.jinja"])
 def test_tool_choice_modes_per_family(serve_family, template_file):
     """required, named, none and auto on the family's template and detected format: calls parse into
