@@ -4,6 +4,12 @@ answers): the openai SDK's parse() with pydantic tools and its .stream() helper,
 pydantic-ai, openai-agents, instructor and litellm. Each sends what it sends to OpenAI (tools with
 $defs, tools + response_format, named tool_choice, role: tool turns, streamed tool-call deltas).
 
+Tools together with a typed answer (response_format) run as each library's user writes them, with
+nothing to stop the model calling again: pydantic-ai's NativeOutput with a tool_plain,
+openai-agents' output_type with a function_tool, langchain's with_structured_output(tools=...).
+Each calls the tool once and ends in the typed answer carrying the tool's result
+(sgrun/server/tool_decision.py says why they used to loop).
+
 The libraries are the `agents` extra (pyproject.toml); the module runs in the default test run."""
 
 from __future__ import annotations
@@ -41,8 +47,9 @@ def get_weather(city: str) -> str:
 
 
 def tool_not_called_yet(*_: object) -> bool:
-    """A 135M model calls a tool it is offered every time; offering it once lets the run end in
-    the typed answer (the next request has no tools, only response_format)."""
+    """Offers the tool until it has been called: the run's next request then has no tools, only
+    response_format (the path a library takes when a tool is disabled mid-run). The same agents
+    with the tool always offered are the *_ends tests below."""
     return not CALLS
 
 
@@ -115,6 +122,58 @@ def test_pydantic_ai_native_output(base_url, model):
     result = agent.run_sync("What's the weather in Paris?")
     assert isinstance(result.output, Weather)
     assert len(CALLS) <= 1
+
+
+def test_pydantic_ai_native_output_with_a_plain_tool_ends(base_url, model):
+    """The shape that looped to pydantic-ai's request limit of 50: one call, then the answer."""
+    from pydantic_ai import Agent, NativeOutput
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.usage import UsageLimits
+
+    CALLS.clear()
+    chat_model = OpenAIChatModel(model, provider=OpenAIProvider(base_url=base_url, api_key="unused"))
+    agent = Agent(chat_model, output_type=NativeOutput(Weather),
+                  model_settings={"temperature": 0, "max_tokens": 60})
+    agent.tool_plain(get_weather)
+    result = agent.run_sync("What's the weather in Paris?", usage_limits=UsageLimits(request_limit=4))
+    assert isinstance(result.output, Weather) and result.output.temperature_c == 21
+    assert CALLS == ["Paris"] and result.usage.requests == 2
+
+
+def test_openai_agents_output_type_with_a_plain_tool_ends(base_url, model):
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)
+    CALLS.clear()
+    chat_model = OpenAIChatCompletionsModel(model=model, openai_client=openai.AsyncOpenAI(base_url=base_url,
+                                                                                          api_key="unused"))
+    agent = Agent(name="weather", instructions="Answer with the weather.", model=chat_model,
+                  tools=[function_tool(get_weather)], output_type=Weather,
+                  model_settings=ModelSettings(temperature=0, max_tokens=60))
+    result = asyncio.run(Runner.run(agent, "What's the weather in Paris?", max_turns=4))
+    assert isinstance(result.final_output, Weather) and result.final_output.temperature_c == 21
+    assert CALLS == ["Paris"]
+
+
+def test_langchain_structured_output_with_tools_ends(base_url, model):
+    from langchain_core.messages import HumanMessage
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    CALLS.clear()
+    weather_tool = tool(get_weather, args_schema=CityArgs)
+    llm = ChatOpenAI(base_url=base_url, api_key="unused", model=model, temperature=0, max_tokens=60)
+    typed = llm.with_structured_output(Weather, method="json_schema", tools=[weather_tool], strict=True,
+                                       include_raw=True)   # parse() takes strict tools only
+    messages: list = [HumanMessage("What's the weather in Paris?")]
+    for _ in range(4):   # the agent loop a user writes: run the calls, send the results, ask again
+        out = typed.invoke(messages)
+        if not out["raw"].tool_calls:
+            break
+        messages += [out["raw"], *(weather_tool.invoke(call) for call in out["raw"].tool_calls)]
+    assert isinstance(out["parsed"], Weather) and out["parsed"].temperature_c == 21
+    assert CALLS == ["Paris"]
 
 
 def weather_loop_turns(client: openai.OpenAI, model: str, first_call) -> str:

@@ -1,11 +1,13 @@
 """JSON that fits its budget (constrain/budget.py, shortest_completion.py): with max_new_tokens and
-a schema, the output closes validly within the budget whenever an instance that short exists,
-and a budget below the shortest instance is refused, naming the tokens it needs.
+a schema, the output closes validly within the budget whenever an instance that short exists.
+A budget below the shortest instance runs and is cut there (finish "length", as OpenAI's API);
+under strict_budget it is refused, naming the tokens it needs.
 
 Schemas whose shortest instance is about 5, 20 and 60 tokens, at budgets just above and just
 below: model-free (random tokens from the budget mask: the steering alone must close the
-output), through the engine on the real default model, and through the server (400 naming
-max_tokens)."""
+output), through the engine on the real default model, and through the server (200 with
+finish "length" and usage by default; 400 naming max_tokens under the request field or the
+server flag)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from server_fixtures import client_fixture, engine_fixture, model_fixture, serve
 
 from sgrun.constrain import compile_constraint
 from sgrun.constrain.bitmask import unpack_bitmask
-from sgrun.constrain.budget import OutputBudgetError, budgeted_matcher
+from sgrun.constrain.budget import BudgetMatcher, OutputBudgetError, budgeted_matcher
 from sgrun.constrain.shortest_completion import shortest_completion
 
 SHORT = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
@@ -47,6 +49,8 @@ engine = engine_fixture(num_threads=2, memory_gb=0.3)   # the default configurat
 server = server_fixture("engine")
 client = client_fixture(timeout=300)
 model = model_fixture()
+strict_server = server_fixture("engine", strict_budget=True)   # `sgrun serve --strict-budget`
+strict_client = client_fixture("strict_server", timeout=300)
 
 
 def _needed(schema) -> int:
@@ -141,9 +145,11 @@ def test_budget_below_the_shortest_is_refused_naming_the_count(size):
     c = compile_constraint(load_default_tokenizer(), json_schema=schema)
     need = _needed(schema)
     with pytest.raises(OutputBudgetError, match=rf"needs {need} tokens") as err:
-        budgeted_matcher(c, need - 1)
+        budgeted_matcher(c, need - 1, refuse=True)
     assert err.value.field == "max_new_tokens" and err.value.needed == need
-    budgeted_matcher(c, need)   # exactly enough is accepted
+    assert type(budgeted_matcher(c, need, refuse=True)()) is BudgetMatcher   # exactly enough is steered
+    # Without refuse the request runs on the constraint's own matcher (no steering: it is cut).
+    assert type(budgeted_matcher(c, need - 1)()) is type(c.matcher())
 
 
 @pytest.mark.parametrize("size", CASES)
@@ -159,7 +165,11 @@ def test_engine_closes_within_the_budget_on_the_real_model(engine, size):
         assert len(out.token_ids) <= budget
         jsonschema.validate(json.loads(out.text), schema)
     with pytest.raises(OutputBudgetError, match=rf"max_new_tokens is {need - 1}, .* needs {need} tokens"):
-        engine.submit(prompt, sgrun.SamplingParams(max_new_tokens=need - 1, json_schema=schema))
+        engine.submit(prompt, sgrun.SamplingParams(max_new_tokens=need - 1, json_schema=schema, strict_budget=True))
+    # The default is OpenAI's: it runs to max_new_tokens and reports "length".
+    cut = engine.generate(prompt, sgrun.SamplingParams(max_new_tokens=need - 1, temperature=0.0,
+                                                       json_schema=schema))[0]
+    assert cut.finish_reason == "length" and len(cut.token_ids) == need - 1, cut
     assert engine.stats()["running"] == 0
 
 
@@ -173,11 +183,13 @@ def test_regex_and_tool_arguments_fit_too(engine):
     out = engine.generate(prompt, sgrun.SamplingParams(max_new_tokens=need, temperature=0.0, regex=pattern))[0]
     assert out.finish_reason == "stop" and c.matches_bytes(out.text.encode()), out.text
     with pytest.raises(OutputBudgetError):
-        engine.submit(prompt, sgrun.SamplingParams(max_new_tokens=need - 1, regex=pattern))
+        engine.submit(prompt, sgrun.SamplingParams(max_new_tokens=need - 1, regex=pattern, strict_budget=True))
 
 
 @pytest.mark.parametrize("size", ["20", "60"])
-def test_server_budget_just_above_succeeds_and_below_is_a_400(client, model, size):
+def test_server_budget_just_above_succeeds_and_below_is_cut_or_a_400_on_request(client, model, size):
+    """Below the shortest the default is OpenAI's (200, finish "length", usage, logprobs); the
+    request field strict_budget turns it into a 400 naming max_tokens and the count."""
     schema, _ = CASES[size]
     need = _needed(schema)
     rf = {"type": "json_schema", "json_schema": {"name": "order", "schema": schema}}
@@ -187,12 +199,44 @@ def test_server_budget_just_above_succeeds_and_below_is_a_400(client, model, siz
     assert r.choices[0].finish_reason == "stop"
     assert r.usage.completion_tokens <= need + 1
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    cut = client.chat.completions.create(model=model, messages=messages, max_tokens=need - 1, temperature=0,
+                                         response_format=rf, logprobs=True, top_logprobs=2)
+    assert cut.choices[0].finish_reason == "length"
+    assert cut.usage.completion_tokens == need - 1 == len(cut.choices[0].logprobs.content)
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=model, messages=messages, max_tokens=need - 1, temperature=0,
-                                       response_format=rf)
+                                       response_format=rf, extra_body={"strict_budget": True})
     body = err.value.body
     assert body["param"] == "max_tokens"
     assert f"max_tokens is {need - 1}" in body["message"] and f"needs {need} tokens" in body["message"]
+
+
+def test_the_server_flag_refuses_by_default_and_a_request_may_still_run(strict_client, strict_server, server,
+                                                                         model):
+    """Under --strict-budget (build_app(strict_budget=True)) a budget below the shortest is a 400 on
+    chat, completions and /generate unless the request says strict_budget false; without the flag
+    /generate runs it to max_new_tokens (finish "length") unless sampling_params say true."""
+    import httpx
+    schema, _ = CASES["20"]
+    need = _needed(schema)
+    rf = {"type": "json_schema", "json_schema": {"name": "order", "schema": schema}}
+    messages = [{"role": "user", "content": PROMPT}]
+    with pytest.raises(openai.BadRequestError, match=f"needs {need} tokens"):
+        strict_client.chat.completions.create(model=model, messages=messages, max_tokens=need - 1, response_format=rf)
+    with pytest.raises(openai.BadRequestError, match=r"max_tokens is 3, .* needs \d+ tokens") as err:
+        strict_client.completions.create(model=model, prompt=PROMPT, max_tokens=3,
+                                         extra_body={"regex": r"[a-z]{40,50}"})
+    assert err.value.body["param"] == "max_tokens"
+    ran = strict_client.chat.completions.create(model=model, messages=messages, max_tokens=need - 1, temperature=0,
+                                                response_format=rf, extra_body={"strict_budget": False})
+    assert ran.choices[0].finish_reason == "length" and ran.usage.completion_tokens == need - 1
+    body = {"text": PROMPT, "sampling_params": {"max_new_tokens": need - 1, "temperature": 0, "json_schema": schema}}
+    refused = httpx.post(strict_server.url + "/generate", json=body, timeout=300)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "sampling_params.max_new_tokens"
+    out = httpx.post(server.url + "/generate", json=body, timeout=300)
+    assert out.status_code == 200 and out.json()["meta_info"]["finish_reason"]["type"] == "length"
+    body["sampling_params"]["strict_budget"] = True
+    assert httpx.post(server.url + "/generate", json=body, timeout=300).status_code == 400
 
 
 WEATHER_TOOL = {"type": "function", "function": {
@@ -202,12 +246,13 @@ WEATHER_TOOL = {"type": "function", "function": {
 
 
 def test_server_tool_call_fits_the_count_the_400_names(client, model):
-    """A required call below its shortest is refused with the count; at that count it completes."""
+    """A required call below its shortest is refused with the count under strict_budget; at that
+    count it completes."""
     import re
     messages = [{"role": "user", "content": "What is the weather in Oslo?"}]
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="required",
-                                       max_tokens=5, temperature=0)
+                                       max_tokens=5, temperature=0, extra_body={"strict_budget": True})
     assert err.value.body["param"] == "max_tokens"
     need = int(re.search(r"needs (\d+) tokens", err.value.body["message"]).group(1))
     r = client.chat.completions.create(model=model, messages=messages, tools=[WEATHER_TOOL], tool_choice="required",
@@ -216,3 +261,23 @@ def test_server_tool_call_fits_the_count_the_400_names(client, model):
     call = r.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather"
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+
+
+def test_the_dsl_takes_the_same_decision(engine):
+    """gen() under a schema whose shortest instance does not fit max_tokens: cut there with finish
+    "length" by default, refused (the program's error names max_new_tokens) with strict_budget."""
+    import sgrun
+    schema, _ = CASES["20"]
+    need = _needed(schema)
+
+    @sgrun.function
+    def order(s, strict):
+        s += sgrun.user(PROMPT)
+        s += sgrun.assistant(sgrun.gen("order", max_tokens=need - 1, temperature=0, json_schema=schema,
+                                       strict_budget=strict))
+
+    runtime = sgrun.Runtime(engine=engine)
+    cut = order.run(strict=None, backend=runtime)
+    assert cut.get_meta_info("order")["finish_reason"] == "length" and cut["order"].startswith("{")
+    with pytest.raises(Exception, match=rf"OutputBudgetError: max_new_tokens is {need - 1}, .* needs {need} tokens"):
+        order.run(strict=True, backend=runtime)

@@ -22,8 +22,8 @@ SCHEMA = {"type": "object", "properties": {"a_rather_long_property_name": {"type
 @pytest.mark.parametrize("slack", [0, 3, None])
 def test_forced_tokens_are_reported_exactly(engine, chat_prompt, slack):
     """Budgets of exactly the shortest instance, a little more (the budget steering and jump-
-    forward both at work near the end), and plenty (a budget below the shortest is refused:
-    tests/test_constrain_budget.py)."""
+    forward both at work near the end), and plenty (a budget below the shortest is cut, or refused
+    under strict_budget: tests/test_constrain_budget.py)."""
     prompt = chat_prompt("Give me a JSON object.")
     constraint = compile_constraint(engine.tokenizer, json_schema=SCHEMA)
     shortest = int(shortest_completion(constraint).tokens_needed(constraint.initial_state))

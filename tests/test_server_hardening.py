@@ -175,6 +175,44 @@ def test_body_limits_declared_and_chunked(server, model):
     assert httpx.get(server.url + "/health").status_code == 200
 
 
+def _raw_head(server, headers: bytes, timeout: float) -> tuple[bytes, float]:
+    """Send a request's head only, on a raw socket, and read the reply's head without sending any
+    body: (the bytes read, seconds until they came)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        start = time.perf_counter()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n" + headers
+                  + b"\r\n")
+        reply = b""
+        while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+            data = s.recv(65536)
+            assert data, f"connection closed before the response: {reply!r}"
+            reply += data
+        return reply, time.perf_counter() - start
+
+
+def test_a_declared_oversized_body_gets_its_413_when_the_headers_arrive(server):
+    """Content-Length over --max-body-bytes: the 413 comes before any body is sent, to a client
+    that waits and to one that sends `Expect: 100-continue` (which is never told to continue);
+    well before the guard's idle drain ends (guards.DRAIN_IDLE_S)."""
+    from sgrun.server.guards import DRAIN_IDLE_S
+    limit = 256 * 1024
+    for extra in (b"", b"expect: 100-continue\r\n"):
+        reply, seconds = _raw_head(server, b"content-length: %d\r\n" % (limit + 10) + extra, timeout=30)
+        assert reply.startswith(b"HTTP/1.1 413"), reply
+        assert b"100 Continue" not in reply
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert b"connection: close" in head.lower() and b"x-request-id" in head.lower()
+        err = json.loads(body)["error"]
+        assert err["code"] == "request_too_large" and str(limit) in err["message"]
+        assert seconds < DRAIN_IDLE_S, seconds
+    # At the limit the body is awaited and read as usual.
+    ok = httpx.post(server.url + "/v1/completions", content=b"{" + b" " * (limit - 2) + b"}",
+                    headers={"content-type": "application/json"})
+    assert ok.status_code == 400   # read and parsed (no model field), not refused for its size
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
 def test_no_paths_and_served_names(server, model, engine):
     assert "/" not in model and model == engine.model_name
     info = httpx.get(server.url + "/model_info").json()

@@ -149,19 +149,26 @@ def _needed_tokens(error: openai.BadRequestError) -> int:
     return int(match.group(1))
 
 
-def test_a_call_that_cannot_fit_max_tokens_is_refused_and_fits_at_the_named_count(client, model):
-    """A required call that cannot close within max_tokens is refused up front (a 400 naming
-    max_tokens and the tokens the shortest call needs), streamed or not; at that count the call is
+def test_a_call_that_cannot_fit_max_tokens_is_cut_or_refused_and_fits_at_the_named_count(client, model):
+    """A required call that cannot close within max_tokens runs and is cut (finish "length", with
+    usage, as OpenAI's API) by default; with strict_budget it is refused up front (a 400 naming
+    max_tokens and the tokens the shortest call needs), streamed or not. At that count the call is
     complete and the turn ends with tool_calls, never cut mid-argument."""
     tool = openai.pydantic_function_tool(GetForecast)
     ask_forecast = dict(model=model, messages=ask("Forecast for Paris?"), tools=[tool], tool_choice="required",
                         temperature=0)
+    cut = client.chat.completions.create(**ask_forecast, max_tokens=8)
+    assert cut.choices[0].finish_reason == "length" and cut.usage.completion_tokens == 8
+    assert "<tool_call>" not in (cut.choices[0].message.content or "")   # the opened markup is not content
+    cut_early = client.chat.completions.create(**ask_forecast, max_tokens=2)
+    assert cut_early.choices[0].finish_reason == "length" and not cut_early.choices[0].message.content
+    strict = {"extra_body": {"strict_budget": True}}
     with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(**ask_forecast, max_tokens=8)
+        client.chat.completions.create(**ask_forecast, max_tokens=8, **strict)
     needed = _needed_tokens(refused.value)
     assert needed > 8
     with pytest.raises(openai.BadRequestError) as refused_streamed:
-        list(client.chat.completions.create(**ask_forecast, max_tokens=8, stream=True))
+        list(client.chat.completions.create(**ask_forecast, max_tokens=8, stream=True, **strict))
     assert _needed_tokens(refused_streamed.value) == needed
     r = client.chat.completions.create(**ask_forecast, max_tokens=needed)
     choice = r.choices[0]
@@ -198,9 +205,15 @@ def test_usage_and_logprobs_under_jump_forward(client, model, shared_engine):
                                                "another_quite_long_property_name": {"type": "boolean"}},
               "required": ["a_rather_long_property_name", "another_quite_long_property_name"]}
     rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
-    with pytest.raises(openai.BadRequestError) as refused:   # below the shortest object: refused up front
+    # Below the shortest object: cut at max_tokens with usage and logprobs (OpenAI's answer), or
+    # refused up front under strict_budget.
+    cut = client.chat.completions.create(model=model, messages=ask("Give me the object."), response_format=rf,
+                                         temperature=0, max_tokens=6, logprobs=True, top_logprobs=2)
+    assert cut.choices[0].finish_reason == "length"
+    assert cut.usage.completion_tokens == 6 == len(cut.choices[0].logprobs.content)
+    with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model=model, messages=ask("Give me the object."), response_format=rf,
-                                       temperature=0, max_tokens=6)
+                                       temperature=0, max_tokens=6, extra_body={"strict_budget": True})
     needed = _needed_tokens(refused.value)
     for max_tokens in (needed, needed + 3, max(40, needed + 10)):   # tight budgets: jump-forward near the end
         r = client.chat.completions.create(model=model, messages=ask("Give me the object."), response_format=rf,

@@ -45,6 +45,10 @@ TEMPLATES = {
                     "</tools>If you choose to call a function ONLY reply in the following format:\\n<tool_call>\\n"
                     "<function=example_function_name>\\n<parameter=example_parameter_1>\\nvalue_1\\n</parameter>\\n"
                     "</function>\\n</tool_call>{%- endif %}"),
+    "phi4_mini": ("{% for message in messages %}{% if message['role'] == 'system' and 'tools' in message %}"
+                  "{{ '<|' + message['role'] + '|>' + message['content'] + '<|tool|>' + message['tools'] + '<|/tool|>' }}"
+                  "{% endif %}{% endfor %}"),
+    "gemma": "{{ '<start_of_turn>' + role + '\\n' }}{{ message['content'] | trim }}{{ '<end_of_turn>\\n' }}",
 }
 
 # What models of each family actually write (spacing and newlines as they do, not as sgrun does).
@@ -59,6 +63,9 @@ SAMPLES = {
     "qwen3_coder": ("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
                     "</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=add>\n<parameter=a>\n1\n"
                     "</parameter>\n<parameter=b>\n2.5\n</parameter>\n</function>\n</tool_call>"),
+    "phi4_mini": ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+                  '{"name": "add", "arguments": {"a": 1, "b": 2.5}}]<|/tool_call|>'),
+    "gemma": '```tool_code\nget_weather(city="Paris", days=3)\nadd(a=1, b=2.5)\n```',
 }
 SAMPLE_ARGS = [("get_weather", {"city": "Paris", "days": 3}), ("add", {"a": 1, "b": 2.5})]
 

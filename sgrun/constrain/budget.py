@@ -1,8 +1,13 @@
 """Constrained output that fits max_new_tokens: refuse what cannot fit, steer what can.
 
-A request's budget is its max_new_tokens. `budgeted_matcher` refuses the request up front
-(OutputBudgetError, a 400 naming max_tokens on the server) when even the shortest valid output
-needs more tokens than that. Otherwise each request gets a BudgetMatcher: while the tokens left
+A request's budget is its max_new_tokens. When even the shortest valid output needs more
+tokens than that, `budgeted_matcher` by default gives the constraint's plain matcher: the request
+runs, is cut at max_new_tokens and ends with finish "length", as OpenAI's API and every peer
+answer (clients send a small max_tokens on purpose, to probe logprobs or their own truncation
+handling). With `refuse=True` (SamplingParams.strict_budget, the server's `strict_budget` request
+field or `sgrun serve --strict-budget`) it refuses the request up front instead
+(OutputBudgetError, a 400 naming max_tokens on the server). Where the output fits, each request
+gets a BudgetMatcher: while the tokens left
 are far more than the shortest valid ending needs, its mask is the constraint's; once they come
 within STEER_WINDOW tokens, the mask keeps only tokens after which a valid ending still fits in
 what is left. The output then closes validly within the budget instead of being cut mid-value:
@@ -55,9 +60,11 @@ class OutputBudgetError(InvalidRequestError):
                 f"tokens: raise {name} to at least {self.needed}, or loosen the constraint")
 
 
-def budgeted_matcher(constraint: Constraint, max_new_tokens: int):
+def budgeted_matcher(constraint: Constraint, max_new_tokens: int, refuse: bool = False):
     """A factory of the request's matchers (one per sample): BudgetMatchers where the constraint
-    has a lazy DFA, its plain Matcher otherwise. Raises OutputBudgetError when nothing fits."""
+    has a lazy DFA and a valid output fits, its plain Matcher otherwise (the output is then cut at
+    max_new_tokens, finish "length"). With `refuse`, an output that cannot fit raises
+    OutputBudgetError instead."""
     sc = shortest_completion(constraint)
     if sc is None:
         return constraint.matcher
@@ -66,6 +73,8 @@ def budgeted_matcher(constraint: Constraint, max_new_tokens: int):
     if not (sc.spelling.every_byte_is_a_token and sc.byte_distance(start) + 1 <= max_new_tokens):
         needed = sc.tokens_needed(start)
         if needed > max_new_tokens:
+            if not refuse:
+                return constraint.matcher
             raise OutputBudgetError(max_new_tokens, int(needed) if needed < INF else -1) if needed < INF \
                 else InvalidRequestError("the constraint admits no output that ends", field="max_new_tokens")
     steering = _steering(constraint, sc)

@@ -64,9 +64,10 @@ class Intake:
         """The handle of a generating request, with its `params.n` samples."""
         new_matcher: Callable[[], TokenMatcher] | None = None
         if constraint is not None:
-            # Refuses a constraint whose shortest output exceeds max_new_tokens; masks that close within it.
+            # Masks that close the output within max_new_tokens where it fits; where it cannot, the
+            # output is cut at max_new_tokens (finish "length"), or refused under strict_budget.
             from sgrun.constrain.budget import budgeted_matcher
-            new_matcher = budgeted_matcher(constraint, params.max_new_tokens)
+            new_matcher = budgeted_matcher(constraint, params.max_new_tokens, refuse=params.strict_budget)
         handle = RequestHandle(self.abort, request_id or uuid.uuid4().hex, prompt_ids, params.n)
         for i in range(params.n):
             detok = IncrementalDetokenizer(self.tokenizer, prompt_ids, params.skip_special_tokens, params.stop)

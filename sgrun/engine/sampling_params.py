@@ -66,6 +66,10 @@ class SamplingParams:
     # The output may open with a reasoning section (open tag, close tag); the constraint starts after it.
     reasoning: tuple[str, str] | list[str] | None = None
     jump_forward: bool = True
+    # Under a constraint whose shortest valid output needs more than max_new_tokens: False (the
+    # default, as OpenAI's API) runs it anyway and ends with finish "length" at max_new_tokens;
+    # True refuses it up front (OutputBudgetError naming the count). See constrain/budget.py.
+    strict_budget: bool = False
     # N-gram speculative decoding (prompt lookup, engine/ngram_draft.py): None follows the engine's
     # default (`Engine(speculative_ngram=...)`, `sgrun serve --speculative-ngram`). Outputs are the
     # same in distribution (greedy: token for token); only the speed changes.
@@ -115,7 +119,8 @@ class SamplingParams:
         self.stop = _stop(self.stop)
         self.stop_regex = _stop_regex(self.stop_regex)
         self.stop_token_ids = _token_ids("stop_token_ids", self.stop_token_ids, vocab_size)
-        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "jump_forward"):
+        for name in ("ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "jump_forward",
+                     "strict_budget"):
             if not isinstance(getattr(self, name), bool):
                 raise _bad(name, f"must be true or false, got {_kind(getattr(self, name))}")
         if self.speculative_ngram is not None and not isinstance(self.speculative_ngram, bool):

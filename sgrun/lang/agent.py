@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
-from sgrun.constrain.tool_calls import CallFormat, ToolCallConstraint, ToolSpec, get_format
+from sgrun.constrain.tool_calls import CallFormat, ToolCallConstraint, ToolSpec, detect_format, get_format
 from sgrun.lang.backend import Backend
 from sgrun.lang.function import SgFunction
 from sgrun.lang.ir import assistant_begin, assistant_end, gen, role, system, user
@@ -48,9 +48,13 @@ class Agent:
     def __init__(self, tools: list[Callable[..., Any]] | tuple[Callable[..., Any], ...] = (),
                  system: str = "You are a helpful assistant.", max_steps: int = 4,
                  tool_choice: ToolChoice = "auto", max_tokens: int = 128, call_max_tokens: int = 128,
-                 backend: Backend | None = None, call_format: str = "hermes"):
+                 backend: Backend | None = None, call_format: str | None = None):
+        """`call_format` names the tool-call format (hermes, qwen3_coder, llama3_json, pythonic,
+        mistral, phi4_mini, gemma); None detects it from the backend's chat template when the
+        agent runs, as the server does (Hermes for a template that says nothing about tools)."""
         self.system = system
-        self.format: CallFormat = get_format(call_format)
+        self.fixed_format: CallFormat | None = get_format(call_format) if call_format else None
+        self.format: CallFormat = self.fixed_format or get_format("hermes")
         self.max_steps = max_steps
         self.tool_choice: ToolChoice = tool_choice
         self.max_tokens = max_tokens
@@ -117,7 +121,16 @@ class Agent:
         return AgentResult(answer=state["answer"], tool_calls=state["tool_calls"],
                            finish_reason=state["finish_reason"], state=state)
 
+    def format_for(self, backend: Backend) -> CallFormat:
+        """The call format this agent speaks on `backend`: the one it was given, else the one its
+        chat template describes."""
+        if self.fixed_format is not None:
+            return self.fixed_format
+        template = backend.chat_template
+        return detect_format(template.source if template is not None else None)
+
     def _loop(self, s: ProgramState, question: str, tool_choice: ToolChoice = "auto", max_steps: int = 4) -> None:
+        self.format = self.format_for(s._executor.backend)
         calls: list[ToolCall] = []
         s += system(self.system_prompt())
         s += user(question)

@@ -69,7 +69,7 @@ GEN_PARAM_NAMES: dict[str, str] = {
     "min_p": "min_p", "frequency_penalty": "frequency_penalty", "presence_penalty": "presence_penalty",
     "repetition_penalty": "repetition_penalty", "ignore_eos": "ignore_eos", "seed": "seed",
     "regex": "regex", "json_schema": "json_schema", "grammar": "grammar", "triggers": "triggers",
-    "tool_calls": "tool_calls",
+    "tool_calls": "tool_calls", "strict_budget": "strict_budget",
 }
 
 # Per-call options that are not sampling parameters: what to report about the call's logprobs
@@ -179,7 +179,8 @@ def gen(name: str | None = None, max_tokens: int | None = None, stop: str | list
         logprob_start_len: int | None = None, top_logprobs_num: int | None = None,
         return_text_in_logprobs: bool | None = None, dtype: type | str | None = None,
         choices_method: ChoicesSamplingMethod | None = None,
-        triggers: list[dict[str, Any]] | None = None, tool_calls: dict[str, Any] | None = None) -> Expr:
+        triggers: list[dict[str, Any]] | None = None, tool_calls: dict[str, Any] | None = None,
+        strict_budget: bool | None = None) -> Expr:
     """Generate text from the model and append it (stored under `name` when given).
 
     Arguments carry SGLang's names and meaning. `choices` makes this a `select`. `dtype`
@@ -192,7 +193,10 @@ def gen(name: str | None = None, max_tokens: int | None = None, stop: str | list
 
     `triggers` keeps generation free until a trigger string appears, then holds the rest to that
     trigger's constraint: `gen("a", triggers=[{"trigger": "<json>", "json_schema": {...}}])`.
-    `tool_calls` holds the output to tool calls in a model's format (sgrun.Agent uses it)."""
+    `tool_calls` holds the output to tool calls in a model's format (sgrun.Agent uses it).
+    Under a constraint whose shortest output does not fit `max_tokens`, the call generates
+    `max_tokens` tokens and ends with finish "length" (as OpenAI's API does); `strict_budget=True`
+    raises OutputBudgetError up front instead (docs/constrained-decoding.md)."""
     if choices is not None:
         return _located(Select(name, _checked_choices(choices), temperature or 0.0,
                                choices_method or token_length_normalized))
@@ -200,7 +204,7 @@ def gen(name: str | None = None, max_tokens: int | None = None, stop: str | list
                  stop_regex=stop_regex, temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
                  frequency_penalty=frequency_penalty, presence_penalty=presence_penalty, ignore_eos=ignore_eos,
                  regex=regex, json_schema=json_schema, grammar=grammar, repetition_penalty=repetition_penalty,
-                 seed=seed, triggers=triggers, tool_calls=tool_calls)
+                 seed=seed, triggers=triggers, tool_calls=tool_calls, strict_budget=strict_budget)
     params = {GEN_PARAM_NAMES[k]: v for k, v in given.items() if v is not None}
     for key in ("stop", "stop_regex"):
         if isinstance(params.get(key), str):

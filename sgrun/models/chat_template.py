@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import jinja2
@@ -32,10 +33,32 @@ class ChatTemplate:
         self.bos_token = bos_token or ""
         self.eos_token = eos_token or ""
 
-    @property
+    @cached_property
     def accepts_tools(self) -> bool:
-        """True when the template itself renders a `tools` list."""
-        return "tools" in self.source
+        """True when the template itself renders the `tools` it is given: found by rendering one
+        (Phi-4-mini's names `tools` but reads only a system message's own `tools` text)."""
+        if "tools" not in self.source:
+            return False
+        name = "sgrun_probe_tool"
+        tool = {"type": "function", "function": {"name": name, "description": "d",
+                                                 "parameters": {"type": "object", "properties": {}}}}
+        try:
+            return name in self.render([{"role": "system", "content": "s"}, {"role": "user", "content": "u"}],
+                                       tools=[tool])
+        except InvalidRequestError:
+            return True   # it needs other messages to render; it names tools, so trust it
+
+    @cached_property
+    def renders_tool_turns(self) -> bool:
+        """True when a `tool` message's content reaches the prompt. Some templates keep only the
+        roles they know (Phi-3.5's drops `tool` turns without a word): found by rendering one."""
+        marker = "sgrun-tool-result-marker"
+        probe = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
+                 {"role": "tool", "content": marker}]
+        try:
+            return marker in self.render(probe, add_generation_prompt=True)
+        except InvalidRequestError:
+            return False
 
     def render(self, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                tools: list[dict] | None = None, **kwargs: Any) -> str:

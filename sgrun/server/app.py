@@ -208,7 +208,8 @@ async def apply_chat_template(request: Request) -> Response:
     plan = plan_tools(req.tools, None, None)
 
     def render() -> tuple[str, list[int]]:
-        text = render_prompt(state.tokenizer, state.tool_format, req.messages, plan.tools, req.add_generation_prompt)
+        text = render_prompt(state.tokenizer, state.tool_format, req.messages, plan.tools, req.add_generation_prompt,
+                             req.chat_template_kwargs)
         return text, state.tokenizer.encode(text, add_bos=None)
     try:
         text, ids = await asyncio.to_thread(render)
@@ -258,16 +259,19 @@ ROUTES = [
 def build_app(engine: Engine, *, served_model_names: list[str] | None = None, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_engine_on_shutdown: bool = False,
               tool_call_parser: str | None = None, reasoning_parser: str | None = None,
-              constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> RequestGuard:
+              constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S, strict_budget: bool = False) -> RequestGuard:
     """The ASGI app serving `engine`. The first of `served_model_names` (else the model's name) is
     the id /v1/models lists; see ServerState for the names requests may use. tool_call_parser
     names the call format (default: detected from the chat template); reasoning_parser splits
     `<think>` sections into reasoning_content. constraint_budget_s bounds each constraint's compile
-    time (past it the request gets a 400 saying the constraint is too complex)."""
+    time (past it the request gets a 400 saying the constraint is too complex). strict_budget
+    refuses a constraint whose shortest output exceeds max_tokens for requests that do not say
+    (default: such a request runs and ends with finish "length", as OpenAI's API)."""
     metrics = ServerMetrics(engine)
     state = ServerState.for_engine(engine, served_model_names, metrics,
                                    tool_format=get_format(tool_call_parser) if tool_call_parser else None,
-                                   reasoning=reasoning_tags(reasoning_parser), constraint_budget_s=constraint_budget_s)
+                                   reasoning=reasoning_tags(reasoning_parser), constraint_budget_s=constraint_budget_s,
+                                   strict_budget=strict_budget)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

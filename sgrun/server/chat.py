@@ -25,6 +25,7 @@ from sgrun.server.protocol import ChatChoice, ChatCompletionRequest, ChatComplet
 from sgrun.server.request_limits import resolve_max_tokens
 from sgrun.server.state import ServerState
 from sgrun.server.reasoning import ReasoningSplitter
+from sgrun.server.tool_decision import answered_calls, decide, needs_decision
 from sgrun.server.tool_format import call_constraint, response_calls
 from sgrun.server.tool_plan import ToolPlan, plan_tools
 
@@ -96,15 +97,17 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     plan = plan_tools(req.tools, req.tool_choice, req.parallel_tool_calls)
     # Every tool is in the prompt whatever tool_choice says (as OpenAI does), so turns with
     # different tool_choice share their prefix in the cache.
-    text = render_prompt(state.tokenizer, state.tool_format, req.messages, list(req.tools or []))
+    text = render_prompt(state.tokenizer, state.tool_format, req.messages, list(req.tools or []),
+                         chat_template_kwargs=req.chat_template_kwargs)
     prompt_ids = state.tokenizer.encode(text, add_bos=None)
     if req.top_logprobs is not None and not req.logprobs:
         raise bad_request("top_logprobs requires logprobs to be true", param="top_logprobs")
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     splitter, tags = None, None
-    if state.reasoning is not None:
+    if state.reasoning is not None and not text.rstrip().endswith(state.reasoning[1]):
         # A template that opens the section itself (a generation prompt ending in `<think>`)
-        # starts the output inside it.
+        # starts the output inside it; one that closes it (Qwen3 under enable_thinking false
+        # writes an empty `<think>\n\n</think>`) leaves none to split or to constrain around.
         in_prompt = text.rstrip().endswith(state.reasoning[0])
         splitter = ReasoningSplitter(*state.reasoning, in_prompt=in_prompt)
         tags = ("" if in_prompt else state.reasoning[0], state.reasoning[1])
@@ -114,12 +117,18 @@ def prepare_chat(state: ServerState, req: ChatCompletionRequest) -> PreparedChat
     max_tokens = resolve_max_tokens(req.max_completion_tokens if req.max_completion_tokens is not None
                                     else req.max_tokens, len(prompt_ids), state.max_context,
                                     max_tokens_field=max_field, prompt_field="messages")
-    params = openai_sampling_params(req, max_tokens, logprobs, names, state.tokenizer.vocab_size)
+    params = openai_sampling_params(req, max_tokens, logprobs, names, state.tokenizer.vocab_size,
+                                    state.strict_budget)
     return PreparedChat("chatcmpl-" + uuid.uuid4().hex, prompt_ids, params, plan, spec, names, splitter)
 
 
 async def start_chat(state: ServerState, req: ChatCompletionRequest) -> tuple[PreparedChat, RunningRequest]:
     prepared = await asyncio.to_thread(prepare_chat, state, req)
+    answered = answered_calls(req.messages)
+    if needs_decision(prepared.constraint, prepared.params, answered):   # tools + response_format after results
+        prepared.constraint, prepared.params = await decide(
+            state, prepared.prompt_ids, prepared.params, prepared.constraint, prepared.names, answered,
+            "response_format.json_schema.schema")
     constraint: Constraint | None = await compile_request_constraint(state, prepared.constraint)
     run = await submit(state.engine, prepared.prompt_ids, prepared.params, constraint, state.metrics, "chat",
                        prepared.names, request_id=prepared.request_id)

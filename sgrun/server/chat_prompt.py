@@ -32,9 +32,10 @@ def _content_text(msg: ChatMessage, i: int) -> str | None:
 
 
 def template_messages(messages: list[ChatMessage], tools: list[ToolDef], template_takes_tools: bool,
-                      fmt: CallFormat) -> list[dict[str, Any]]:
+                      fmt: CallFormat, tool_turns_render: bool = True) -> list[dict[str, Any]]:
     """OpenAI messages -> the dicts a chat template renders. Tool calls and tool results are
-    written in the call format when the template cannot render them itself."""
+    written in the call format when the template cannot render them itself; a result goes in a
+    `user` turn when the template would drop a `tool` turn (`tool_turns_render` false)."""
     if not messages:
         raise bad_request("messages must contain at least one message", param="messages")
     out: list[dict[str, Any]] = []
@@ -62,6 +63,9 @@ def template_messages(messages: list[ChatMessage], tools: list[ToolDef], templat
             continue
         if text is None:
             raise bad_request(f"a {m.role} message needs content", param=f"messages[{i}].content")
+        if role == "tool" and not tool_turns_render:
+            out.append({"role": "user", "content": fmt.render_result(text)})
+            continue
         d = {"role": role, "content": text}
         if role == "tool":
             if not template_takes_tools:
@@ -83,13 +87,32 @@ def template_messages(messages: list[ChatMessage], tools: list[ToolDef], templat
     return out
 
 
+# Variables the renderer sets itself: chat_template_kwargs may not replace them.
+_RESERVED_TEMPLATE_VARS = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+
+
+def template_kwargs(kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """A request's chat_template_kwargs, checked: extra variables the template may read (Qwen3's
+    `enable_thinking`), never the ones the renderer sets."""
+    kwargs = dict(kwargs or {})
+    for key in kwargs:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise bad_request(f"chat_template_kwargs keys must be identifiers, got {key!r}",
+                              param="chat_template_kwargs")
+        if key in _RESERVED_TEMPLATE_VARS:
+            raise bad_request(f"chat_template_kwargs may not set {key!r}: it is the request's own field",
+                              param=f"chat_template_kwargs.{key}")
+    return kwargs
+
+
 def render_prompt(tokenizer: Tokenizer, fmt: CallFormat, messages: list[ChatMessage], tools: list[ToolDef],
-                  add_generation_prompt: bool = True) -> str:
+                  add_generation_prompt: bool = True, chat_template_kwargs: dict[str, Any] | None = None) -> str:
     template = tokenizer.chat_template
     if template is None:
         raise bad_request("this model has no chat template; use /v1/completions with a plain prompt",
                           param="messages")
     takes_tools = bool(template.accepts_tools)
-    msgs = template_messages(messages, tools, takes_tools, fmt)
+    msgs = template_messages(messages, tools, takes_tools, fmt, bool(getattr(template, "renders_tool_turns", True)))
     return tokenizer.apply_chat_template(msgs, add_generation_prompt=add_generation_prompt,
-                                         tools=[tool_json(t) for t in tools] if (tools and takes_tools) else None)
+                                         tools=[tool_json(t) for t in tools] if (tools and takes_tools) else None,
+                                         **template_kwargs(chat_template_kwargs))

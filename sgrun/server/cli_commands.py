@@ -41,11 +41,15 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--max-context", type=int, default=None, help="cap on prompt + output tokens")
     p.add_argument("--disable-prefix-cache", action="store_true", help="turn the radix cache off")
     p.add_argument("--tool-call-parser", default=None,
-                   help="tool-call format: hermes, llama3_json, mistral, pythonic or qwen3_coder (default: detected "
-                        "from the model's chat template, else hermes)")
+                   help="tool-call format: hermes, llama3_json, mistral, pythonic, qwen3_coder, phi4_mini or gemma "
+                        "(default: detected from the model's chat template, else hermes)")
     p.add_argument("--constraint-budget", type=float, default=5.0, metavar="SECONDS",
                    help="compile time allowed per constraint (schema, regex, grammar, tools); past it the request "
                         "gets a 400 saying the constraint is too complex (default: 5)")
+    p.add_argument("--strict-budget", action="store_true",
+                   help="refuse (400) a constrained request whose shortest valid output needs more than its "
+                        "max_tokens; by default it runs and ends with finish_reason 'length', as OpenAI's API "
+                        "(strict_budget in the request decides per request)")
     p.add_argument("--reasoning-parser", default=None,
                    help="split <think>...</think> into reasoning_content (qwen3, deepseek_r1); constraints and tool "
                         "grammars start after the reasoning")
@@ -87,7 +91,7 @@ def run_serve(args: argparse.Namespace) -> int:
     app = build_app(engine, served_model_names=args.served_model_name, api_key=args.api_key,
                     max_body_bytes=args.max_body_bytes, close_engine_on_shutdown=True,
                     tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
-                    constraint_budget_s=args.constraint_budget)
+                    constraint_budget_s=args.constraint_budget, strict_budget=args.strict_budget)
     # The details (backend, pool sizing, CUDA graphs) go to the log; a person reads the one line.
     report = engine.startup_report()
     logging.getLogger("sgrun.server").info("start-up: " + ", ".join(

@@ -92,7 +92,7 @@ def prepare_completion(state: ServerState, req: CompletionRequest) -> PreparedCo
     max_tokens = req.max_tokens if req.max_tokens is not None else DEFAULT_MAX_TOKENS
     params = [openai_sampling_params(req, resolve_max_tokens(max_tokens, len(p.ids), state.max_context,
                                                              max_tokens_field="max_tokens", prompt_field="prompt"),
-                                     req.logprobs, COMPLETION_NAMES, tok.vocab_size)
+                                     req.logprobs, COMPLETION_NAMES, tok.vocab_size, state.strict_budget)
               for p in prompts]
     return PreparedCompletion("cmpl-" + uuid.uuid4().hex, prompts, params, spec)
 

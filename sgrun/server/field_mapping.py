@@ -41,9 +41,10 @@ def _default(value: Any, default: Any) -> Any:
 
 
 def openai_sampling_params(req: Any, max_tokens: int, logprobs: int | None, names: FieldNames,
-                           vocab_size: int) -> SamplingParams:
+                           vocab_size: int, strict_budget: bool = False) -> SamplingParams:
     """The sampling fields chat and completion requests share -> SamplingParams. `max_tokens` is
-    already resolved against the context (request_limits.resolve_max_tokens)."""
+    already resolved against the context (request_limits.resolve_max_tokens); `strict_budget` is
+    the server's default for a request that does not say."""
     temperature = _default(req.temperature, 1.0)
     if not 0.0 <= temperature <= 2.0:  # OpenAI's range (the engine allows more)
         raise bad_request(f"temperature must be in [0, 2], got {temperature}", param="temperature",
@@ -66,6 +67,7 @@ def openai_sampling_params(req: Any, max_tokens: int, logprobs: int | None, name
         logprobs=logprobs,
         n=_default(req.n, 1),
         speculative_ngram=req.speculative_ngram,
+        strict_budget=_default(req.strict_budget, strict_budget),
     )
     return _validated(fields, names, vocab_size)
 
@@ -81,9 +83,12 @@ def native_names(raw: dict[str, Any] | None) -> FieldNames:
 
 
 def native_sampling_params(raw: dict[str, Any] | None, return_logprob: bool, top_logprobs_num: int,
-                           names: FieldNames, vocab_size: int) -> SamplingParams:
-    """/generate's `sampling_params` (SGLang's names) -> SamplingParams."""
+                           names: FieldNames, vocab_size: int, strict_budget: bool = False) -> SamplingParams:
+    """/generate's `sampling_params` (SGLang's names) -> SamplingParams; `strict_budget` is the
+    server's default where they do not say."""
     fields: dict[str, Any] = dict(raw or {})
+    if fields.get("strict_budget") is None:
+        fields["strict_budget"] = strict_budget
     if "ebnf" in fields:  # SGLang's name for a grammar
         if fields.get("grammar") is not None:
             raise bad_request("give either 'ebnf' or 'grammar'", param=names.client("ebnf"))

@@ -96,7 +96,7 @@ async def start_generate(state: ServerState, req: GenerateRequest) -> GenerateJo
     if prefill_only:
         raw["max_new_tokens"] = 1
     params = native_sampling_params(raw, bool(req.return_logprob), req.top_logprobs_num or 0, names,
-                                    state.tokenizer.vocab_size)
+                                    state.tokenizer.vocab_size, state.strict_budget)
     check_sequence_count(len(prompts), params.n, names.client("n") or "n")
     rids = _rids(req, len(prompts))
     for i, p in enumerate(prompts):

@@ -2,12 +2,17 @@
 `x-request-id` response header, and the id 5xx messages and the server log quote), and refuses
 a missing or wrong API key (401) and a body over the size limit (413), as OpenAI error objects.
 
-An oversized upload still gets its 413 rather than a connection reset: the guard reads and
-discards the rest of the body (up to a bound) before answering, unless the client asked
-`Expect: 100-continue`, in which case it answers at once and the body is never sent."""
+A body whose declared Content-Length is over the limit gets its 413 as soon as the headers
+arrive, as nginx answers: a client that waits before sending (or sends `Expect: 100-continue`,
+which is then never told to continue) reads the reason at once. The response's bytes go out
+first; the guard then reads and drops whatever body the client still sends (up to a size bound,
+and until it has been idle for a while) before the response ends and the connection closes, so a
+client that uploads the whole body before reading is not reset before it reads the 413. A
+chunked upload that grows past the limit is drained first and then answered the same way."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import uuid
 from collections.abc import Callable
@@ -24,6 +29,10 @@ OPEN_PREFIX = "/ui/static/"
 # How much of an oversized body is read and dropped so the client can see the 413; past this the
 # connection is closed (a client that keeps sending that long is not waiting for an answer).
 DRAIN_LIMIT_BYTES = 64 << 20
+# After an early 413, how long the guard waits for more of the body before it closes: a client
+# that sends nothing in this time is waiting for the answer it already has (nginx's
+# lingering_timeout is 5 s).
+DRAIN_IDLE_S = 5.0
 
 
 class BodyTooLarge(APIError):
@@ -56,8 +65,8 @@ class RequestGuard:
             return
         declared = _header_int(scope, b"content-length")
         if declared is not None and declared > self.max_body_bytes:
-            await self._refuse(BodyTooLarge(self.max_body_bytes), scope, receive, send,
-                               drain=not _expects_continue(scope))
+            await self._refuse_early(BodyTooLarge(self.max_body_bytes), scope, receive, send,
+                                     drain=not _expects_continue(scope))
             return
 
         received = 0
@@ -110,12 +119,32 @@ class RequestGuard:
         await response(scope, receive, send)
 
 
-async def drain_body(receive: Receive, limit: int = DRAIN_LIMIT_BYTES) -> None:
+    async def _refuse_early(self, err: APIError, scope: Scope, receive: Receive, send: Send, drain: bool) -> None:
+        """Answer `err` before reading the body: its status, headers and whole body are sent at
+        once, the response is held open while whatever body the client sends is dropped (never
+        with `Expect: 100-continue`: reading would tell the client to continue), then it ends
+        and the connection closes."""
+        if self.on_error is not None:
+            self.on_error(err)
+        response = err.to_response(request_id_of(scope))
+        response.headers["connection"] = "close"
+        await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body, "more_body": True})
+        if drain:
+            await drain_body(receive, idle_s=DRAIN_IDLE_S)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def drain_body(receive: Receive, limit: int = DRAIN_LIMIT_BYTES, idle_s: float | None = None) -> None:
     """Read and drop the rest of a request body (up to `limit` bytes), so the client, still
-    sending, is not reset before it can read the response."""
+    sending, is not reset before it can read the response. With `idle_s`, stop once nothing has
+    arrived for that long (a client waiting for the answer sends nothing more)."""
     dropped = 0
     while dropped <= limit:
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), idle_s)
+        except asyncio.TimeoutError:
+            return
         if message["type"] != "http.request":
             return
         dropped += len(message.get("body", b""))

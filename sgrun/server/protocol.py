@@ -123,6 +123,12 @@ class ChatCompletionRequest(msgspec.Struct):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
     speculative_ngram: bool | None = None   # n-gram speculative decoding (None: the server's default)
+    # True: refuse (400) a constraint whose shortest output exceeds max_tokens instead of cutting the
+    # output there with finish "length" (None: the server's default, `sgrun serve --strict-budget`).
+    strict_budget: bool | None = None
+    # Extra variables for the chat template, as vLLM and SGLang take them: {"enable_thinking": false}
+    # turns Qwen3's thinking off.
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 # --------------------------------------------------------------------------- chat responses
@@ -237,6 +243,9 @@ class CompletionRequest(msgspec.Struct):
     stop_token_ids: list[int] | None = None
     skip_special_tokens: bool | None = None
     speculative_ngram: bool | None = None   # n-gram speculative decoding (None: the server's default)
+    # True: refuse (400) a constraint whose shortest output exceeds max_tokens instead of cutting the
+    # output there with finish "length" (None: the server's default, `sgrun serve --strict-budget`).
+    strict_budget: bool | None = None
 
 
 class CompletionLogprobs(msgspec.Struct):
@@ -384,6 +393,7 @@ class ApplyChatTemplateRequest(msgspec.Struct):
     messages: list[ChatMessage]
     tools: list[ToolDef] | None = None
     add_generation_prompt: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 class ApplyChatTemplateResponse(msgspec.Struct):

@@ -33,6 +33,7 @@ class ServerState:
     tool_format: CallFormat | None = None            # None: detected from the chat template
     reasoning: tuple[str, str] | None = None         # --reasoning-parser's (open, close) tags
     constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S  # --constraint-budget: compile time per constraint
+    strict_budget: bool = False      # --strict-budget: refuse what cannot fit max_tokens (requests may say)
 
     def __post_init__(self) -> None:
         if self.tool_format is None:
@@ -42,7 +43,8 @@ class ServerState:
     @classmethod
     def for_engine(cls, engine: Engine, served_model_names: list[str] | None, metrics: ServerMetrics,
                    tool_format: CallFormat | None = None, reasoning: tuple[str, str] | None = None,
-                   constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S) -> "ServerState":
+                   constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S,
+                   strict_budget: bool = False) -> "ServerState":
         if not constraint_budget_s > 0:
             raise SgrunError(f"--constraint-budget must be a positive number of seconds, got {constraint_budget_s}")
         for name in served_model_names or []:
@@ -57,7 +59,7 @@ class ServerState:
             aliases |= {base, os.path.splitext(base)[0]}
         return cls(engine=engine, model_name=served[0], served_names=served, accepted_names=set(served) | aliases,
                    metrics=metrics, tool_format=tool_format, reasoning=reasoning,
-                   constraint_budget_s=constraint_budget_s)
+                   constraint_budget_s=constraint_budget_s, strict_budget=strict_budget)
 
     @property
     def tokenizer(self) -> Tokenizer:

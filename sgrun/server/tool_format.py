@@ -46,11 +46,15 @@ def tool_error(exc: ToolSchemaError, indices: tuple[int, ...]) -> APIError:
 
 
 def response_calls(fmt: CallFormat, text: str, plan: ToolPlan) -> tuple[str | None, list[ToolCall] | None]:
-    """(content, tool_calls) of a finished output. A call cut short keeps its partial arguments."""
+    """(content, tool_calls) of a finished output. A call cut short keeps its partial arguments;
+    one cut before its name leaves the text before it as the content (the markup it opened with is
+    not content, as the streamed response never sends it)."""
     content, calls = fmt.parse_calls(text, tool_specs(plan.tools))
     known = [c for c in calls if c.name in {t.function.name for t in plan.tools}]
     if not known:
-        return text, None
+        if plan.mode in ("required", "named"):   # the output is call markup only, cut before a name
+            return None, None
+        return (content or None) if not calls else text, None
     return content, [to_openai_call(c) for c in known]
 
 

@@ -37,6 +37,12 @@ class PythonicFormat(CallFormat):
                 "func_name2(params)]\nYou SHOULD NOT include any other text in the response if you call a function.")
 
     def calls_after_opener(self, tools: list[ToolArguments], parallel: bool) -> Node:
+        one = self.one_call(tools)
+        calls = seq(one, rep(seq(lit(", "), one), 0, None)) if parallel else one
+        return seq(calls, lit("]"))
+
+    def one_call(self, tools: list[ToolArguments]) -> Node:
+        """One `name(k=v, ...)` call of any of the tools."""
         branches = []
         for t in tools:
             if not t.tool.name.replace(".", "_").replace("-", "_").isidentifier():
@@ -51,20 +57,20 @@ class PythonicFormat(CallFormat):
                 members.append((seq(lit(p.name + "="), p.value), p.required))
             body = ("members", tuple(members), None, lit(", "))
             branches.append(seq(lit(t.tool.name + "("), body, lit(")")))
-        one = alt(*branches)
-        calls = seq(one, rep(seq(lit(", "), one), 0, None)) if parallel else one
-        return seq(calls, lit("]"))
+        return alt(*branches)
 
     def parse_section(self, section: str, tools: dict[str, ToolSpec]) -> list[PartialCall]:
         return read_call_sequence(section, _read_call, ",")
 
     def render(self, calls: list[tuple[str, Any]]) -> str:
-        parts = []
-        for name, args in calls:
-            value = arguments_object(args) if isinstance(args, str) else args
-            kwargs = ", ".join(f"{k}={compact_json(v)}" for k, v in value.items()) if isinstance(value, dict) else ""
-            parts.append(f"{name}({kwargs})")
-        return "[" + ", ".join(parts) + "]"
+        return "[" + ", ".join(call_text(name, args) for name, args in calls) + "]"
+
+
+def call_text(name: str, args: Any) -> str:
+    """`name(k=v, ...)` with each value as compact JSON (as the constraint writes it)."""
+    value = arguments_object(args) if isinstance(args, str) else args
+    kwargs = ", ".join(f"{k}={compact_json(v)}" for k, v in value.items()) if isinstance(value, dict) else ""
+    return f"{name}({kwargs})"
 
 
 def _read_call(text: str, start: int) -> tuple[PartialCall | None, int | None]:

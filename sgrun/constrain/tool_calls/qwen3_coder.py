@@ -8,8 +8,10 @@
     </function>
     </tool_call>
 
-A plain string parameter is written raw (no quotes or escapes) and may not contain the closing
-`</parameter>` line; every other value is JSON (as vLLM's qwen3_coder parser converts them by the
+A plain string parameter is written raw (no quotes or escapes) and may not contain `</parameter>`
+anywhere (the parser, as vLLM's, ends the value at the first one: allowing it without the newline
+let SmolLM2 write `Paris</parameter>\n</parameter>`, parsed as an unterminated argument); every
+other value is JSON (as vLLM's qwen3_coder parser converts them by the
 parameter's schema type)."""
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class Qwen3CoderFormat(CallFormat):
             props, _ = t.properties(self.name)
             members = []
             for p in props:
-                value = t.raw_string_node(p, PARAM_CLOSE) if p.raw_string else p.value
+                value = t.raw_string_node(p, PARAM_CLOSE.lstrip("\n")) if p.raw_string else p.value
                 members.append((seq(lit(f"<parameter={p.name}>\n"), value, lit(PARAM_CLOSE + "\n")), p.required))
             body = ("members", tuple(members), None, lit(""))
             branches.append(seq(lit(f"\n<function={t.tool.name}>\n"), body, lit("</function>\n" + CLOSE)))

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from sgrun.constrain.tool_calls.call_format import CallFormat
+from sgrun.constrain.tool_calls.gemma_tool_code import GemmaToolCodeFormat
 from sgrun.constrain.tool_calls.hermes import HermesFormat
 from sgrun.constrain.tool_calls.llama3_json import Llama3JsonFormat
 from sgrun.constrain.tool_calls.mistral import MistralFormat
+from sgrun.constrain.tool_calls.phi4_mini import Phi4MiniFormat
 from sgrun.constrain.tool_calls.pythonic import PythonicFormat
 from sgrun.constrain.tool_calls.qwen3_coder import Qwen3CoderFormat
 from sgrun.errors import InvalidRequestError
 
-# Detection order matters: Qwen3-Coder templates also contain `<tool_call>`.
+# Detection order matters: Qwen3-Coder templates also contain `<tool_call>`; Gemma's marker is its
+# turn markup (its templates have no tool markup), so it comes after every format with its own.
 FORMATS: dict[str, CallFormat] = {f.name: f for f in (Qwen3CoderFormat(), PythonicFormat(), MistralFormat(),
-                                                      Llama3JsonFormat(), HermesFormat())}
-ALIASES = {"qwen": "hermes", "qwen25": "hermes", "qwen2_5": "hermes", "llama3": "llama3_json", "llama": "llama3_json",
-           "qwen3_xml": "qwen3_coder", "qwen3coder": "qwen3_coder", "llama4_pythonic": "pythonic"}
+                                                      Llama3JsonFormat(), Phi4MiniFormat(), GemmaToolCodeFormat(),
+                                                      HermesFormat())}
+ALIASES = {"qwen": "hermes", "qwen25": "hermes", "qwen2_5": "hermes", "qwen3": "hermes", "llama3": "llama3_json",
+           "llama": "llama3_json", "qwen3_xml": "qwen3_coder", "qwen3coder": "qwen3_coder",
+           "llama4_pythonic": "pythonic", "gemma3": "gemma", "gemma_tool_code": "gemma", "phi4": "phi4_mini"}
 DEFAULT_FORMAT = "hermes"
 
 
