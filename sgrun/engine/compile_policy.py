@@ -127,6 +127,8 @@ def start_compile(model, device: torch.device, compile: bool | None, tp: int,
     background where it can run (the CPU, one process, a C++ compiler present); True compiles
     now; False never."""
     from sgrun.models.compiled_forward import compile_available, compiled_forward_for
+    if not getattr(getattr(model, "cfg", None), "llama_shaped", True):
+        return None, None   # the compiled blocks are Llama's; the family's others run eagerly (decoder.py)
     possible = device.type == "cpu" and tp == 1
     background = False
     if compile is None:

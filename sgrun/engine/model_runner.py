@@ -117,7 +117,9 @@ class ModelRunner:
         cfg = model.cfg
         self.attn: AttentionBackend = make_attention_backend(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
                                                              backend=attention_backend, cascade=cascade_attention,
-                                                             query_dtype=getattr(model, "dtype", None))
+                                                             query_dtype=getattr(model, "dtype", None),
+                                                             scale=getattr(model, "attn_scale", None),
+                                                             windows=getattr(model, "layer_windows", None))
         wrap = getattr(model, "wrap_attention", None)   # tensor parallelism records the batch to broadcast it
         if wrap is not None:
             self.attn = wrap(self.attn)
