@@ -49,6 +49,10 @@ def _linear_parts(lin, dtype: torch.dtype):
     return None
 
 
+# The architectures of the model family (models/arch/) the blocks serve beyond llama-shaped models
+# (engine_builder.py asks): each layer option they use is one of the blocks'.
+FAMILY_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma3", "phi3", "smollm3", "olmoe", "mixtral")
+
 _ACTS = {"silu": 0, "gelu_tanh": 1}
 _QK_NORMS = {None: 0, "head": 1, "full": 2}
 
@@ -105,9 +109,11 @@ class FusedDecode:
         act = _ACTS[getattr(cfg, "hidden_act", "silu")]
         qk_mode = _QK_NORMS[getattr(cfg, "qk_norm", None)]
         rotary_dim = getattr(cfg, "rotary_dim", None) or 0
-        # Gemma multiplies the embedding rows by sqrt(hidden): float32 by float32, here and in decode_logits.
-        self.embed_scale = float(getattr(cfg, "embed_scale", 1.0) or 1.0)
-        self._embed_mul = torch.tensor(self.embed_scale, dtype=torch.float32)
+        # Gemma multiplies the embedding rows by sqrt(hidden) rounded to the GEMM dtype (as transformers
+        # and decoder.py's embed_rows do), float32 by float32, here and in decode_logits.
+        self._embed_mul = torch.tensor(float(getattr(cfg, "embed_scale", 1.0) or 1.0), dtype=dt).float()
+        self.embed_scale = float(self._embed_mul)
+        self.softcap = getattr(cfg, "final_logit_softcap", None)
 
         def block(tail_layer, next_norm, next_layer) -> int:
             """tail_layer's o projection and MLP (None: the first block), the next norm, next_layer's
@@ -126,10 +132,14 @@ class FusedDecode:
             bid = self.module.decode_block_new(kinds, a, b, ns, biases, mlp_norm, next_norm, *heads, cfg.rms_eps,
                                                dt == torch.bfloat16)
             rope = getattr(next_layer, "rope", 0) if next_layer is not None else 0
+
+            def f32(layer, name):   # a norm weight as the block binds it (float32), or None
+                t = getattr(layer, name, None) if layer is not None else None
+                return None if t is None else t.float().contiguous()
             self.module.decode_block_configure(
-                bid, act, getattr(tail_layer, "post_attn_norm", None), getattr(tail_layer, "post_mlp_norm", None),
-                qk_mode if next_layer is not None else 0, getattr(next_layer, "q_norm", None),
-                getattr(next_layer, "k_norm", None), rotary_dim, -1 if rope is None else int(rope))
+                bid, act, f32(tail_layer, "post_attn_norm"), f32(tail_layer, "post_mlp_norm"),
+                qk_mode if next_layer is not None else 0, f32(next_layer, "q_norm"), f32(next_layer, "k_norm"),
+                rotary_dim, -1 if rope is None else int(rope))
             if moe is not None:
                 experts = [_linear_parts(lin, dt) for lin in (*moe.gate_up, *moe.down)]
                 ekinds, ea, eb, ens, _ = (list(x) for x in zip(*experts))
@@ -176,7 +186,7 @@ class FusedDecode:
         # An all-decode batch whose every row wants logits (rows ascending, so all of them in order):
         # tokens to logits in one C++ call.
         if args is not None and self.token_tables is not None and logit_rows.shape[0] == input_ids.shape[0]:
-            return self.module.decode_logits(self.ids, self.token_tables, input_ids, positions, *args)
+            return self._capped(self.module.decode_logits(self.ids, self.token_tables, input_ids, positions, *args))
         tables = [(c[positions], s[positions]) for c, s in _rope_tables(m)]
         h = m.embed[input_ids] if m.embed_table is None else m.embed_table.rows(input_ids)
         h = h.to(torch.float32).contiguous()
@@ -184,7 +194,7 @@ class FusedDecode:
             h = h * self._embed_mul
         if args is not None:   # an all-decode batch: every layer, attention included, in one C++ call
             x = self.module.decode_forward(self.ids, h, [c for c, _ in tables], [s for _, s in tables], *args)
-            return m.lm_head(x[logit_rows]).float()
+            return self._capped(m.lm_head(x[logit_rows]).float())
         none = (None, None)
 
         def rope_of(layer: int):   # the cos / sin rows layer's q and k take
@@ -199,7 +209,13 @@ class FusedDecode:
                 q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
             h, q, k, v = run(block, h, attn.forward(li, q, k, v), *rope_of(li + 1))
         _, x = run(self.last, h, attn.forward(len(self.inner), q, k, v), None, None)
-        return m.lm_head(x[logit_rows]).float()
+        return self._capped(m.lm_head(x[logit_rows]).float())
+
+    def _capped(self, logits: torch.Tensor) -> torch.Tensor:
+        """The final logit soft-cap where the model has one (cap * tanh(logits / cap)), as decoder.py's."""
+        if self.softcap:
+            return torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
 
 _FUSED: "weakref.WeakKeyDictionary[LlamaModel, FusedDecode]" = weakref.WeakKeyDictionary()

@@ -34,6 +34,8 @@ from sgrun.engine.page_pool import PagePool
 
 
 class CppPagedAttention(TorchPagedAttention):
+    applies_windows = True   # its decode and prefill kernels apply configure()'s windows (the module's docstring)
+
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: ModuleType,
                  cascade: bool = True, prefill_op: ModuleType | None = None,
                  prefill_bf16_from: int = BF16_FROM_DEFAULT):
