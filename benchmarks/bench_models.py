@@ -171,7 +171,12 @@ def measure_file(gguf: Path, args) -> dict:
     settings: dict[str, dict] = {}
 
     def llama(key, **kw):
-        got = llama_bench(gguf, args.threads, reps=1, **kw, **settings.get(key, {}))
+        try:
+            got = llama_bench(gguf, args.threads, reps=1, **kw, **settings.get(key, {}))
+        except RuntimeError as exc:   # every build crashed on this test (peer_llama_cpp.py: AMX builds and -d)
+            print(f"  llama-bench {key} on {gguf.name}: {exc}", flush=True)
+            r.setdefault("llama_failed", []).append(key)
+            return None
         if got is not None and key not in settings:
             settings[key] = best_setting()   # the fastest wait policy and build, pinned for the later rounds
         return got
@@ -201,7 +206,12 @@ def measure_level(args) -> dict:
     out = {}
     for name in args.models.split(","):
         for q, path in build_files(name, args).items():
-            got = measure_file(path, args)
+            try:
+                got = measure_file(path, args)
+            except Exception as exc:   # one file's failure leaves the others' figures
+                print(f"  {name} {q}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                out[f"{name} {q}"] = {"error": f"{type(exc).__name__}: {exc}"}
+                continue
             out[f"{name} {q}"] = got
             print(f"  {name} {q}: " + ", ".join(f"{k} {v:.3f}" for k, v in got.items()
                                                   if isinstance(v, float)) + f"  (load {load_avg()})", flush=True)
@@ -221,6 +231,9 @@ def print_table(results: dict[str, dict], args) -> None:
         for key, r in per.items():
             name, q = key.rsplit(" ", 1)
             f = lambda v, d=1: f"{v:.{d}f}" if v else "-"   # noqa: E731
+            if "error" in r:
+                print(f"| {name} | {q} | {level} | failed: {r['error'][:80]} |" + " |" * 8)
+                continue
             print(f"| {name} | {q} | {level} | {f(r.get('sg_tg'))} | {f(r.get('ll_tg'))} | {ratio(r.get('sg_tg'), r.get('ll_tg'))} | "
                   f"{f(r.get('sg_depth'))} | {f(r.get('ll_depth'))} | {ratio(r.get('sg_depth'), r.get('ll_depth'))} | "
                   f"{f(r.get('sg_ttft'), 3)} | {f(r.get('ll_pp'), 3)} | {ratio(r.get('sg_ttft'), r.get('ll_pp'))} |")
