@@ -219,3 +219,27 @@ def test_cli_prints_one_line_for_an_unsupported_model(tmp_path, tok_meta, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("sgrun: error: GGUF architecture 'mamba' is not supported"), err
     assert "Traceback" not in err[0]
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "qwen3moe"])
+def test_engine_features_on_new_architectures(arch, tmp_path, tokenizer, tok_meta):
+    """Chunked prefill (8-token chunks), n-gram speculation (drafts verified as multi-token
+    segments after a cached context, across Gemma3's window), the radix cache and a regex
+    constraint, on a windowed model and an MoE model: greedy tokens still equal transformers'."""
+    model, path = make_files(arch, tmp_path, tokenizer, tok_meta, "gguf")
+    engine = engine_for(path, max_batch_tokens=8, speculative_ngram=True)
+    try:
+        prompt = PROMPT * 3                     # repeats: the n-gram drafter proposes
+        params = sgrun.SamplingParams(max_new_tokens=24, temperature=0, ignore_eos=True)
+        handle = engine.submit(prompt, params)
+        out = handle.result().token_ids
+        ref, _ = reference_greedy(model, prompt, 24, engine.tokenizer.eos_token_ids)
+        assert out == ref
+        again = engine.submit(prompt[:40] + [5], sgrun.SamplingParams(max_new_tokens=6, temperature=0, ignore_eos=True))
+        assert again.result().token_ids == reference_greedy(model, prompt[:40] + [5], 6, engine.tokenizer.eos_token_ids)[0]
+        assert again.cached_tokens == 32
+        text = engine.generate([PROMPT], sgrun.SamplingParams(max_new_tokens=8, temperature=0,
+                                                              regex="[a-c]{2}x[0-9]+"))[0].text
+        assert text[:3] in {a + b + "x" for a in "abc" for b in "abc"} and text[3:].isdigit()
+    finally:
+        engine.close()
