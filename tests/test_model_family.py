@@ -163,6 +163,7 @@ def check_quantized(arch: str, qtype: str, tmp_path, tok_meta) -> None:
     write_gguf(arch, model, path, getattr(gguf.GGMLQuantizationType, qtype), tok_meta)
     with sgrun.Engine(str(path), max_pages=64, page_size=16) as engine:
         assert engine.quantization == {"Q4_0": "int4", "Q8_0": "int8"}[qtype]
+        assert engine.startup_report()["weights"].startswith(engine.quantization)   # experts included
         kl = kl_to_transformers(engine, model)
     assert kl < QUANT_KL_BOUND[qtype], f"{arch} {qtype}: mean KL {kl:.4f}"
 
