@@ -26,7 +26,7 @@ _COMMON = dict(vocab_size=49152, hidden_size=HIDDEN, intermediate_size=FFN, num_
                bos_token_id=1, eos_token_id=2, pad_token_id=0, attn_implementation="eager")
 
 
-def _config(arch: str):
+def _config(arch: str, short: bool = False):
     c = dict(_COMMON, num_hidden_layers=2)
     if arch == "llama":
         return transformers.LlamaConfig(**c, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -45,7 +45,10 @@ def _config(arch: str):
                                           num_experts_per_tok=TOP_K)
     if arch == "gemma3":
         # Six layers: llama.cpp's pattern (5 sliding, then 1 global) is transformers' default too.
-        return transformers.Gemma3TextConfig(**dict(c, num_hidden_layers=6, tie_word_embeddings=True), head_dim=HEAD_DIM,
+        # `short`: one sliding and one global layer (a folder states its layer_types).
+        layers = dict(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"]) if short else \
+            dict(num_hidden_layers=6)
+        return transformers.Gemma3TextConfig(**dict(c, tie_word_embeddings=True, **layers), head_dim=HEAD_DIM,
                                              sliding_window=WINDOW, query_pre_attn_scalar=HEAD_DIM,
                                              rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                                                               "full_attention": {"rope_type": "default", "rope_theta": 1e6}})
@@ -65,10 +68,11 @@ def _config(arch: str):
 ARCHS = ("llama", "qwen3", "qwen3moe", "gemma3", "phi3", "smollm3", "olmoe", "mixtral")
 
 
-def tiny_model(arch: str, seed: int = 0):
-    """A float32 model with weights large enough that greedy choices are not near-ties."""
+def tiny_model(arch: str, seed: int = 0, short: bool = False):
+    """A float32 model with weights large enough that greedy choices are not near-ties
+    (`short`: Gemma3 in two layers, for the slow Triton interpreter)."""
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(_config(arch)).eval().float()
+    model = transformers.AutoModelForCausalLM.from_config(_config(arch, short)).eval().float()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:   # Gemma's multiplier is 1 + w
@@ -146,9 +150,11 @@ def gguf_tensors(arch: str, model) -> dict[str, np.ndarray]:
     return out
 
 
-def write_gguf(arch: str, model, path, qtype: gguf.GGMLQuantizationType, tok_meta: dict) -> None:
+def write_gguf(arch: str, model, path, qtype: gguf.GGMLQuantizationType, tok_meta: dict,
+               gguf_arch: str | None = None) -> None:
+    """`gguf_arch`: write another general.architecture (an unsupported one, for the errors)."""
     cfg = model.config
-    ga = GGUF_ARCH[arch]
+    ga = gguf_arch or GGUF_ARCH[arch]
     w = gguf.GGUFWriter(str(path), ga)
     w.add_block_count(cfg.num_hidden_layers)
     w.add_context_length(cfg.max_position_embeddings)

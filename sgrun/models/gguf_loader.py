@@ -110,7 +110,7 @@ def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, An
     meta["sgrun.file_quantization"] = file_quantization(gguf)
     arch = archs.for_gguf(meta)
     gguf_arch = meta["general.architecture"]
-    cfg = arch.from_gguf(meta, gguf_arch, path.stem)
+    cfg = archs.config_from_gguf(meta, path.stem)
     permuted = gguf_arch in arch.gguf_permuted_qk
     weights: dict[str, torch.Tensor] = {}
     rope: dict[str, list[float]] = {}

@@ -152,11 +152,16 @@ def project_qkv(x: torch.Tensor, qkv: Linear, heads: tuple[int, int, int], dtype
     return q, k, v.reshape(T, KV, D)
 
 
+def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
 def activation(name: str):
+    """The MLP's activation function (module-level, so a built model pickles into the model cache)."""
     if name == "silu":
         return F.silu
     if name == "gelu_tanh":
-        return lambda x: F.gelu(x, approximate="tanh")
+        return gelu_tanh
     raise ModelLoadError(f"MLP activation {name!r} is not supported (supported: silu, gelu_tanh)")
 
 

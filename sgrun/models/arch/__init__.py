@@ -57,11 +57,25 @@ def for_gguf(meta: dict[str, Any]) -> Architecture:
 
 
 def config_from_hf(raw: dict[str, Any], name: str) -> ModelConfig:
-    return for_hf(raw).from_hf(raw, name)
+    arch = for_hf(raw)
+    try:
+        return arch.from_hf(raw, name)
+    except (KeyError, TypeError, ValueError) as exc:   # a config.json without a field the reader needs
+        raise ModelLoadError(f"{arch.name}: config.json cannot be read ({_why(exc)})") from exc
 
 
 def config_from_gguf(meta: dict[str, Any], name: str) -> ModelConfig:
-    return for_gguf(meta).from_gguf(meta, meta["general.architecture"], name)
+    arch = for_gguf(meta)
+    gguf_arch = meta["general.architecture"]
+    try:
+        return arch.from_gguf(meta, gguf_arch, name)
+    except (KeyError, TypeError, ValueError) as exc:   # metadata missing a key the reader needs
+        raise ModelLoadError(f"{arch.name}: the GGUF metadata cannot be read ({_why(exc)}; "
+                             f"llama.cpp's keys are {gguf_arch}.block_count, {gguf_arch}.attention.head_count, ...)") from exc
+
+
+def _why(exc: Exception) -> str:
+    return f"missing field {exc.args[0]!r}" if isinstance(exc, KeyError) else str(exc)
 
 
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
