@@ -213,8 +213,9 @@ def measure_level(args) -> dict:
                 out[f"{name} {q}"] = {"error": f"{type(exc).__name__}: {exc}"}
                 continue
             out[f"{name} {q}"] = got
-            print(f"  {name} {q}: " + ", ".join(f"{k} {v:.3f}" for k, v in got.items()
-                                                  if isinstance(v, float)) + f"  (load {load_avg()})", flush=True)
+            print(f"  {name} {q}: " + ", ".join(f"{k} {v:.3f}" for k, v in got.items() if isinstance(v, float))
+                  + f"; sgrun's C++ decode blocks: {'yes' if got['sgrun_fused_decode'] else 'NO'}"
+                  + f"  (load {load_avg()})", flush=True)
     return out
 
 
