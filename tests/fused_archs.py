@@ -181,7 +181,7 @@ class Sequences:
         cfg = self.model.cfg
         attn = CppPagedAttention(self.pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, self.op,
                                  prefill_op=self.prefill_op)
-        attn.configure(attention_scale(self.model), list(cfg.layer_windows))
+        attn.configure(self.model.attn_scale, list(self.model.layer_windows))
         segments, wp, wo, _ = segments_over_tables(specs, [self.tables[s] for s in seqs], self.ps)
         attn.prepare(wp, wo, segments)
         return attn
