@@ -93,7 +93,7 @@ def test_moe_fused_expert_tensors_load(arch, tmp_path, tokenizer, tok_meta):
         engine.close()
 
 
-@pytest.mark.parametrize("arch", ["gemma3", pytest.param("qwen3moe", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("arch", ["gemma3", "qwen3moe"])
 def test_triton_backend_under_the_interpreter(arch, tmp_path, tokenizer, tok_meta):
     """The Triton kernels (conftest sets TRITON_INTERPRET=1) with Gemma3's sliding windows and an
     MoE model: chunked prefill (8-token chunks), decode across the window (16 steps: the
