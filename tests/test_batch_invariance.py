@@ -101,7 +101,11 @@ def family_files(tmp_path_factory, model_path):
 LEVELS = [None] + (["avx2"] if isa.machine_arch() == "x86_64" else [])
 
 
-@pytest.mark.parametrize("level", LEVELS, ids=[lv or "native" for lv in LEVELS])
+# Native in the default run (~2.5 min on a loaded 2-core machine, ~9 engines); avx2 slow-marked.
+_FAMILY_LEVELS = [pytest.param(lv, marks=pytest.mark.slow) if lv else lv for lv in LEVELS]
+
+
+@pytest.mark.parametrize("level", _FAMILY_LEVELS, ids=[lv or "native" for lv in LEVELS])
 def test_every_architecture_is_batch_invariant(family_files, level):
     _check(_run_at(level, family_files))
 
