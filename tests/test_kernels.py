@@ -257,3 +257,78 @@ def test_kernels_compiled_on_cuda():
     proc = subprocess.run([sys.executable, str(script), "--only", "kernels"], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_windowed_decode_matches_reference_and_never_reads_before_the_window():
+    # Keys before each query's window are NaN: a kernel that read one would return NaN. Windows
+    # shorter than a block, longer than one, longer than the context; one and several splits.
+    dtype = torch.float32
+    gen = torch.Generator().manual_seed(5)
+    ctx_lens = [1, 5, 17, 70]
+    for window in (6, 40, 500):
+        k, v, table = _paged_kv(ctx_lens, 2, 8, 16, dtype, gen)
+        q = torch.randn(len(ctx_lens), 8, 16, generator=gen).to(dtype)
+        lens = torch.tensor(ctx_lens, dtype=torch.int32)
+        want = paged_decode_attention_reference(q, k, v, table, lens, scale=0.3, window=window)
+        assert not want.isnan().any()
+        for i, n in enumerate(ctx_lens):     # the reference has read them; the kernel must not
+            for pos in range(max(0, n - window)):
+                page, slot = int(table[i, pos // 8]), pos % 8
+                k[:, page, slot] = float("nan")
+                v[:, page, slot] = float("nan")
+        for splits in (1, 3):
+            got = paged_decode_attention(q, k, v, table, lens, scale=0.3, num_splits=splits, block_n=16, window=window)
+            torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def test_windowed_prefill_matches_reference():
+    # Rows whose window starts past the first key block (a row that sees nothing in a block
+    # before its first visible key), chunks after a cached prefix, a window wider than the context.
+    dtype = torch.float32
+    gen = torch.Generator().manual_seed(8)
+    segs = [(7, 7), (20, 37), (1, 17), (5, 33)]
+    k, v, table = _paged_kv([c for _, c in segs], 2, 4, 16, dtype, gen)
+    q_lens = torch.tensor([m for m, _ in segs], dtype=torch.int32)
+    ctx_lens = torch.tensor([c for _, c in segs], dtype=torch.int32)
+    q_starts = torch.cumsum(q_lens, 0, dtype=torch.int32) - q_lens
+    q = torch.randn(int(q_lens.sum()), 6, 16, generator=gen).to(dtype)
+    for window in (3, 100):
+        got = paged_prefill_attention(q, k, v, table, q_starts, q_lens, ctx_lens, max_q_len=int(q_lens.max()),
+                                      window=window)
+        want = paged_prefill_attention_reference(q, k, v, table, q_starts, q_lens, ctx_lens, window=window)
+        torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
+
+
+def test_windowed_backends_agree():
+    """configure(scale, windows): the Triton and torch backends on a mixed batch with a windowed
+    and a global layer, and a backend that cannot apply windows refuses them."""
+    dtype, kv_heads, group, page_size, head_dim, layers = torch.float32, 2, 2, 4, 16, 2
+    heads = kv_heads * group
+    gen = torch.Generator().manual_seed(13)
+    segs, tables = _mixed_batch(page_size)
+    num_pages = 1 + sum(len(t) for t in tables) + 2
+    pools = [PagePool(layers, num_pages, page_size, kv_heads, head_dim, dtype) for _ in range(2)]
+    for layer in range(layers):
+        for cache in ("k", "v"):
+            init = torch.randn(kv_heads, num_pages, page_size, head_dim, generator=gen).to(dtype)
+            for pool in pools:
+                getattr(pool, cache)[layer][:, :num_pages].copy_(init)
+    segments, write_pages, write_offsets, t = segments_over_tables(segs, tables, page_size)
+    backends = [TorchPagedAttention(pools[0], heads, kv_heads, head_dim),
+                TritonPagedAttention(pools[1], heads, kv_heads, head_dim)]
+    for b in backends:
+        b.configure(0.2, [5, None])
+        b.prepare(write_pages, write_offsets, segments)
+    outs = []
+    for layer in range(layers):
+        q = torch.randn(t, heads, head_dim, generator=gen)
+        k = torch.randn(t, kv_heads, head_dim, generator=gen)
+        v = torch.randn(t, kv_heads, head_dim, generator=gen)
+        want, got = (b.forward(layer, q, k, v) for b in backends)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        outs.append(want)
+
+    class NoWindows(TorchPagedAttention):   # a subclass that does not declare applies_windows
+        pass
+    with pytest.raises(ValueError, match="does not apply sliding windows"):
+        NoWindows(pools[0], heads, kv_heads, head_dim).configure(0.2, [5, None])

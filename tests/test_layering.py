@@ -19,7 +19,9 @@ PACKAGE_DEPS: dict[str, set[str]] = {
     "sgrun.kernels": set(),   # the Triton kernels (sgrun/kernels/)
     "sgrun.grammars": set(),  # the shipped grammar files (data only)
     "sgrun.child_process": set(),
-    "sgrun.models": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.cpu_kernels"},
+    "sgrun.models": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.cpu_kernels",
+                     "sgrun.models.arch"},
+    "sgrun.models.arch": {"sgrun.errors", "sgrun.models"},   # the architectures' readers and registry
     "sgrun.cpu_kernels": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process"},
     "sgrun.constrain": {"sgrun.errors", "sgrun.child_process", "sgrun.constrain.tool_calls",
                         "sgrun.cpu_kernels"},   # (its build helper, for the C++ lazy DFA)

@@ -44,6 +44,18 @@ def test_plan_refuses_what_cannot_be_split_naming_tp():
     assert err.value.field == "tp"
 
 
+def test_plan_refuses_architectures_it_does_not_shard():
+    # Llama-shaped architectures shard (qkv bias and llama3 rope included); the others say so.
+    import dataclasses
+    llama3 = dataclasses.replace(_cfg(8, 2), rope_scaling={"rope_type": "llama3", "factor": 8.0}, qkv_bias=True)
+    assert plan_shard(llama3, 0, 2).q_heads == range(0, 4)
+    for arch, extra in [("qwen3", dict(qk_norm="head")), ("qwen3moe", dict(qk_norm="head", num_experts=4, experts_per_token=2)),
+                        ("gemma3", dict(sandwich_norm=True, hidden_act="gelu_tanh"))]:
+        with pytest.raises(InvalidRequestError, match=f"this model is {arch}: run it with tp=1") as err:
+            plan_shard(dataclasses.replace(_cfg(8, 2), arch=arch, **extra), 0, 2)
+        assert err.value.field == "tp"
+
+
 def test_sharded_layer_sums_to_the_full_layer():
     torch.manual_seed(0)
     cfg = _cfg(6, 3, inter=10)

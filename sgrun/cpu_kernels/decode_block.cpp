@@ -97,6 +97,31 @@ struct Linear {
 
 // A block: [layer i's tail: o projection + residual, MLP] then [the next norm], then [layer i+1's
 // q, k, v with RoPE]. The first block has no tail; the last has no q/k/v (its norm is the final one).
+//
+// The architectures beyond Llama set options (decode_block_configure, decode_block_moe) before the
+// block first runs; each is a per-block choice taken outside the element loops:
+// - tail: the MLP's activation (SiLU or GELU-tanh), sandwich norms (the o projection's and the
+//   MLP's outputs RMSNormed before their residual add: Gemma 3), or routed experts in place of the
+//   MLP (MoE below);
+// - q/k/v: q and k RMSNormed after the projection (and its bias), before RoPE, per head ("head":
+//   Qwen3, Gemma 3) or over all heads together ("full": OLMoE); RoPE over the first rotary_dim
+//   dims of each head (the rest pass through), from the forward's table `rope`, or none (-1: a NoPE
+//   layer, SmolLM3).
+enum class Act : int64_t { silu = 0, gelu_tanh = 1 };
+enum class QkNorm : int64_t { none = 0, head = 1, full = 2 };
+
+// Routed experts (Qwen3-MoE, OLMoE, Mixtral): router [E, hidden] float32 over the float32 normed
+// MLP input; softmax over the E logits, the top_k (ties: the lower expert first), renormalised to
+// sum 1 when norm_topk; the output is the chosen experts' down(act(gate) * up) weighted and summed
+// in float32 in ascending expert order. Each expert's fused gate|up and down stay in their packed
+// tiles (int4 / bf16 / int8 as the other linears): a step reads only the experts its rows chose.
+struct MoE {
+  at::Tensor router;                   // float32 [E, hidden], contiguous
+  std::vector<Linear> gate_up, down;   // E each
+  int64_t top_k = 0, inter = 0;
+  bool norm_topk = false;
+};
+
 struct Block {
   bool tail = false, qkv_out = false;
   Linear o, gate_up, down, qkv;
@@ -104,10 +129,18 @@ struct Block {
   int64_t heads = 0, kv_heads = 0, head_dim = 0;
   double eps = 1e-6;
   at::ScalarType gemm = at::kBFloat16;
+  // decode_block_configure's options (defaults: Llama's)
+  Act act = Act::silu;
+  at::Tensor post_attn_norm, post_mlp_norm;   // float32 [hidden], or undefined
+  QkNorm qk_norm = QkNorm::none;
+  at::Tensor q_norm, k_norm;                  // float32: [head_dim] (head) or [H * D] / [KV * D] (full)
+  int64_t rotary_dim = 0;                     // 0: head_dim
+  int64_t rope = 0;                           // index of the forward's cos / sin tables; -1: no RoPE
+  std::shared_ptr<const MoE> moe;             // set: the tail's MLP is these experts
 };
 
 std::mutex registry_mutex;
-std::unordered_map<int64_t, std::shared_ptr<const Block>> registry;
+std::unordered_map<int64_t, std::shared_ptr<Block>> registry;   // options are set before a block first runs
 int64_t next_id = 1;
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w, x and w float32; out in `out`'s dtype.
@@ -135,6 +168,73 @@ void add_rows(float* h, const at::Tensor& y) {
   });
 }
 
+// h[r] += rmsnorm(y[r]) * w (y in the GEMM dtype, the norm in float32): a sandwich norm's residual add.
+void add_normed_rows(float* h, const at::Tensor& y, const float* w, double eps) {
+  const int64_t dim = y.size(1);
+  typed(elems(y), [&](auto e) {
+    for_row_chunks(at::get_num_threads(), y.size(0), dim, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        float ss = 0.0f;
+        for (int64_t i = 0; i < dim; ++i) ss += e.get(r * dim + i) * e.get(r * dim + i);   // in order
+        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + static_cast<float>(eps));
+        for (int64_t i = 0; i < dim; ++i) h[r * dim + i] += e.get(r * dim + i) * inv * w[i];
+      }
+    });
+  });
+}
+
+// GELU with tanh's approximation, as torch's gelu(approximate="tanh"): 0.5 x (1 + tanh(c (x + 0.044715 x^3))).
+inline float gelu_tanh(float x) {
+  constexpr float kC = 0.7978845608028654f;   // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + std::tanh(kC * (x + 0.044715f * x * x * x)));
+}
+
+// out[r] = act(gate[r]) * up[r] for rows of fused gate|up ([rows, 2 * inter]); out [rows, inter].
+// Both in the GEMM dtype; the activation is the block's, chosen once outside the loop.
+void act_rows(Act act, const at::Tensor& gu, const at::Tensor& out, int64_t rows, int64_t inter) {
+  typed(elems(gu), [&](auto g) {
+    const decltype(g) a{static_cast<decltype(g.p)>(out.data_ptr())};
+    auto loop = [&](auto f) {
+      for_row_chunks(at::get_num_threads(), rows, inter, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t i = 0; i < inter; ++i)
+            a.set(r * inter + i, f(g.get(r * 2 * inter + i)) * g.get(r * 2 * inter + inter + i));
+      });
+    };
+    if (act == Act::gelu_tanh) loop([](float x) { return gelu_tanh(x); });
+    else loop([](float x) { return x / (1.0f + std::exp(-x)); });   // SiLU; libm's expf: its bits
+  });
+}
+
+// q and k of each row RMSNormed in place in the q|k|v rows ([rows, width], the GEMM dtype):
+// segments of `seg` elements from the row's start (q: H * D elements, then k: KV * D), each
+// normed over itself in float32 with q_norm / k_norm ([seg], or [H * D] / [KV * D] for one segment).
+void qk_norm_rows(const Block& b, const at::Tensor& qkv, int64_t rows) {
+  const int64_t H = b.heads, KV = b.kv_heads, D = b.head_dim, width = qkv.size(1);
+  const bool head = b.qk_norm == QkNorm::head;
+  const float* qw = b.q_norm.data_ptr<float>();
+  const float* kw = b.k_norm.data_ptr<float>();
+  const float eps = static_cast<float>(b.eps);
+  typed(elems(qkv), [&](auto e) {
+    auto norm = [&](int64_t base, int64_t n, const float* w) {
+      float ss = 0.0f;
+      for (int64_t i = 0; i < n; ++i) ss += e.get(base + i) * e.get(base + i);   // in order
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+      for (int64_t i = 0; i < n; ++i) e.set(base + i, e.get(base + i) * inv * w[i]);
+    };
+    for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        if (head) {
+          for (int64_t j = 0; j < H + KV; ++j) norm(r * width + j * D, D, j < H ? qw : kw);
+        } else {
+          norm(r * width, H * D, qw);
+          norm(r * width + H * D, KV * D, kw);
+        }
+      }
+    });
+  });
+}
+
 // A block call's activations: the norm's output x, the gate_up rows, the SiLU product, a
 // projection's rows (o or down) and the q/k/v rows, with q, k and v as views of those. A decode
 // step's blocks run one after another on one thread, so the one-call forward keeps one set per
@@ -145,11 +245,17 @@ struct Scratch {
   int64_t rows = -1, dim = 0, inter = 0, width = 0;
   at::ScalarType gemm = at::kFloat;
   at::Tensor x, gate_up, act, proj, qkv, q, k, v;
+  // MoE tails' (moe_for): the float32 normed rows (the router's input), the router's
+  // probabilities, the float32 sum of the experts, and one expert's gathered rows, gate|up, product
+  // and output.
+  int64_t moe_rows = -1, moe_dim = 0, moe_inter = 0, moe_experts = 0;
+  at::ScalarType moe_gemm = at::kFloat;
+  at::Tensor xf, probs, acc, ex, egu, eact, eout;
 
   // Sized for `rows` rows of block b (every block of a model has one shape); reallocated only when
-  // that changes.
+  // that changes. An MoE tail keeps the dense MLP's buffers (a model may mix both kinds of layer).
   void for_rows(const Block& b, int64_t rows_now, int64_t dim_now) {
-    const int64_t inter_now = b.tail ? b.gate_up.n / 2 : inter, width_now = b.qkv_out ? b.qkv.n : width;
+    const int64_t inter_now = b.tail && !b.moe ? b.gate_up.n / 2 : inter, width_now = b.qkv_out ? b.qkv.n : width;
     if (rows_now == rows && dim_now == dim && inter_now == inter && width_now == width && b.gemm == gemm) return;
     rows = rows_now, dim = dim_now, inter = inter_now, width = width_now, gemm = b.gemm;
     const auto opts = at::TensorOptions().dtype(gemm);
@@ -160,7 +266,118 @@ struct Scratch {
     qkv = width > 0 ? at::empty({rows, width}, opts) : at::Tensor();
     q = k = v = at::Tensor();
   }
+
+  void moe_for(const MoE& m, at::ScalarType gemm_now, int64_t rows_now, int64_t dim_now) {
+    const int64_t experts = m.router.size(0);
+    if (rows_now == moe_rows && dim_now == moe_dim && m.inter == moe_inter && experts == moe_experts &&
+        gemm_now == moe_gemm)
+      return;
+    moe_rows = rows_now, moe_dim = dim_now, moe_inter = m.inter, moe_experts = experts, moe_gemm = gemm_now;
+    const auto f32 = at::TensorOptions().dtype(at::kFloat), opts = at::TensorOptions().dtype(gemm_now);
+    xf = at::empty({rows_now, dim_now}, f32);
+    acc = at::empty({rows_now, dim_now}, f32);
+    probs = at::empty({rows_now, experts}, f32);
+    ex = at::empty({rows_now, dim_now}, opts);
+    egu = at::empty({rows_now, 2 * m.inter}, opts);
+    eact = at::empty({rows_now, m.inter}, opts);
+    eout = at::empty({rows_now, dim_now}, opts);
+  }
 };
+
+// The routed experts on the normed rows: s.x (the GEMM dtype, the experts' input) and s.xf
+// (float32, the router's); their weighted sum into s.acc ([rows, dim] float32).
+//
+// Grouped per expert: the rows that chose expert e are gathered (in row order) into one matrix and
+// its gate|up and down run once over them, so each chosen expert's packed weights stream once per
+// step and an expert no row chose is never read (at batch 1: only the top_k chosen). Batch
+// invariance: a row's router logits, softmax and top-k are its own; the tiles give a row the same
+// bits whatever rows share the call; and each row's sum is accumulated in ascending expert order
+// from zero, so it is the same sequence of float32 operations alone or in any batch.
+void moe_into(const Block& b, const MoE& m, int64_t rows, int64_t dim, Scratch& s) {
+  const int64_t E = m.router.size(0), K = m.top_k, inter = m.inter;
+  const float* x = s.xf.data_ptr<float>();
+  const float* router = m.router.data_ptr<float>();
+  float* probs = s.probs.data_ptr<float>();
+  // Router logits (dots in a fixed order: 8 partial sums, then folded in a fixed tree) and softmax.
+  typedef float v8 __attribute__((vector_size(32)));
+  for_row_chunks(at::get_num_threads(), rows, E * dim, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* xr = x + r * dim;
+      float* pr = probs + r * E;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t e = 0; e < E; ++e) {
+        const float* we = router + e * dim;
+        v8 part = {};
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8) {
+          v8 a, w;
+          std::memcpy(&a, xr + i, sizeof(a));
+          std::memcpy(&w, we + i, sizeof(w));
+          part += a * w;
+        }
+        float dot = ((part[0] + part[4]) + (part[2] + part[6])) + ((part[1] + part[5]) + (part[3] + part[7]));
+        for (; i < dim; ++i) dot += xr[i] * we[i];
+        pr[e] = dot;
+        mx = dot > mx ? dot : mx;
+      }
+      float sum = 0.0f;
+      for (int64_t e = 0; e < E; ++e) sum += (pr[e] = std::exp(pr[e] - mx));
+      for (int64_t e = 0; e < E; ++e) pr[e] /= sum;
+    }
+  });
+  // Each row's top_k (ties: the lower expert index) and weights; the rows of each expert.
+  std::vector<int64_t> count(E, 0), chosen(rows * K);
+  std::vector<float> weight(rows * K);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* pr = probs + r * E;
+    float total = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      int64_t best = -1;
+      for (int64_t e = 0; e < E; ++e) {
+        bool taken = false;
+        for (int64_t i = 0; i < j; ++i) taken |= chosen[r * K + i] == e;
+        if (!taken && (best < 0 || pr[e] > pr[best])) best = e;
+      }
+      chosen[r * K + j] = best;
+      weight[r * K + j] = pr[best];
+      total += pr[best];
+    }
+    if (m.norm_topk)
+      for (int64_t j = 0; j < K; ++j) weight[r * K + j] /= total;
+    for (int64_t j = 0; j < K; ++j) ++count[chosen[r * K + j]];
+  }
+  std::vector<int64_t> first(E + 1, 0);
+  for (int64_t e = 0; e < E; ++e) first[e + 1] = first[e] + count[e];
+  std::vector<int64_t> fill(first.begin(), first.end() - 1), member(rows * K);
+  std::vector<float> member_w(rows * K);
+  for (int64_t r = 0; r < rows; ++r)   // rows ascending within each expert
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t at_ = fill[chosen[r * K + j]]++;
+      member[at_] = r, member_w[at_] = weight[r * K + j];
+    }
+  float* acc = s.acc.data_ptr<float>();
+  std::fill(acc, acc + rows * dim, 0.0f);
+  const int64_t es = s.x.element_size();
+  const char* xs = static_cast<const char*>(s.x.data_ptr());
+  char* exs = static_cast<char*>(s.ex.data_ptr());
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = count[e];
+    if (n == 0) continue;
+    for (int64_t i = 0; i < n; ++i) std::memcpy(exs + i * dim * es, xs + member[first[e] + i] * dim * es, dim * es);
+    const at::Tensor ex = n == rows ? s.ex : s.ex.narrow(0, 0, n), egu = n == rows ? s.egu : s.egu.narrow(0, 0, n);
+    const at::Tensor eact = n == rows ? s.eact : s.eact.narrow(0, 0, n), eout = n == rows ? s.eout : s.eout.narrow(0, 0, n);
+    m.gate_up[e].into(ex, egu);
+    act_rows(b.act, egu, eact, n, inter);
+    m.down[e].into(eact, eout);
+    typed(elems(eout), [&](auto y) {   // acc[r] += w * y, rows in their order, experts ascending
+      for (int64_t i = 0; i < n; ++i) {
+        float* ar = acc + member[first[e] + i] * dim;
+        const float w = member_w[first[e] + i];
+        for (int64_t d = 0; d < dim; ++d) ar[d] += w * y.get(i * dim + d);
+      }
+    });
+  }
+}
 
 // Block b on h ([rows, dim] float32, updated in place: the residual stream) with the attention
 // output o ([rows, H * D] or [rows, H, D] in the GEMM dtype; undefined for the first block).
@@ -170,24 +387,31 @@ at::Tensor block_into(const Block& b, float* hp, int64_t rows, int64_t dim, cons
                       const at::Tensor& sin, Scratch& s) {
   s.for_rows(b, rows, dim);
   if (b.tail) {
+    TORCH_CHECK(b.moe || b.gate_up.kind >= 0, "a tail needs its MLP: gate_up and down, or experts (decode_block_moe)");
     TORCH_CHECK(o.scalar_type() == b.gemm && o.size(0) == rows, "o must be [T, H, D] in the GEMM dtype");
     b.o.into(o.dim() == 2 ? o : o.reshape({rows, -1}), s.proj);
-    add_rows(hp, s.proj);
+    if (b.post_attn_norm.defined()) add_normed_rows(hp, s.proj, b.post_attn_norm.data_ptr<float>(), b.eps);
+    else add_rows(hp, s.proj);
     rms_norm_rows(hp, b.mlp_norm.data_ptr<float>(), rows, dim, b.eps, elems(s.x));
-    b.gate_up.into(s.x, s.gate_up);
-    const int64_t inter = s.inter;
-    typed(elems(s.gate_up), [&](auto g) {   // act has gu's dtype, the GEMM dtype
-      const decltype(g) a{static_cast<decltype(g.p)>(s.act.data_ptr())};
-      for_row_chunks(at::get_num_threads(), rows, inter, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
-          for (int64_t i = 0; i < inter; ++i) {
-            const float gate = g.get(r * 2 * inter + i), up = g.get(r * 2 * inter + inter + i);
-            a.set(r * inter + i, gate / (1.0f + std::exp(-gate)) * up);   // libm's expf: its bits
-          }
-      });
-    });
-    b.down.into(s.act, s.proj);
-    add_rows(hp, s.proj);
+    if (b.moe) {
+      s.moe_for(*b.moe, b.gemm, rows, dim);
+      rms_norm_rows(hp, b.mlp_norm.data_ptr<float>(), rows, dim, b.eps, elems(s.xf));   // the router's input
+      moe_into(b, *b.moe, rows, dim, s);
+      const float* acc = s.acc.data_ptr<float>();
+      if (b.post_mlp_norm.defined()) {
+        add_normed_rows(hp, s.acc, b.post_mlp_norm.data_ptr<float>(), b.eps);
+      } else {
+        for_row_chunks(at::get_num_threads(), rows, dim, [&](int64_t r0, int64_t r1) {
+          for (int64_t i = r0 * dim; i < r1 * dim; ++i) hp[i] += acc[i];
+        });
+      }
+    } else {
+      b.gate_up.into(s.x, s.gate_up);
+      act_rows(b.act, s.gate_up, s.act, rows, s.inter);   // act has gu's dtype, the GEMM dtype
+      b.down.into(s.act, s.proj);
+      if (b.post_mlp_norm.defined()) add_normed_rows(hp, s.proj, b.post_mlp_norm.data_ptr<float>(), b.eps);
+      else add_rows(hp, s.proj);
+    }
   }
   if (!b.qkv_out) {   // the last block: the final norm, float32 (the lm_head's input)
     at::Tensor x = at::empty({rows, dim}, at::TensorOptions().dtype(at::kFloat));
@@ -196,28 +420,33 @@ at::Tensor block_into(const Block& b, float* hp, int64_t rows, int64_t dim, cons
   }
   rms_norm_rows(hp, b.next_norm.data_ptr<float>(), rows, dim, b.eps, elems(s.x));
   b.qkv.into(s.x, s.qkv);
-  const int64_t H = b.heads, KV = b.kv_heads, D = b.head_dim, half = D / 2, width = (H + 2 * KV) * D;
-  TORCH_CHECK(s.width == width && cos.size(0) == rows && cos.size(1) == D && cos.scalar_type() == b.gemm &&
-                  sin.sizes() == cos.sizes() && sin.scalar_type() == b.gemm && cos.is_contiguous() && sin.is_contiguous(),
-              "cos/sin must be contiguous [T, head_dim] in the GEMM dtype");
-  // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); cos, sin and qkv share the
-  // GEMM dtype. The multiply-adds are written out: GCC contracted the scalar loop's expressions
-  // into these two fmas, and left to itself it fuses the other product once the loop vectorizes,
-  // which moved logprobs by up to 0.15 through the int8 activation rounding downstream (found 5 December 2026).
-  typed(elems(s.qkv), [&](auto e) {
-    const decltype(e) ce{static_cast<decltype(e.p)>(cos.data_ptr())}, se{static_cast<decltype(e.p)>(sin.data_ptr())};
-    for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r)
-        for (int64_t j = 0; j < H + KV; ++j) {
-          const int64_t base = r * width + j * D;
-          for (int64_t i = 0; i < half; ++i) {
-            const float x1 = e.get(base + i), x2 = e.get(base + half + i);
-            e.set(base + i, std::fma(-x2, se.get(r * D + i), x1 * ce.get(r * D + i)));
-            e.set(base + half + i, std::fma(x1, se.get(r * D + half + i), x2 * ce.get(r * D + half + i)));
+  const int64_t H = b.heads, KV = b.kv_heads, D = b.head_dim, width = (H + 2 * KV) * D;
+  const int64_t R = b.rotary_dim > 0 ? b.rotary_dim : D, half = R / 2;
+  TORCH_CHECK(s.width == width, "the q/k/v rows' width differs from the heads'");
+  if (b.qk_norm != QkNorm::none) qk_norm_rows(b, s.qkv, rows);
+  if (b.rope >= 0) {
+    TORCH_CHECK(cos.defined() && cos.size(0) == rows && cos.size(1) == R && cos.scalar_type() == b.gemm &&
+                    sin.sizes() == cos.sizes() && sin.scalar_type() == b.gemm && cos.is_contiguous() && sin.is_contiguous(),
+                "cos/sin must be contiguous [T, rotary_dim] in the GEMM dtype");
+    // RoPE on q's and k's heads: (x1, x2) -> (x1 c - x2 s, x2 c + x1 s); cos, sin and qkv share the
+    // GEMM dtype. The multiply-adds are written out: GCC contracted the scalar loop's expressions
+    // into these two fmas, and left to itself it fuses the other product once the loop vectorizes,
+    // which moved logprobs by up to 0.15 through the int8 activation rounding downstream (found 5 December 2026).
+    typed(elems(s.qkv), [&](auto e) {
+      const decltype(e) ce{static_cast<decltype(e.p)>(cos.data_ptr())}, se{static_cast<decltype(e.p)>(sin.data_ptr())};
+      for_row_chunks(at::get_num_threads(), rows, (H + KV) * D, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r)
+          for (int64_t j = 0; j < H + KV; ++j) {
+            const int64_t base = r * width + j * D;
+            for (int64_t i = 0; i < half; ++i) {
+              const float x1 = e.get(base + i), x2 = e.get(base + half + i);
+              e.set(base + i, std::fma(-x2, se.get(r * R + i), x1 * ce.get(r * R + i)));
+              e.set(base + half + i, std::fma(x1, se.get(r * R + half + i), x2 * ce.get(r * R + half + i)));
+            }
           }
-        }
+      });
     });
-  });
+  }
   // Views made once per Scratch shape and head layout (two models may share a qkv width with
   // other head counts: then they are made again).
   if (!s.q.defined() || s.q.size(1) != H || s.q.size(2) != D || s.k.size(1) != KV) {
@@ -244,7 +473,8 @@ std::vector<at::Tensor> run_block(const Block& b, const at::Tensor& h_in, const 
 }
 
 Linear linear_of(int64_t kind, const at::Tensor& a, const at::Tensor& b, const c10::optional<at::Tensor>& bias,
-                 int64_t n) {
+                 int64_t n, bool optional = false) {
+  if (optional && kind < 0) return Linear();
   TORCH_CHECK(kind >= 0 && kind <= 2, "linear kind must be 0 (int4), 1 (bf16) or 2 (int8)");
   Linear l;
   l.kind = kind, l.n = n, l.a = a, l.b = b;
@@ -270,8 +500,10 @@ int64_t decode_block_new(std::vector<int64_t> kinds, std::vector<at::Tensor> a, 
   if (blk->tail) {
     TORCH_CHECK(mlp_norm.has_value() && mlp_norm->scalar_type() == at::kFloat, "a tail needs the float32 MLP norm");
     blk->o = linear_of(kinds[0], a[0], b[0], biases[0], ns[0]);
-    blk->gate_up = linear_of(kinds[1], a[1], b[1], biases[1], ns[1]);
-    blk->down = linear_of(kinds[2], a[2], b[2], biases[2], ns[2]);
+    // gate_up / down: kind -1 on an MoE layer, whose experts decode_block_moe then binds.
+    blk->gate_up = linear_of(kinds[1], a[1], b[1], biases[1], ns[1], true);
+    blk->down = linear_of(kinds[2], a[2], b[2], biases[2], ns[2], true);
+    TORCH_CHECK((blk->gate_up.kind < 0) == (blk->down.kind < 0), "gate_up and down: both or neither");
     blk->mlp_norm = mlp_norm->contiguous();
   }
   if (blk->qkv_out) blk->qkv = linear_of(kinds[3], a[3], b[3], biases[3], ns[3]);
@@ -284,6 +516,80 @@ int64_t decode_block_new(std::vector<int64_t> kinds, std::vector<at::Tensor> a, 
   const int64_t id = next_id++;
   registry.emplace(id, std::move(blk));
   return id;
+}
+
+namespace decode_block {
+
+std::shared_ptr<Block> block_to_configure(int64_t id) {
+  auto it = registry.find(id);
+  TORCH_CHECK(it != registry.end(), "no decode block ", id);
+  return it->second;
+}
+
+at::Tensor float_vector(const c10::optional<at::Tensor>& t, int64_t n, const char* what) {
+  if (!t.has_value() || !t->defined()) return at::Tensor();
+  TORCH_CHECK(t->scalar_type() == at::kFloat && t->numel() == n, what, " must be float32 with ", n, " elements");
+  return t->contiguous();
+}
+
+}  // namespace decode_block
+
+// Sets block `id`'s options beyond Llama's (Block's comment), before it first runs. act: 0 SiLU,
+// 1 GELU-tanh; post_attn_norm / post_mlp_norm: a tail's sandwich norms (float32 [hidden] or None);
+// qk_norm: 0 none, 1 per head, 2 over all heads, with q_norm / k_norm float32 ([head_dim], or
+// [H * D] / [KV * D]); rotary_dim: RoPE's dims per head (0: head_dim; even); rope: which of the
+// forward's cos / sin tables this block's q and k take (-1: none).
+void decode_block_configure(int64_t id, int64_t act, c10::optional<at::Tensor> post_attn_norm,
+                            c10::optional<at::Tensor> post_mlp_norm, int64_t qk_norm, c10::optional<at::Tensor> q_norm,
+                            c10::optional<at::Tensor> k_norm, int64_t rotary_dim, int64_t rope) {
+  using namespace decode_block;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  const std::shared_ptr<Block> b = block_to_configure(id);
+  TORCH_CHECK(act == 0 || act == 1, "act must be 0 (SiLU) or 1 (GELU-tanh)");
+  TORCH_CHECK(qk_norm >= 0 && qk_norm <= 2, "qk_norm must be 0 (none), 1 (per head) or 2 (all heads)");
+  const int64_t H = b->heads, KV = b->kv_heads, D = b->head_dim, hidden = b->next_norm.numel();
+  TORCH_CHECK(rotary_dim == 0 || (rotary_dim > 0 && rotary_dim <= D && rotary_dim % 2 == 0),
+              "rotary_dim must be 0 (head_dim) or even and at most head_dim");
+  b->act = static_cast<Act>(act);
+  b->post_attn_norm = b->tail ? float_vector(post_attn_norm, hidden, "post_attn_norm") : at::Tensor();
+  b->post_mlp_norm = b->tail ? float_vector(post_mlp_norm, hidden, "post_mlp_norm") : at::Tensor();
+  b->qk_norm = b->qkv_out ? static_cast<QkNorm>(qk_norm) : QkNorm::none;
+  if (b->qk_norm != QkNorm::none) {
+    const bool head = b->qk_norm == QkNorm::head;
+    b->q_norm = float_vector(q_norm, head ? D : H * D, "q_norm");
+    b->k_norm = float_vector(k_norm, head ? D : KV * D, "k_norm");
+    TORCH_CHECK(b->q_norm.defined() && b->k_norm.defined(), "qk_norm needs q_norm and k_norm");
+  }
+  b->rotary_dim = rotary_dim;
+  b->rope = rope < 0 ? -1 : rope;
+}
+
+// Makes block `id`'s MLP routed experts (MoE's comment), before it first runs: router float32
+// [E, hidden]; kinds / a / b / ns: the E experts' gate_up linears, then their E down linears, as
+// decode_block_new's (no biases); top_k; norm_topk: renormalise the chosen weights to sum 1.
+void decode_block_moe(int64_t id, at::Tensor router, std::vector<int64_t> kinds, std::vector<at::Tensor> a,
+                      std::vector<at::Tensor> b, std::vector<int64_t> ns, int64_t top_k, bool norm_topk) {
+  using namespace decode_block;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  const std::shared_ptr<Block> blk = block_to_configure(id);
+  TORCH_CHECK(blk->tail && blk->gate_up.kind < 0, "experts replace a tail's MLP: register it with gate_up/down kind -1");
+  TORCH_CHECK(router.dim() == 2 && router.scalar_type() == at::kFloat && router.size(1) == blk->next_norm.numel(),
+              "router must be float32 [experts, hidden]");
+  const int64_t E = router.size(0);
+  TORCH_CHECK(E > 0 && top_k > 0 && top_k <= E, "top_k must be in [1, experts]");
+  TORCH_CHECK(static_cast<int64_t>(kinds.size()) == 2 * E && a.size() == kinds.size() && b.size() == kinds.size() &&
+                  ns.size() == kinds.size(),
+              "2 * experts linears: every expert's gate_up, then every expert's down");
+  auto m = std::make_shared<MoE>();
+  m->router = router.contiguous(), m->top_k = top_k, m->norm_topk = norm_topk;
+  m->inter = ns[0] / 2;
+  const int64_t hidden = router.size(1);
+  for (int64_t e = 0; e < E; ++e) {
+    m->gate_up.push_back(linear_of(kinds[e], a[e], b[e], c10::nullopt, ns[e]));
+    m->down.push_back(linear_of(kinds[E + e], a[E + e], b[E + e], c10::nullopt, ns[E + e]));
+    TORCH_CHECK(ns[e] == 2 * m->inter && ns[E + e] == hidden, "every expert: gate_up [2 * inter], down [hidden]");
+  }
+  blk->moe = std::move(m);
 }
 
 // Runs block `id`: returns [h, q, k, v] ([h, normed x] for the last block). o / cos / sin may be
@@ -299,7 +605,7 @@ std::vector<at::Tensor> decode_block_run(int64_t id, const at::Tensor& h, const 
     blk = it->second;
   }
   TORCH_CHECK(!blk->tail || o.has_value(), "this block needs the attention output o");
-  TORCH_CHECK(!blk->qkv_out || (cos.has_value() && sin.has_value()), "this block needs cos and sin");
+  TORCH_CHECK(!blk->qkv_out || blk->rope < 0 || (cos.has_value() && sin.has_value()), "this block needs cos and sin");
   static const at::Tensor none;
   return run_block(*blk, h, o.has_value() ? *o : none, cos.has_value() ? *cos : none, sin.has_value() ? *sin : none);
 }
@@ -387,8 +693,10 @@ std::unique_ptr<WeightPrefetch> plan_for(const std::vector<int64_t>& ids,
     p->total += bytes;
   };
   for (const auto& b : blocks) {
-    if (b->tail)
+    if (b->tail) {   // an MoE tail: its router (which experts the next step reads is not known yet)
       for (const Linear* l : {&b->o, &b->gate_up, &b->down}) add(l->a), add(l->b);
+      if (b->moe) add(b->moe->router);
+    }
     if (b->qkv_out) add(b->qkv.a), add(b->qkv.b);
   }
   return p;
@@ -441,11 +749,12 @@ int64_t weight_prefetch_bytes() { return decode_block::prefetched_bytes.load(std
 namespace decode_block {
 
 // decode_forward's work, on a thread that does not hold the GIL.
-at::Tensor forward_without_gil(const std::vector<int64_t>& ids, const at::Tensor& h, const at::Tensor& cos,
-                               const at::Tensor& sin, int64_t attention_fn, std::vector<at::Tensor>& k_caches,
+at::Tensor forward_without_gil(const std::vector<int64_t>& ids, const at::Tensor& h, const std::vector<at::Tensor>& cos,
+                               const std::vector<at::Tensor>& sin, int64_t attention_fn, std::vector<at::Tensor>& k_caches,
                                std::vector<at::Tensor>& v_caches, const at::Tensor& write_pages,
                                const at::Tensor& write_offsets, const at::Tensor& table, const at::Tensor& lens,
-                               const at::Tensor& starts, double scale, const at::Tensor& out, const at::Tensor& lse) {
+                               const at::Tensor& starts, double scale, const at::Tensor& out, const at::Tensor& lse,
+                               const std::vector<int64_t>& windows) {
   std::vector<std::shared_ptr<const Block>> blocks;
   {
     std::lock_guard<std::mutex> lock(registry_mutex);
@@ -466,34 +775,50 @@ at::Tensor forward_without_gil(const std::vector<int64_t>& ids, const at::Tensor
   a.k_caches = k_caches.data(), a.v_caches = v_caches.data(), a.layers = layers;
   a.write_pages = write_pages, a.write_offsets = write_offsets, a.table = table, a.lens = lens, a.starts = starts;
   a.scale = scale, a.out = out, a.lse = lse;
+  TORCH_CHECK(windows.empty() || static_cast<int64_t>(windows.size()) == layers, "windows: none, or one per layer");
+  a.windows = windows.empty() ? nullptr : windows.data();
   const at::ScalarType gemm = blocks.front()->gemm;
   TORCH_CHECK(h.dim() == 2 && h.scalar_type() == at::kFloat, "h must be a 2-D float32 tensor");
+  TORCH_CHECK(cos.size() == sin.size(), "one sin table per cos table");
   const int64_t rows = h.size(0), dim = h.size(1);
-  const at::Tensor hs = h.clone(), cc = cos.contiguous(), sc = sin.contiguous();   // the residual stream, in place
+  const at::Tensor hs = h.clone();   // the residual stream, in place
+  std::vector<at::Tensor> cc, sc;
+  for (size_t i = 0; i < cos.size(); ++i) cc.push_back(cos[i].contiguous()), sc.push_back(sin[i].contiguous());
+  // The rows of the table block b's q and k take (none for a NoPE layer or the last block).
+  const at::Tensor none;
+  auto table_of = [&](const Block& b, const std::vector<at::Tensor>& t) -> const at::Tensor& {
+    if (!b.qkv_out || b.rope < 0) return none;
+    TORCH_CHECK(b.rope < static_cast<int64_t>(t.size()), "a block's rope table is not among the forward's");
+    return t[b.rope];
+  };
   float* hp = hs.data_ptr<float>();
   thread_local Scratch scratch;   // a step's layers share it; the next step on this thread reuses it
-  block_into(*blocks.front(), hp, rows, dim, at::Tensor(), cc, sc, scratch);
+  block_into(*blocks.front(), hp, rows, dim, at::Tensor(), table_of(*blocks.front(), cc), table_of(*blocks.front(), sc),
+             scratch);
   // The kernel's float32 rows as the next block's input: out itself, or a copy in the GEMM dtype.
   const at::Tensor o_gemm = gemm == at::kFloat ? out : at::empty(out.sizes(), out.options().dtype(gemm));
   at::Tensor x;
   for (int64_t layer = 0; layer < layers; ++layer) {
     attend(a, layer, scratch.q, scratch.k, scratch.v);
     if (gemm != at::kFloat) o_gemm.copy_(out);
-    x = block_into(*blocks[layer + 1], hp, rows, dim, o_gemm, cc, sc, scratch);
+    const Block& b = *blocks[layer + 1];
+    x = block_into(b, hp, rows, dim, o_gemm, table_of(b, cc), table_of(b, sc), scratch);
   }
   return x;
 }
 
 }  // namespace decode_block
 
-at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos, at::Tensor sin, int64_t attention_fn,
-                          std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches, at::Tensor write_pages,
-                          at::Tensor write_offsets, at::Tensor table, at::Tensor lens, at::Tensor starts, double scale,
-                          at::Tensor out, at::Tensor lse) {
+// cos / sin: one [R, rotary_dim] pair per rope table of the model (a block takes its `rope`'s);
+// windows: each layer's sliding window (0: global), or empty (every layer global).
+at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, std::vector<at::Tensor> cos, std::vector<at::Tensor> sin,
+                          int64_t attention_fn, std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches,
+                          at::Tensor write_pages, at::Tensor write_offsets, at::Tensor table, at::Tensor lens,
+                          at::Tensor starts, double scale, at::Tensor out, at::Tensor lse, std::vector<int64_t> windows) {
   pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
   decode_block::cancel_weight_prefetch(false);
   return decode_block::forward_without_gil(ids, h, cos, sin, attention_fn, k_caches, v_caches, write_pages,
-                                           write_offsets, table, lens, starts, scale, out, lse);
+                                           write_offsets, table, lens, starts, scale, out, lse, windows);
 }
 
 // decode_logits' tables, bound once like a block's weights: the int8 embedding and lm_head in
@@ -502,20 +827,26 @@ at::Tensor decode_forward(std::vector<int64_t> ids, at::Tensor h, at::Tensor cos
 namespace decode_block {
 
 struct TokenTables {
-  at::Tensor embed_q, embed_scale, cos, sin, head_q, head_scale;
+  at::Tensor embed_q, embed_scale, head_q, head_scale;
+  std::vector<at::Tensor> cos, sin;   // the model's rope tables, [positions, rotary_dim] each
+  float embed_mul = 1.0f;             // the embedding rows' scale (Gemma: sqrt(hidden)); 1: none
 };
 
 std::unordered_map<int64_t, std::shared_ptr<const TokenTables>> tables_registry;
 
 }  // namespace decode_block
 
-int64_t decode_tables_new(at::Tensor embed_q, at::Tensor embed_scale, at::Tensor cos, at::Tensor sin, at::Tensor head_q,
-                          at::Tensor head_scale) {
+// cos / sin: the model's rope tables; embed_mul: the factor on every embedding row (1: none),
+// multiplied in float32 as FusedDecode.forward does.
+int64_t decode_tables_new(at::Tensor embed_q, at::Tensor embed_scale, std::vector<at::Tensor> cos,
+                          std::vector<at::Tensor> sin, at::Tensor head_q, at::Tensor head_scale, double embed_mul) {
   using namespace decode_block;
-  TORCH_CHECK(cos.dim() == 2 && sin.sizes() == cos.sizes(), "cos and sin must be [positions, head_dim] tables");
+  TORCH_CHECK(cos.size() == sin.size(), "one sin table per cos table");
+  for (size_t i = 0; i < cos.size(); ++i)
+    TORCH_CHECK(cos[i].dim() == 2 && sin[i].sizes() == cos[i].sizes(), "cos and sin must be [positions, rotary_dim] tables");
   auto t = std::make_shared<TokenTables>();
   t->embed_q = embed_q, t->embed_scale = embed_scale, t->cos = cos, t->sin = sin;
-  t->head_q = head_q, t->head_scale = head_scale;
+  t->head_q = head_q, t->head_scale = head_scale, t->embed_mul = static_cast<float>(embed_mul);
   std::lock_guard<std::mutex> lock(registry_mutex);
   const int64_t id = next_id++;
   tables_registry.emplace(id, std::move(t));
@@ -532,7 +863,7 @@ int64_t decode_tables_new(at::Tensor embed_q, at::Tensor embed_scale, at::Tensor
 at::Tensor decode_logits(std::vector<int64_t> ids, int64_t tables_id, at::Tensor tokens, at::Tensor positions,
                          int64_t attention_fn, std::vector<at::Tensor> k_caches, std::vector<at::Tensor> v_caches,
                          at::Tensor write_pages, at::Tensor write_offsets, at::Tensor table, at::Tensor lens,
-                         at::Tensor starts, double scale, at::Tensor out, at::Tensor lse) {
+                         at::Tensor starts, double scale, at::Tensor out, at::Tensor lse, std::vector<int64_t> windows) {
   using namespace decode_block;
   TORCH_CHECK(tokens.dim() == 1 && tokens.scalar_type() == at::kLong && positions.sizes() == tokens.sizes() &&
                   positions.scalar_type() == at::kLong,
@@ -547,9 +878,12 @@ at::Tensor decode_logits(std::vector<int64_t> ids, int64_t tables_id, at::Tensor
   pybind11::gil_scoped_release no_gil;
   cancel_weight_prefetch(false);   // this forward's own stream takes over
   const at::Tensor h = int8_table_rows(t->embed_q, t->embed_scale, tokens);
-  const at::Tensor cos = t->cos.index_select(0, positions), sin = t->sin.index_select(0, positions);
+  if (t->embed_mul != 1.0f) h.mul_(t->embed_mul);   // float32 by float32, as FusedDecode.forward's
+  std::vector<at::Tensor> cos, sin;
+  for (size_t i = 0; i < t->cos.size(); ++i)
+    cos.push_back(t->cos[i].index_select(0, positions)), sin.push_back(t->sin[i].index_select(0, positions));
   const at::Tensor x = forward_without_gil(ids, h, cos, sin, attention_fn, k_caches, v_caches, write_pages,
-                                           write_offsets, table, lens, starts, scale, out, lse);
+                                           write_offsets, table, lens, starts, scale, out, lse, windows);
   at::Tensor logits = int8_mm_f32(x, t->head_q, t->head_scale);
   post_weight_prefetch(ids);   // read while the engine thread is in Python until the next step
   return logits;

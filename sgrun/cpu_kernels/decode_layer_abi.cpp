@@ -18,6 +18,7 @@ struct DecodeAttention {
   at::Tensor table, lens, starts;         // paged_decode's page table [R, P], context lengths, cascade starts
   double scale = 1.0;
   at::Tensor out, lse;                    // float32 [R, H * D] and [R, H]: the layer's attention output
+  const int64_t* windows = nullptr;       // [layers]: each layer's sliding window (0: global); null: all global
 };
 
 // Writes layer `layer`'s new k / v ([R, KV, D] views) into the pool and attends q ([R, H, D]) into

@@ -49,7 +49,7 @@ SOURCES = ("thread_team.cpp", "matmul_common.cpp", "matmul_avx512_bf16.cpp", "ma
 
 KERNEL = CppKernel("matmul", tuple(_HERE / s for s in SOURCES),
                    ["fast_path", "tiles", "set_amx", "amx_active", "amx_calls", "set_panel", "panel_calls", "int4_dequantize_t", "bf16_unpack_t",
-                    "int8_table_rows", "decode_block_new", "decode_block_run", "decode_block_free", "decode_forward",
+                    "int8_table_rows", "decode_block_new", "decode_block_configure", "decode_block_moe", "decode_block_run", "decode_block_free", "decode_forward",
                     "decode_tables_new", "decode_logits", "weight_prefetch_bytes",
                     "team_parallel_address"],
                    what="The C++ small-batch matmul",

@@ -59,15 +59,17 @@ inline void clear_state(float* o, float* lse, int64_t heads, int64_t D) {
 
 // One pass: heads [g0, g0 + gn) of kv head h for the query rows given by `qrow(j)` (j < gn),
 // over chunks [c0, c1) of a context of `len` tokens, folded into states (o(j), lse(j)).
+// Tokens before `lo` are outside a sliding window: the first chunk starts there instead.
 template <typename T, typename QRowOf, typename StateOf>
 void attend_chunks(const QRows& q, int64_t gn, QRowOf qrow, const T* k, const T* v, const int64_t* pages,
-                   int64_t len, int64_t c0, int64_t c1, int64_t ps, int64_t D, float scale, Work& w, StateOf state) {
+                   int64_t len, int64_t c0, int64_t c1, int64_t ps, int64_t D, float scale, Work& w, StateOf state,
+                   int64_t lo = 0) {
   for (int64_t j = 0; j < gn; ++j) {
     const auto [r, off] = qrow(j);
     q.load(r, off, D, w.q.data() + j * D);
   }
   for (int64_t c = c0; c < c1; ++c) {
-    const ChunkSource<T> src{k, v, pages, ps, c * kChunk, std::min(len, (c + 1) * kChunk), len, D};
+    const ChunkSource<T> src{k, v, pages, ps, std::max(lo, c * kChunk), std::min(len, (c + 1) * kChunk), len, D};
     attend_chunk<T>(w.q.data(), gn, q.exact_bf16(), src, scale, w.chunk, w.m.data(), w.l.data(), w.acc.data());
     for (int64_t j = 0; j < gn; ++j) {
       const auto [o, lse] = state(j);
@@ -114,14 +116,19 @@ void for_items(int64_t n, int64_t work, MakeWork make_work, Body body) {
   }
 }
 
+// window > 0: a sliding window (the layer's): the row, at position len - 1, attends keys j with
+// len - 1 - window < j <= len - 1, i.e. from lo = len - window; its chunks keep their fixed
+// boundaries, the first cut at lo, so a row's result still depends on its own context alone.
+// A window comes without a cascade (starts all 0: CppPagedAttention attends no shared prefix then).
 template <typename T>
 void decode_kernel(const QRows& q, const T* k, const T* v, const int64_t* table, const int64_t* lens,
                    const int64_t* starts, float* out, float* lse, int64_t R, int64_t KV, int64_t G, int64_t D,
-                   int64_t N, int64_t ps, int64_t P, float scale) {
+                   int64_t N, int64_t ps, int64_t P, float scale, int64_t window = 0) {
+  const auto lo_of = [&](int64_t r) { return window > 0 ? std::max(starts[r], lens[r] - window) : starts[r]; };
   int64_t work = 0, max_chunks = 0;
   for (int64_t r = 0; r < R; ++r) {
-    work += (lens[r] - starts[r]) * KV * G;
-    max_chunks = std::max(max_chunks, chunks_of(lens[r]) - starts[r] / kChunk);
+    work += (lens[r] - lo_of(r)) * KV * G;
+    max_chunks = std::max(max_chunks, chunks_of(lens[r]) - lo_of(r) / kChunk);
   }
   for (int64_t r = 0; r < R; ++r)   // rows without a cascade prefix start from the empty state
     if (starts[r] == 0) clear_state(out + r * KV * G * D, lse + r * KV * G, KV * G, D);
@@ -134,7 +141,7 @@ void decode_kernel(const QRows& q, const T* k, const T* v, const int64_t* table,
     for_items(R * KV, work, [&] { return Work(D, G); }, [&](int64_t item, Work& w) {
       const int64_t r = item / KV, h = item % KV;
       attend_chunks<T>(q, G, qrow(r, h), k + h * N * ps * D, v + h * N * ps * D, table + r * P, lens[r],
-                       starts[r] / kChunk, chunks_of(lens[r]), ps, D, scale, w, state(r, h));
+                       lo_of(r) / kChunk, chunks_of(lens[r]), ps, D, scale, w, state(r, h), lo_of(r));
     });
     return;
   }
@@ -145,17 +152,17 @@ void decode_kernel(const QRows& q, const T* k, const T* v, const int64_t* table,
   std::vector<float> part_m(items * G), part_l(items * G), part_acc(items * G * D);
   for_items(items, work, [&] { return Work(D, G); }, [&](int64_t item, Work& w) {
     const int64_t c = item % max_chunks, h = (item / max_chunks) % KV, r = item / (max_chunks * KV);
-    const int64_t chunk = starts[r] / kChunk + c;
+    const int64_t chunk = lo_of(r) / kChunk + c;
     if (chunk >= chunks_of(lens[r])) return;
     for (int64_t j = 0; j < G; ++j) q.load(r, (h * G + j) * D, D, w.q.data() + j * D);
-    const ChunkSource<T> src{k + h * N * ps * D, v + h * N * ps * D, table + r * P, ps, chunk * kChunk,
+    const ChunkSource<T> src{k + h * N * ps * D, v + h * N * ps * D, table + r * P, ps, std::max(lo_of(r), chunk * kChunk),
                              std::min(lens[r], (chunk + 1) * kChunk), lens[r], D};
     attend_chunk<T>(w.q.data(), G, q.exact_bf16(), src, scale, w.chunk, part_m.data() + item * G,
                     part_l.data() + item * G, part_acc.data() + item * G * D);
   });
   for (int64_t r = 0; r < R; ++r)
     for (int64_t h = 0; h < KV; ++h)
-      for (int64_t c = 0; c < chunks_of(lens[r]) - starts[r] / kChunk; ++c) {
+      for (int64_t c = 0; c < chunks_of(lens[r]) - lo_of(r) / kChunk; ++c) {
         const int64_t item = (r * KV + h) * max_chunks + c;
         for (int64_t j = 0; j < G; ++j) {
           const int64_t i = (r * KV + h) * G + j;
@@ -240,7 +247,7 @@ namespace {
 // paged_decode's checks and kernel, without the GIL's release (decode_layer runs without it).
 void paged_decode_unlocked(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                            const at::Tensor& table, const at::Tensor& lens, const at::Tensor& starts, double scale,
-                           const at::Tensor& out, const at::Tensor& lse) {
+                           const at::Tensor& out, const at::Tensor& lse, int64_t window = 0) {
   const QRows qr = check_q(q);
   const int64_t R = q.size(0), D = q.size(2), KV = k_cache.size(0);
   check_cache(k_cache, v_cache, D);
@@ -256,10 +263,11 @@ void paged_decode_unlocked(const at::Tensor& q, const at::Tensor& k_cache, const
   for (int64_t r = 0; r < R; ++r) {
     TORCH_CHECK(lp[r] >= 0 && lp[r] <= P * ps, "context longer than its page table");
     TORCH_CHECK(sp[r] >= 0 && sp[r] <= lp[r] && sp[r] % kChunk == 0, "starts: whole chunks within the context");
+    TORCH_CHECK(window <= 0 || sp[r] == 0, "a sliding window attends no cascade prefix (starts must be 0)");
   }
   SG_DISPATCH_CACHE(k_cache, decode_kernel<T>(qr, k_cache.data_ptr<T>(), v_cache.data_ptr<T>(), table.data_ptr<int64_t>(),
                                               lp, sp, out.data_ptr<float>(), lse.data_ptr<float>(), R, KV, G, D, N, ps, P,
-                                              static_cast<float>(scale)));
+                                              static_cast<float>(scale), window));
 }
 
 void write_kv_unlocked(const at::Tensor& k, const at::Tensor& v, const at::Tensor& k_cache, const at::Tensor& v_cache,
@@ -270,7 +278,8 @@ void decode_layer(const sgrun_abi::DecodeAttention& a, int64_t layer, const at::
                   const at::Tensor& v) {
   TORCH_CHECK(layer >= 0 && layer < a.layers, "decode layer out of range");
   write_kv_unlocked(k, v, a.k_caches[layer], a.v_caches[layer], a.write_pages, a.write_offsets);
-  paged_decode_unlocked(q, a.k_caches[layer], a.v_caches[layer], a.table, a.lens, a.starts, a.scale, a.out, a.lse);
+  paged_decode_unlocked(q, a.k_caches[layer], a.v_caches[layer], a.table, a.lens, a.starts, a.scale, a.out, a.lse,
+                        a.windows != nullptr ? a.windows[layer] : 0);
 }
 
 }  // namespace
@@ -282,6 +291,14 @@ void paged_decode(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tens
                   at::Tensor starts, double scale, at::Tensor out, at::Tensor lse) {
   pybind11::gil_scoped_release no_gil;   // the engine thread must not stall the server's threads
   paged_decode_unlocked(q, k_cache, v_cache, table, lens, starts, scale, out, lse);
+}
+
+// paged_decode under a sliding window of `window` tokens (0: none): each row attends only the last
+// `window` tokens of its context (decode_kernel's comment); starts must be 0.
+void paged_decode_window(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor table, at::Tensor lens,
+                         at::Tensor starts, double scale, at::Tensor out, at::Tensor lse, int64_t window) {
+  pybind11::gil_scoped_release no_gil;
+  paged_decode_unlocked(q, k_cache, v_cache, table, lens, starts, scale, out, lse, window);
 }
 
 // From now on, split attention items over the thread team at `address` (the matmul module's

@@ -43,7 +43,7 @@ FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_ATTENTION_FAIL"
 SOURCES = ("paged_rows.cpp", "decode_layer_abi.cpp", "paged_chunk_avx2.cpp", "paged_chunk_neon.cpp", "paged_chunk_attention.cpp",
            "paged_decode.cpp")
 KERNEL = CppKernel("paged_decode", tuple(Path(__file__).with_name(f) for f in SOURCES),
-                   ["paged_decode", "cascade_prefix", "chunk_tokens", "decode_path", "write_kv",
+                   ["paged_decode", "paged_decode_window", "cascade_prefix", "chunk_tokens", "decode_path", "write_kv",
                     "decode_layer_address", "set_parallel", "parallel_address"], what="C++ paged decode attention",
                    fallback="decode attention gathers pages with the torch path instead",
                    fail_env=FORCE_BUILD_FAILURE_ENV, flags=("-ffp-contract=off",))

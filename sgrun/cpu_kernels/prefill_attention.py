@@ -91,7 +91,7 @@ SOURCES = ("prefill_attention_common.cpp", "prefill_attention_avx512_bf16.cpp", 
            "prefill_attention.cpp")
 
 KERNEL = CppKernel("prefill_attention", tuple(_HERE / s for s in SOURCES),
-                   ["prefill_attention", "fast_path_available", "fast_path", "amx_ready"], what="C++ prefill attention",
+                   ["prefill_attention", "prefill_attention_window", "fast_path_available", "fast_path", "amx_ready"], what="C++ prefill attention",
                    fallback="prefill chunks use torch's SDPA instead", fail_env=FORCE_BUILD_FAILURE_ENV)
 
 

@@ -129,6 +129,8 @@ def start_compile(model, device: torch.device, compile: bool | None, tp: int, fu
     warm compile pays for that many tokens (`one_shot_compile`), else never; the engine is built
     with its forward, nothing is swapped into it later."""
     from sgrun.models.compiled_forward import compile_available, compiled_forward_for
+    if not getattr(getattr(model, "cfg", None), "llama_shaped", True):
+        return None, None   # the compiled blocks are Llama's; the family's others run eagerly (decoder.py)
     possible = device.type == "cpu" and tp == 1
     background = False
     if compile is None and one_shot_tokens is not None:

@@ -187,7 +187,7 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         speculation = Speculation(spec, max_context, enabled=drafts_possible(depth))
         scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens,
                               speculation.draft_for if drafts_possible(depth) else None)
-        fused = fused_decode_for(model) if device.type == "cpu" and tp == 1 and isinstance(model, LlamaModel) else None
+        fused = _fused_decode(model) if device.type == "cpu" and tp == 1 and isinstance(model, LlamaModel) else None
         compiled, compile_s = start_compile(model, device, o.compile, tp, fused_serves=fused is not None,
                                             one_shot_tokens=o.one_shot_tokens)
         runner = ModelRunner(model, pool, tokenizer.eos_token_ids, attention_backend=backend,
@@ -203,3 +203,13 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
                        pool_budget=pool_budget, cache=cache, max_context=max_context, speculative=spec,
                        speculation=speculation, scheduler=scheduler, compiled=compiled, compile_s=compile_s, fused=fused,
                        runner=runner, graph_report=graph_report, pipeline_depth=depth)
+
+
+def _fused_decode(model: LlamaModel) -> FusedDecode | None:
+    """The C++ decode blocks where they serve the model: any llama-shaped one (ModelConfig.llama_shaped),
+    and another architecture of the family once fused_decode.py lists it in `FAMILY_ARCHS`; the
+    others run the eager family forward (decoder.py), the reference."""
+    from sgrun.models import fused_decode
+    if model.cfg.llama_shaped or model.cfg.arch in getattr(fused_decode, "FAMILY_ARCHS", ()):
+        return fused_decode_for(model)
+    return None

@@ -98,9 +98,11 @@ class ModelRunner:
         self.eos_token_ids = sorted(eos_token_ids)
         cfg = model.cfg
         # The backend itself (`kernels`), and what the forward is handed (`attn`: the same, or its wrapper).
+        # The model's attention scale and per-layer sliding windows are told to the backend once here.
         self.kernels: AttentionBackend = make_attention_backend(
             pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, backend=attention_backend,
-            cascade=cascade_attention, query_dtype=getattr(model, "dtype", None))
+            cascade=cascade_attention, query_dtype=getattr(model, "dtype", None),
+            scale=getattr(model, "attn_scale", None), windows=getattr(model, "layer_windows", None))
         self.attn = wrap_attention(self.kernels) if wrap_attention is not None else self.kernels
         self.backend = type(self.attn).__name__
         self.apply_bitmask = mask_kernel or constraint_mask_kernel(attention_backend or default_backend(self.device))

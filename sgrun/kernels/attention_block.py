@@ -14,9 +14,9 @@ if triton is not None:
                      stride_kp, stride_kt, stride_vp, stride_vt, qk_scale,
                      PAGE_SIZE: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
         """(m_i, l_i, acc) after the keys at positions `n` (those in `n_mask` exist; `visible`, a
-        [rows, BLOCK_N] or [1, BLOCK_N] mask, says which each row sees). The caller ensures every
-        row's running max is finite after the block (a visible key in it or an earlier one), so
-        exp2 never meets -inf - -inf."""
+        [rows, BLOCK_N] or [1, BLOCK_N] mask, says which each row sees). A row that has seen no
+        visible key yet (a sliding window starting past this block) keeps m = -inf, l = 0 and
+        acc = 0: its max is taken as 0 for the exponentials, so exp2 never meets -inf - -inf."""
         page = tl.load(pt_base + n // PAGE_SIZE, mask=n_mask, other=0).to(tl.int64)
         slot = n % PAGE_SIZE
         kv_mask = n_mask[:, None] & d_mask[None, :]
@@ -27,8 +27,9 @@ if triton is not None:
         s = dot(q, tl.trans(k), PRECISION, UPCAST) * qk_scale
         s = tl.where(visible, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + dot(p.to(v.dtype), v, PRECISION, UPCAST)
         return m_new, l_i, acc

@@ -3,6 +3,8 @@ one gather per sequence, fp32 softmax. The kernels are tested against these.
 
 Pool layout (docs/interfaces.md): per layer `[kv_heads, num_pages, page_size, head_dim]`; a
 sequence's context is the pages of its page-table row, in order.
+
+`window` (None: global): a query at position p sees keys at positions j with p - window < j <= p.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Te
 
 def paged_decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                      page_table: torch.Tensor, ctx_lens: torch.Tensor,
-                                     scale: float | None = None) -> torch.Tensor:
+                                     scale: float | None = None, window: int | None = None) -> torch.Tensor:
     """q [B, H, D] (one token per sequence) -> [B, H, D]; sequence b attends to its first
-    ctx_lens[b] cached tokens."""
+    ctx_lens[b] cached tokens (the last `window` of them)."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     out = torch.empty_like(q)
     for b in range(q.shape[0]):
@@ -39,6 +41,8 @@ def paged_decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_c
         k = _gather_context(k_cache, page_table[b], n)
         v = _gather_context(v_cache, page_table[b], n)
         allowed = torch.ones(1, n, dtype=torch.bool, device=q.device)
+        if window is not None:
+            allowed &= torch.arange(n, device=q.device)[None, :] > n - 1 - window
         out[b] = _attend(q[b].unsqueeze(1), k, v, allowed, scale)[:, 0].to(q.dtype)
     return out
 
@@ -46,7 +50,7 @@ def paged_decode_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_c
 def paged_prefill_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                       page_table: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
                                       ctx_lens: torch.Tensor, scale: float | None = None,
-                                      out: torch.Tensor | None = None) -> torch.Tensor:
+                                      out: torch.Tensor | None = None, window: int | None = None) -> torch.Tensor:
     """q [T, H, D] holds S segments: segment s is rows q_starts[s] : q_starts[s] + q_lens[s],
     the last q_lens[s] tokens of a ctx_lens[s]-token context (a cached prefix, then the new
     tokens). Query row i of a segment sits at position ctx_len - q_len + i and attends to keys at
@@ -59,6 +63,8 @@ def paged_prefill_attention_reference(q: torch.Tensor, k_cache: torch.Tensor, v_
         v = _gather_context(v_cache, page_table[s], n)
         q_pos = torch.arange(n - m, n, device=q.device)[:, None]
         allowed = torch.arange(n, device=q.device)[None, :] <= q_pos
+        if window is not None:
+            allowed &= torch.arange(n, device=q.device)[None, :] > q_pos - window
         o = _attend(q[start:start + m].transpose(0, 1), k, v, allowed, scale)
         out[start:start + m] = o.transpose(0, 1).to(q.dtype)
     return out

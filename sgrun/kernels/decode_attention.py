@@ -10,6 +10,9 @@ Stage 2, grid (B, H): merges the splits' partials weighted by exp2(lse - max lse
 The chunk length is computed in the kernel from each sequence's own ctx_len, so the grid
 depends only on the batch size and NUM_SPLITS, never on the contexts: a CUDA graph captured
 for a batch size replays for any contexts. Reference: `paged_decode_attention_reference`.
+
+A sliding window (WINDOW > 0) narrows each sequence's range to its last WINDOW keys before the
+split: pages before the window are never read.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ if triton is not None:
         q_ptr, k_ptr, v_ptr, out_ptr, part_out_ptr, part_lse_ptr, page_table_ptr, ctx_lens_ptr, rows_ptr,
         stride_qt, stride_qh, stride_ot, stride_oh,
         stride_kh, stride_kp, stride_kt, stride_vh, stride_vp, stride_vt, stride_pt,
-        qk_scale,
+        qk_scale, window,
         NUM_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
         NUM_SPLITS: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
         PRECISION: tl.constexpr, UPCAST: tl.constexpr,
@@ -59,9 +62,11 @@ if triton is not None:
         split = tl.program_id(2)
         row = tl.load(rows_ptr + b).to(tl.int64)
         ctx_len = tl.load(ctx_lens_ptr + b)
-        # Chunks are whole BLOCK_N blocks, so only the context's last block is ragged.
-        chunk = tl.cdiv(tl.cdiv(ctx_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
-        lo = split * chunk
+        # The keys the query sees: [first, ctx_len), its last `window` ones under a sliding window.
+        first = tl.where(window > 0, tl.maximum(ctx_len - window, 0), 0)
+        # Chunks are whole BLOCK_N blocks, so only the range's last block is ragged.
+        chunk = tl.cdiv(tl.cdiv(ctx_len - first, NUM_SPLITS), BLOCK_N) * BLOCK_N
+        lo = first + split * chunk
         hi = tl.minimum(ctx_len, lo + chunk)
         offs_g = tl.arange(0, BLOCK_G)
         offs_d = tl.arange(0, BLOCK_D)
@@ -124,11 +129,13 @@ if triton is not None:
 def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                            page_table: torch.Tensor, ctx_lens: torch.Tensor,
                            rows: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                           scale: float | None = None, block_n: int = 64, num_splits: int = 1) -> torch.Tensor:
+                           scale: float | None = None, block_n: int = 64, num_splits: int = 1,
+                           window: int | None = None) -> torch.Tensor:
     """Decode attention: sequence b's query is q[rows[b]] ([H, D]; rows defaults to 0..B-1),
     attending to its first ctx_lens[b] >= 1 cached tokens. Writes out[rows[b]] (out defaults to
     a new tensor like q) and returns out. page_table [B, max_pages] and ctx_lens [B] are int32;
-    num_splits chunks the context (see decode_num_splits)."""
+    num_splits chunks the context (see decode_num_splits); `window` (None: global) limits each
+    query to its last `window` keys."""
     require_triton()
     check_pool(q, k_cache, v_cache)
     B = ctx_lens.shape[0]
@@ -151,7 +158,7 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), page_table.stride(0),
-        scale * LOG2E,
+        scale * LOG2E, window or 0,
         NUM_HEADS=H, GROUP=group, HEAD_DIM=D, PAGE_SIZE=page_size, NUM_SPLITS=num_splits,
         BLOCK_G=tile(group), BLOCK_D=tile(D), BLOCK_N=tile(block_n),
         PRECISION=precision(q.dtype), UPCAST=interpreted(_decode_split_kernel),

@@ -5,6 +5,9 @@ request's prompt starts with pages another request already computed.
 K/V are read straight from the paged pool (the new tokens' K/V written first, by `write_kv`),
 so a cached prefix and the new tokens are one context to the kernel. Reference:
 `attention_reference.paged_prefill_attention_reference`.
+
+A sliding window (WINDOW > 0) hides keys at or before q_pos - WINDOW from each query row; the
+loop starts at the block holding the block's first query's first visible key.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ if triton is not None:
         q_ptr, k_ptr, v_ptr, out_ptr, page_table_ptr, q_starts_ptr, q_lens_ptr, ctx_lens_ptr,
         stride_qt, stride_qh, stride_ot, stride_oh,
         stride_kh, stride_kp, stride_kt, stride_vh, stride_vp, stride_vt, stride_pt,
-        qk_scale,
+        qk_scale, window,
         GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr,
         UPCAST: tl.constexpr,
@@ -56,10 +59,15 @@ if triton is not None:
         m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_i = tl.zeros([BLOCK_M], tl.float32)
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
-        for start in range(0, kv_end, BLOCK_N):
+        kv_start = 0
+        if window > 0:   # the earliest key any row of this block sees, rounded down to a block
+            kv_start = tl.maximum(ctx_len - q_len + m_block * BLOCK_M - window + 1, 0) // BLOCK_N * BLOCK_N
+        for start in range(kv_start, kv_end, BLOCK_N):
             n = start + offs_n
             n_mask = n < ctx_len
             visible = n_mask[None, :] & (n[None, :] <= q_pos[:, None])
+            if window > 0:
+                visible = visible & (n[None, :] > q_pos[:, None] - window)
             # Key 0 is visible to every row and is in the first block, so after it m_i is finite;
             # a later block wholly hidden from a row leaves that row's max unchanged (p = 0).
             m_i, l_i, acc = attend_block(q, m_i, l_i, acc, k_base, v_base, pt_base, n, n_mask, visible,
@@ -74,10 +82,11 @@ if triton is not None:
 def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                             page_table: torch.Tensor, q_starts: torch.Tensor, q_lens: torch.Tensor,
                             ctx_lens: torch.Tensor, max_q_len: int, out: torch.Tensor | None = None,
-                            scale: float | None = None, block_m: int = 16, block_n: int = 32) -> torch.Tensor:
+                            scale: float | None = None, block_m: int = 16, block_n: int = 32,
+                            window: int | None = None) -> torch.Tensor:
     """Extend attention over S segments of q [T, H, D] (see paged_prefill_attention_reference);
-    metadata tensors are int32, max_q_len = max(q_lens). Writes the segments' rows of `out` and
-    returns it."""
+    metadata tensors are int32, max_q_len = max(q_lens); `window` (None: global) is the sliding
+    window. Writes the segments' rows of `out` and returns it."""
     require_triton()
     check_pool(q, k_cache, v_cache)
     S = q_lens.shape[0]
@@ -96,7 +105,7 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), page_table.stride(0),
-        scale * LOG2E,
+        scale * LOG2E, window or 0,
         GROUP=H // kv_heads, HEAD_DIM=D, PAGE_SIZE=page_size,
         BLOCK_M=tile(block_m), BLOCK_D=tile(D), BLOCK_N=tile(block_n),
         PRECISION=precision(q.dtype), UPCAST=interpreted(_extend_kernel),

@@ -133,7 +133,8 @@ def auto_quantization(stored: str, device: torch.device) -> str:
 
 def weight_format(model) -> str:
     """How the layer linears are held and multiplied: "int4 (sgrun avx2 kernel)", "dense bf16 (torch)"."""
-    lin = model.layers[0].gate_up
+    first = model.layers[0]
+    lin = first.gate_up if first.gate_up is not None else first.moe.gate_up[0]   # an MoE layer: its experts'
     kind = type(lin).__name__.replace("Linear", "").lower()
     kind = f"dense {str(model.dtype).replace('torch.', '')}" if kind == "dense" else kind
     if not getattr(lin, "cpp", False):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
 import threading
 import time
 import weakref
@@ -36,7 +35,6 @@ from typing import Callable
 
 import torch
 
-from sgrun.errors import InvalidRequestError
 from sgrun.models.llama import LayerBlocks, LlamaModel, first_block, inner_block, layer_tail
 from sgrun.models.quant_linear import KERNEL_MAX_ROWS, Int8Linear
 

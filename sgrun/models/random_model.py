@@ -1,4 +1,4 @@
-"""Random-weight Llama models from config shapes (like SGLang's `--load-format dummy`), for
+"""Random-weight models of the family from config shapes (like SGLang's `--load-format dummy`), for
 kernel and throughput checks on machines where the real weights cannot travel.
 
 `random_model("random:llama-3-8b", device="cuda", dtype=torch.bfloat16)` returns a LoadedModel
@@ -30,6 +30,22 @@ PRESETS: dict[str, dict] = {
                          tie_embeddings=True),
     "llama-3-8b": dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_layers=32,
                        num_heads=32, num_kv_heads=8, head_dim=128, max_position=8192, rope_theta=500000.0),
+    # The shapes issue 52's benchmarks run (contexts cut to 8,192 to keep the RoPE tables small).
+    "qwen3-1.7b": dict(arch="qwen3", vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_layers=28,
+                       num_heads=16, num_kv_heads=8, head_dim=128, max_position=8192, rope_theta=1e6,
+                       rms_eps=1e-6, tie_embeddings=True, qk_norm="head"),
+    "gemma3-1b": dict(arch="gemma3", vocab_size=262144, hidden_size=1152, intermediate_size=6912, num_layers=26,
+                      num_heads=4, num_kv_heads=1, head_dim=256, max_position=8192, rope_theta=1e6, rms_eps=1e-6,
+                      tie_embeddings=True, qk_norm="head", sandwich_norm=True, hidden_act="gelu_tanh",
+                      embed_scale=1152 ** 0.5, attn_scale=256 ** -0.5, sliding_window=512, rope_local_theta=10000.0,
+                      layer_windows=[None if (i + 1) % 6 == 0 else 512 for i in range(26)]),
+    "qwen3moe-16x2": dict(arch="qwen3moe", vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_layers=24,
+                          num_heads=32, num_kv_heads=4, head_dim=128, max_position=8192, rope_theta=1e6, rms_eps=1e-6,
+                          qk_norm="head", num_experts=16, experts_per_token=2, norm_topk_prob=True,
+                          moe_intermediate_size=768),
+    "phi4-mini": dict(arch="phi3", vocab_size=200064, hidden_size=3072, intermediate_size=8192, num_layers=32,
+                      num_heads=24, num_kv_heads=8, head_dim=128, rotary_dim=96, max_position=8192, rope_theta=10000.0,
+                      tie_embeddings=True),
 }
 
 
@@ -42,7 +58,7 @@ def preset_config(spec: str) -> ModelConfig:
     if name not in PRESETS:
         raise ModelLoadError(f"unknown random model {name!r}: use one of "
                              + ", ".join(PREFIX + p for p in PRESETS))
-    return ModelConfig(rms_eps=1e-5, name=PREFIX + name, **PRESETS[name])
+    return ModelConfig(**{"rms_eps": 1e-5, "name": PREFIX + name, **PRESETS[name]})
 
 
 def synthetic_tokenizer(vocab_size: int) -> Tokenizer:
@@ -75,26 +91,16 @@ def synthetic_tokenizer(vocab_size: int) -> Tokenizer:
 
 def random_weights(cfg: ModelConfig, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
                    seed: int = 0, std: float = 0.02) -> dict[str, torch.Tensor]:
-    """Normal(0, std) matrices and unit norm weights, in the checkpoint names LlamaModel reads."""
+    """Normal(0, std) matrices and unit norm weights, in the names the decoder reads
+    (models/decoder.py), for any architecture of the family."""
+    from sgrun.models.decoder import expected_shapes, required_weights
     gen = torch.Generator(device=device).manual_seed(seed)
-
-    def normal(*shape: int) -> torch.Tensor:
-        return (torch.randn(*shape, generator=gen, device=device, dtype=dtype) * std)
-
-    H, KV, D, hid = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size
-    w = {"model.embed_tokens.weight": normal(cfg.vocab_size, hid),
-         "model.norm.weight": torch.ones(hid, device=device, dtype=dtype)}
-    if not cfg.tie_embeddings:
-        w["lm_head.weight"] = normal(cfg.vocab_size, hid)
-    for i in range(cfg.num_layers):
-        p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = torch.ones(hid, device=device, dtype=dtype)
-        w[p + "post_attention_layernorm.weight"] = torch.ones(hid, device=device, dtype=dtype)
-        w[p + "self_attn.q_proj.weight"] = normal(H * D, hid)
-        w[p + "self_attn.k_proj.weight"] = normal(KV * D, hid)
-        w[p + "self_attn.v_proj.weight"] = normal(KV * D, hid)
-        w[p + "self_attn.o_proj.weight"] = normal(hid, H * D)
-        w[p + "mlp.gate_proj.weight"] = normal(cfg.intermediate_size, hid)
-        w[p + "mlp.up_proj.weight"] = normal(cfg.intermediate_size, hid)
-        w[p + "mlp.down_proj.weight"] = normal(hid, cfg.intermediate_size)
+    shapes = expected_shapes(cfg)
+    w: dict[str, torch.Tensor] = {}
+    for name in required_weights(cfg):
+        shape = shapes[name]
+        if len(shape) == 1:
+            w[name] = torch.ones(shape, device=device, dtype=dtype)
+        else:
+            w[name] = torch.randn(*shape, generator=gen, device=device, dtype=dtype) * std
     return w

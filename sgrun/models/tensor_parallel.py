@@ -1,4 +1,4 @@
-"""Tensor-parallel sharding of a Llama-family model (Megatron style).
+"""Tensor-parallel sharding of a llama-shaped model (Megatron style; ModelConfig.llama_shaped).
 
 Rank r of N holds:
 - a slice of the attention heads: q/k/v projections split by output rows (column-parallel), the
@@ -46,6 +46,10 @@ def _even(n: int, world: int, rank: int) -> range:
 
 
 def plan_shard(cfg: ModelConfig, rank: int, world: int) -> ShardPlan:
+    if world > 1 and not cfg.llama_shaped:
+        # q/k norms over all heads, experts and sandwich norms are not sharded here (yet).
+        raise InvalidRequestError(f"tensor parallelism runs the llama-shaped architectures (llama, mistral, qwen2); "
+                                  f"this model is {cfg.arch}: run it with tp=1", field="tp")
     H, KV = cfg.num_heads, cfg.num_kv_heads
     group = H // KV
     if world < 1 or not 0 <= rank < world:

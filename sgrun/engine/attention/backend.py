@@ -29,6 +29,12 @@ class Segment:
 class AttentionBackend(Protocol):
     pool: PagePool
 
+    def configure(self, scale: float, windows: list[int | None]) -> None:
+        """Once, after construction: the softmax scale (1/sqrt(head_dim) unless the model says
+        otherwise) and each layer's sliding window (None: global). forward(layer, ...) applies
+        layer's window: a query at position p attends keys at positions j with p - window < j <= p.
+        A backend that cannot apply windows raises ValueError (never attends globally instead)."""
+
     def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
         """Precompute per-batch metadata once; every layer reuses it. The new tokens' K/V go to
         (write_pages[i], write_offsets[i]) in batch row order."""

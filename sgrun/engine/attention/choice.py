@@ -1,8 +1,15 @@
 """The start-up choice of attention backend: the C++ in-place kernel, else pure torch, on the
 CPU; the Triton kernels on CUDA. The backends are imported only here, and only the chosen one,
-so torch-only runs never import triton."""
+so torch-only runs never import triton.
+
+Every backend is then configured with the model's softmax scale and per-layer sliding windows
+(`configure(scale, windows)`). A backend that cannot apply windows refuses them; where the default
+C++ backend refuses, the model runs on the torch backend (logged), never attending globally.
+"""
 
 from __future__ import annotations
+
+import logging
 
 import torch
 
@@ -12,6 +19,7 @@ from sgrun.errors import InvalidRequestError
 
 
 BACKENDS = ("cpp", "torch", "triton")
+log = logging.getLogger("sgrun.engine")
 
 
 def default_backend(device: torch.device) -> str:
@@ -20,7 +28,27 @@ def default_backend(device: torch.device) -> str:
 
 def make_attention_backend(pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int,
                            backend: str | None = None, cascade: bool = True,
-                           query_dtype: torch.dtype | None = None) -> AttentionBackend:
+                           query_dtype: torch.dtype | None = None, scale: float | None = None,
+                           windows: list[int | None] | None = None) -> AttentionBackend:
+    """The backend (`_make_backend`) configured with `scale` (default 1/sqrt(head_dim)) and the
+    per-layer `windows` (default: every layer global)."""
+    scale = head_dim ** -0.5 if scale is None else scale
+    windows = [None] * len(pool.k) if windows is None else list(windows)
+    attn = _make_backend(pool, num_heads, num_kv_heads, head_dim, backend, cascade, query_dtype)
+    try:
+        attn.configure(scale, windows)
+    except ValueError as exc:   # this backend's kernels cannot apply the windows
+        if (backend or default_backend(pool.k[0].device)) != "cpp":
+            raise InvalidRequestError(f"attention_backend {backend!r} cannot run this model: {exc}",
+                                      field="attention_backend") from exc
+        log.info("attention: %s; the model's sliding windows run on the torch backend", exc)
+        attn = _make_backend(pool, num_heads, num_kv_heads, head_dim, "torch", cascade, query_dtype)
+        attn.configure(scale, windows)
+    return attn
+
+
+def _make_backend(pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int,
+                  backend: str | None, cascade: bool, query_dtype: torch.dtype | None) -> AttentionBackend:
     """`backend`: "cpp", "torch" or "triton" (default: Triton on CUDA, cpp elsewhere).
     "cpp" decodes with the C++ kernel that reads the pages in place (built on first use) and,
     with `cascade`, attends prefixes shared by several decoding requests once; with a bf16 or float32

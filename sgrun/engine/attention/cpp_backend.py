@@ -9,6 +9,13 @@ of a speculative verify step get exactly what plain decodes at their positions w
 `prefill_op` (bf16 and float32 pools at every x86 level with AVX2, cpu_kernels/prefill_attention.py)
 the prefill chunks likewise take one C++ call per layer that reads their context from the pages;
 without it (no vector path at the level, another dtype or head dim) they go through SDPA.
+
+Sliding windows (`configure(scale, windows)`: Gemma 3's local layers): a windowed layer's decode
+rows attend the last `window` tokens of their context in the same kernel (its chunks start at the
+window's edge), and its prefill chunks the keys p - window < j <= p in the C++ prefill kernel's
+per-row path (prefill_attention_window); a model with any window attends no cascade prefix (its
+shared prefix is not what a windowed row reads). Each row's result still depends only on its own
+query and context, so batch invariance holds for windowed layers too.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from sgrun.engine.page_pool import PagePool
 
 
 class CppPagedAttention(TorchPagedAttention):
+    applies_windows = True   # its decode and prefill kernels apply configure()'s windows (the module's docstring)
+
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int, op: ModuleType,
                  cascade: bool = True, prefill_op: ModuleType | None = None,
                  prefill_bf16_from: int = BF16_FROM_DEFAULT):
@@ -46,6 +55,30 @@ class CppPagedAttention(TorchPagedAttention):
         self.prefixes: list[SharedPrefix] = []
         # The kernel's decode_layer for FusedDecode's one-call forward (0: an op without it).
         self.decode_layer_fn = op.decode_layer_address() if hasattr(op, "decode_layer_address") else 0
+        self.windows: list[int | None] = [None] * len(pool.k)   # per layer; None: global
+        self._window_args: list[int] = []                      # decode_forward's: [] while all are global
+
+    def configure(self, scale: float, windows: list[int | None]) -> None:
+        """The attention scale and each layer's sliding window (None: global): a query at position p
+        attends keys j with p - window < j <= p."""
+        windows = list(windows)
+        if len(windows) != len(self.pool.k):
+            raise ValueError(f"windows: one per layer ({len(self.pool.k)}), got {len(windows)}")
+        if any(w is not None and (not isinstance(w, int) or w <= 0) for w in windows):
+            raise ValueError(f"windows: positive token counts or None, got {windows}")
+        if any(w is not None for w in windows):
+            if not hasattr(self.op, "paged_decode_window"):
+                raise ValueError("this build of the C++ decode kernel has no sliding windows")
+            if self.prefill_op is not None and not hasattr(self.prefill_op, "prefill_attention_window"):
+                raise ValueError("this build of the C++ prefill kernel has no sliding windows")
+        parent = getattr(super(), "configure", None)
+        if parent is not None:   # the torch path (prefills without the C++ kernel) applies them too
+            parent(scale, windows)
+        elif self.prefill_op is None and any(w is not None for w in windows):
+            raise ValueError("sliding windows need the C++ prefill kernel here (its SDPA fallback attends globally)")
+        self.scale = float(scale)
+        self.windows = windows
+        self._window_args = [w or 0 for w in windows] if any(w is not None for w in windows) else []
 
     def prefill_kernel(self, query_dtype: torch.dtype) -> str:
         """The prefill attention this backend runs, for the start-up report: SDPA, or sgrun's C++
@@ -79,7 +112,7 @@ class CppPagedAttention(TorchPagedAttention):
         lens = [s.ctx_len for s in decodes]
         self.lens = torch.tensor(lens, dtype=torch.long)
         starts = [0] * n   # tokens a cascade prefix covers, per row
-        if self.cascade:
+        if self.cascade and not self._window_args:   # a windowed row reads no shared prefix
             # Prefixes end on the kernel's chunk boundaries: a member's result is then bitwise
             # what it would be without the cascade (paged_decode.cpp).
             self.prefixes = find_shared_prefixes(self.table, lens, ps, self.min_saved_pages, self.op.chunk_tokens())
@@ -129,7 +162,7 @@ class CppPagedAttention(TorchPagedAttention):
                 or self.pool.k[0].dtype not in pool_dtypes_under(dtype) or not self.decode_layer_fn):
             return None
         return (self.decode_layer_fn, self.pool.k, self.pool.v, self.write_pages, self.write_offsets,
-                self.table, self.lens, self.starts, self.scale, self.o, self.lse)
+                self.table, self.lens, self.starts, self.scale, self.o, self.lse, self._window_args)
 
     def _run_decode_kernel(self, layer: int, q: torch.Tensor) -> None:
         """The decode rows' attention into self.o / self.lse (float32)."""
@@ -141,7 +174,12 @@ class CppPagedAttention(TorchPagedAttention):
         o, lse = self.o, self.lse
         for p in self.prefixes:   # each member's state after the shared prefix, then its own tokens onto it
             self.op.cascade_prefix(qd, k_cache, v_cache, p.pages, p.tokens, p.members, self.scale, o, lse)
-        self.op.paged_decode(qd, k_cache, v_cache, self.table, self.lens, self.starts, self.scale, o, lse)
+        window = self.windows[layer]
+        if window is not None:
+            self.op.paged_decode_window(qd, k_cache, v_cache, self.table, self.lens, self.starts, self.scale, o, lse,
+                                        window)
+        else:
+            self.op.paged_decode(qd, k_cache, v_cache, self.table, self.lens, self.starts, self.scale, o, lse)
 
     def _attend_decodes(self, layer: int, q: torch.Tensor, out: torch.Tensor) -> None:
         if self.decode_rows is None:
@@ -170,6 +208,11 @@ class CppPagedAttention(TorchPagedAttention):
             return
         if q.stride(2) != 1 or q.stride(1) != self.D:   # the kernel reads rows of contiguous [H, D]
             q = q.contiguous()
+        window = self.windows[layer]
+        if window is not None:
+            self.prefill_op.prefill_attention_window(q, self.pool.k[layer], self.pool.v[layer], self.prefill_table,
+                                                     *self.prefill_meta, self.scale, out, window)
+            return
         self.prefill_op.prefill_attention(q, self.pool.k[layer], self.pool.v[layer], self.prefill_table,
                                           *self.prefill_meta, self.scale, out, False, self.prefill_bf16_from,
                                           self.prefill_amx)

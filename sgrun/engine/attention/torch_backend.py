@@ -8,6 +8,10 @@ matmuls cover every head of every request in it.
 Longer segments (prefill chunks) go one by one through SDPA.
 The pool may hold float16 or bf16 under a float32 model (kv_cache_dtype): K and V are rounded when
 written and widened to the query's dtype when read, so every product is float32.
+
+`configure(scale, windows)` sets the softmax scale and each layer's sliding window: a query at
+position p attends keys at positions j with p - window < j <= p (transformers' sliding mask);
+the masks for each distinct window are built once per batch in prepare().
 """
 
 from __future__ import annotations
@@ -20,13 +24,31 @@ from sgrun.engine.page_pool import PagePool
 
 
 class TorchPagedAttention:
+    # Whether this class's attention applies configure()'s windows. Only a class that sets it in
+    # its own body counts (a subclass whose kernels do not apply windows inherits the refusal):
+    # windows are never silently ignored.
+    applies_windows = True
+
     def __init__(self, pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: int):
         self.pool = pool
         self.H, self.KV, self.D = num_heads, num_kv_heads, head_dim
         self.scale = head_dim ** -0.5
+        self.sdpa_scale: float | None = None
+        self.windows: list[int | None] = [None] * len(pool.k)
         # Decode q.k in float32: bf16 scores are rounded before the softmax (a step of 0.06 at
         # score 10) and the upcast is cheap next to the GEMMs.
         self.score_dtype = torch.float32
+
+    def configure(self, scale: float, windows: list[int | None]) -> None:
+        """The model's softmax scale and per-layer sliding windows (None: global)."""
+        if len(windows) != len(self.pool.k):
+            raise ValueError(f"{len(windows)} layer windows for a pool of {len(self.pool.k)} layers")
+        if any(w is not None for w in windows) and "applies_windows" not in type(self).__dict__:
+            raise ValueError(f"{type(self).__name__} does not apply sliding windows")
+        self.scale = float(scale)
+        # SDPA's own default when the scale is the default one: bitwise what it always computed.
+        self.sdpa_scale = None if self.scale == self.D ** -0.5 else self.scale
+        self.windows = list(windows)
 
     def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
         """Precompute per-batch index tensors once; every layer reuses them. The new tokens'
@@ -39,14 +61,23 @@ class TorchPagedAttention:
         self._prepare_prefills()
 
     def _prepare_prefills(self) -> None:
+        """Per prefill segment, a boolean mask [q, ctx] per distinct window (None: plain causal
+        over a segment with no cached context)."""
         dev = self.pool.k[0].device
         self.prefill_masks = []
         for s in self.prefills:
-            if s.ctx_len == s.q_len:
-                self.prefill_masks.append(None)  # no cached context: plain causal
-            else:
-                q_pos = torch.arange(s.ctx_len - s.q_len, s.ctx_len)[:, None]
-                self.prefill_masks.append((torch.arange(s.ctx_len)[None, :] <= q_pos).to(dev))
+            masks: dict[int | None, torch.Tensor | None] = {}
+            q_pos = torch.arange(s.ctx_len - s.q_len, s.ctx_len)[:, None]
+            keys = torch.arange(s.ctx_len)[None, :]
+            for window in set(self.windows):
+                if window is None and s.ctx_len == s.q_len:
+                    masks[window] = None
+                    continue
+                allowed = keys <= q_pos
+                if window is not None:
+                    allowed &= keys > q_pos - window
+                masks[window] = allowed.to(dev)
+            self.prefill_masks.append(masks)
 
     def _prepare_decodes(self, decodes: list[Segment]) -> None:
         # Decodes are batched in groups of similar context length: each group is padded to its
@@ -55,26 +86,33 @@ class TorchPagedAttention:
 
     def _attend_decodes(self, layer: int, q: torch.Tensor, out: torch.Tensor) -> None:
         """Write the single-token segments' attention into `out` (rows of the flat batch)."""
-        for rows, pages, mask in self.decode_groups:
-            out[rows] = self._decode(layer, q[rows], pages, mask)
+        window = self.windows[layer]
+        for rows, pages, masks in self.decode_groups:
+            out[rows] = self._decode(layer, q[rows], pages, masks[window])
 
     def _gather(self, cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
         """[KV, N, ps, D] pool tensor -> [KV, len(pages) * ps, D], contiguous."""
         return cache.index_select(1, pages).view(self.KV, -1, self.D)
 
-    def _decode_group(self, decodes: list[Segment]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(batch rows, gathered page ids, additive mask [1, B, 1, L]) for one decode group."""
+    def _decode_group(self, decodes: list[Segment]) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """(batch rows, gathered page ids, {window: additive mask [1, B, 1, L]}) for one decode group."""
         ps = self.pool.page_size
         max_pages = max(len(s.pages) for s in decodes)
         pages = torch.zeros(len(decodes), max_pages, dtype=torch.long)
         for i, s in enumerate(decodes):
             pages[i, : len(s.pages)] = s.pages
         lens = torch.tensor([s.ctx_len for s in decodes])
-        pad = torch.arange(max_pages * ps)[None, :] >= lens[:, None]
-        mask = torch.zeros(len(decodes), max_pages * ps).masked_fill_(pad, float("-inf"))[None, :, None, :]
-        rows = torch.tensor([s.q_start for s in decodes], dtype=torch.long)
+        keys = torch.arange(max_pages * ps)[None, :]
         dev = self.pool.k[0].device
-        return rows.to(dev), pages.view(-1).to(dev), mask.to(dev)
+        masks = {}
+        for window in set(self.windows):
+            hidden = keys >= lens[:, None]
+            if window is not None:   # the query is at position len - 1
+                hidden |= keys <= lens[:, None] - 1 - window
+            mask = torch.zeros(len(decodes), max_pages * ps).masked_fill_(hidden, float("-inf"))
+            masks[window] = mask[None, :, None, :].to(dev)
+        rows = torch.tensor([s.q_start for s in decodes], dtype=torch.long)
+        return rows.to(dev), pages.view(-1).to(dev), masks
 
     def _decode(self, layer: int, q: torch.Tensor, pages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Single-token queries [B, H, D] against their paged contexts: the pages are gathered
@@ -111,20 +149,22 @@ class TorchPagedAttention:
                          out: torch.Tensor) -> None:
         """Write the prefill chunks' attention into `out`, one SDPA call per segment."""
         k_cache, v_cache = self.pool.k[layer], self.pool.v[layer]
-        for s, pages, mask in zip(self.prefills, self.prefill_pages, self.prefill_masks):
+        window = self.windows[layer]
+        for s, pages, masks in zip(self.prefills, self.prefill_pages, self.prefill_masks):
+            mask = masks[window]
             rows = slice(s.q_start, s.q_start + s.q_len)
             qs = q[rows].transpose(0, 1).unsqueeze(0)                   # [1, H, q, D]
             if mask is None and k_cache.dtype == q.dtype:
                 ks = k[rows].transpose(0, 1).unsqueeze(0)
                 vs = v[rows].transpose(0, 1).unsqueeze(0)
-                o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
+                o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True, scale=self.sdpa_scale)
             else:   # the context from the pages (a narrower pool's rounded K/V, as decodes will read them)
                 ks = self._gather(k_cache, pages)[:, : s.ctx_len].unsqueeze(0).to(q.dtype)   # [1, KV, ctx, D]
                 vs = self._gather(v_cache, pages)[:, : s.ctx_len].unsqueeze(0).to(q.dtype)
                 if mask is None:
-                    o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True)
+                    o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=True, scale=self.sdpa_scale)
                 else:
-                    o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
+                    o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True, scale=self.sdpa_scale)
             out[rows] = o[0].transpose(0, 1)
 
 

@@ -66,10 +66,19 @@ class TritonPagedAttention:
         self.pool = pool
         self.H, self.KV, self.D = num_heads, num_kv_heads, head_dim
         self.scale = head_dim ** -0.5
+        self.windows: list[int | None] = [None] * len(pool.k)
         self.device = pool.k[0].device
         self.num_sms = device_sm_count(self.device)
         self.decode: DecodeMeta | None = None
         self.extend: ExtendMeta | None = None
+
+    def configure(self, scale: float, windows: list[int | None]) -> None:
+        """The model's softmax scale and per-layer sliding windows (None: global); both kernels
+        apply a layer's window (p - window < j <= p)."""
+        if len(windows) != len(self.pool.k):
+            raise ValueError(f"{len(windows)} layer windows for a pool of {len(self.pool.k)} layers")
+        self.scale = float(scale)
+        self.windows = list(windows)
 
     def prepare(self, write_pages: torch.Tensor, write_offsets: torch.Tensor, segments: list[Segment]) -> None:
         """Precompute per-batch metadata once; every layer reuses it. The new tokens' K/V go to
@@ -106,9 +115,9 @@ class TritonPagedAttention:
         if self.decode is not None:
             d = self.decode
             paged_decode_attention(q, k_cache, v_cache, d.page_table, d.ctx_lens, rows=d.rows, out=out,
-                                   scale=self.scale, num_splits=d.num_splits)
+                                   scale=self.scale, num_splits=d.num_splits, window=self.windows[layer])
         if self.extend is not None:
             e = self.extend
             paged_prefill_attention(q, k_cache, v_cache, e.page_table, e.q_starts, e.q_lens, e.ctx_lens,
-                                    e.max_q_len, out=out, scale=self.scale)
+                                    e.max_q_len, out=out, scale=self.scale, window=self.windows[layer])
         return out
