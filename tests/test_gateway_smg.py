@@ -123,3 +123,16 @@ def test_dp_without_smg_names_the_pip_line(monkeypatch):
     monkeypatch.setattr(gateway.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(gateway.GatewayError, match=r'pip install "sgrun\[gateway\]"'):
         gateway.require_smg()
+
+
+def test_the_smg_command_line_carries_policy_metrics_host_aliases_and_body_limit():
+    assert gateway.model_aliases("SmolLM2-135M-Instruct.Q4_1") == ["SmolLM2-135M-Instruct"]
+    assert gateway.model_aliases("smollm2") == []
+    cmd = gateway.smg_command(["http://127.0.0.1:1", "http://127.0.0.1:2"], host="127.0.0.1", port=3,
+                              policy="round_robin", metrics_port=4, log_level="warning",
+                              aliases={"short": "short.Q4_1"}, max_payload_bytes=1024)
+    assert cmd[1:4] == ["-m", "smg", "launch"]
+    line = " ".join(cmd)
+    assert "--worker-urls http://127.0.0.1:1 http://127.0.0.1:2 --policy round_robin" in line
+    assert "--prometheus-host 127.0.0.1 --prometheus-port 4" in line and "--log-level warn" in line
+    assert "--model-alias short=short.Q4_1" in line and "--max-payload-size 1024" in line
