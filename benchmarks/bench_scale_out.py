@@ -116,13 +116,14 @@ async def run_workload(base: str, agents: int, turns: int, concurrency: int, pre
             "output_tok_s": totals["completion"] / wall}
 
 
-def start_server(dp: int, threads: int, policy: str, replica_tokens: int, log_path: str) -> tuple[subprocess.Popen, str]:
+def start_server(dp: int, threads: int, policy: str, replica_tokens: int, log_path: str,
+                 gateway_args: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
     memory_gb = replica_tokens * KV_BYTES_PER_TOKEN / 2**30
     cmd = [sys.executable, "-m", "sgrun.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--num-threads", str(threads), "--memory-gb", f"{memory_gb:.4f}", "--log-level", "warning"]
     if dp > 1:
-        cmd += ["--dp", str(dp), "--gateway-policy", policy]
+        cmd += ["--dp", str(dp), "--gateway-policy", policy, *(f"--gateway-arg={a}" for a in gateway_args or [])]
     proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
@@ -261,12 +262,15 @@ def main() -> None:
     ap.add_argument("--tp-tokens", type=int, default=48, help="tp2: tokens each request decodes")
     ap.add_argument("--wire-ctx", type=int, default=1500, help="tp2-wire: context tokens of each sequence")
     ap.add_argument("--wire-iters", type=int, default=300, help="tp2-wire: messages each way")
+    ap.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for smg in the DP=2 configurations (repeatable), e.g. "
+                         "--gateway-arg=--disable-worker-overload-protection")
     add_json_output(ap)
     args = ap.parse_args()
     print(machine_line(args.threads), flush=True)
     print(f"workload: {args.agents} agents x {args.turns} turns, {args.prefix_words}-word system prompts, "
           f"{args.max_tokens} output tokens, {args.concurrency} clients; {args.replica_tokens} KV tokens a replica; "
-          f"gateway: smg {_smg_version()}", flush=True)
+          f"gateway: smg {_smg_version()} {' '.join(args.gateway_arg)}", flush=True)
 
     results = {}
     for name in args.configs.split(","):
@@ -287,7 +291,7 @@ def main() -> None:
         tokens = args.replica_tokens * (2 if dp == 1 else 1)
         load_before = os.getloadavg()[0]
         log_path = os.path.join(tempfile.gettempdir(), f"bench_scale_out_{name}.log")
-        proc, url = start_server(dp, args.threads, policy, tokens, log_path)
+        proc, url = start_server(dp, args.threads, policy, tokens, log_path, args.gateway_arg)
         try:
             capacity = replica_capacity(url, dp)
             r = asyncio.run(run_workload(url, args.agents, args.turns, args.concurrency, args.prefix_words,

@@ -130,9 +130,11 @@ def test_the_smg_command_line_carries_policy_metrics_host_aliases_and_body_limit
     assert gateway.model_aliases("smollm2") == []
     cmd = gateway.smg_command(["http://127.0.0.1:1", "http://127.0.0.1:2"], host="127.0.0.1", port=3,
                               policy="round_robin", metrics_port=4, log_level="warning",
-                              aliases={"short": "short.Q4_1"}, max_payload_bytes=1024)
+                              aliases={"short": "short.Q4_1"}, max_payload_bytes=1024,
+                              extra=["--worker-overload-token-usage", "0.95"])
     assert cmd[1:4] == ["-m", "smg", "launch"]
     line = " ".join(cmd)
     assert "--worker-urls http://127.0.0.1:1 http://127.0.0.1:2 --policy round_robin" in line
     assert "--prometheus-host 127.0.0.1 --prometheus-port 4" in line and "--log-level warn" in line
     assert "--model-alias short=short.Q4_1" in line and "--max-payload-size 1024" in line
+    assert cmd[-2:] == ["--worker-overload-token-usage", "0.95"]     # --gateway-arg, last

@@ -37,6 +37,9 @@ def add_gateway_options(p: argparse.ArgumentParser) -> None:
                    help="with --dp: how smg picks a replica (default: cache_aware)")
     p.add_argument("--gateway-metrics-port", type=int, default=None,
                    help="with --dp: the port of smg's Prometheus /metrics, on --host (default: a free port, printed)")
+    p.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
+                   help="with --dp: one more argument for `smg launch` (repeatable; write options as "
+                        "--gateway-arg=--name and their values as a second --gateway-arg, see `smg launch --help`)")
 
 
 def require_smg() -> None:
@@ -55,7 +58,7 @@ def model_aliases(model_id: str) -> list[str]:
 
 def smg_command(worker_urls: list[str], *, host: str, port: int, policy: str, metrics_port: int,
                 log_level: str = "info", aliases: dict[str, str] | None = None,
-                max_payload_bytes: int | None = None) -> list[str]:
+                max_payload_bytes: int | None = None, extra: list[str] | None = None) -> list[str]:
     """`smg launch` in front of `worker_urls` (python -m smg: the interpreter that runs sgrun)."""
     cmd = [sys.executable, "-m", "smg", "launch", "--host", host, "--port", str(port),
            "--worker-urls", *worker_urls, "--policy", policy,
@@ -65,7 +68,7 @@ def smg_command(worker_urls: list[str], *, host: str, port: int, policy: str, me
         cmd += ["--max-payload-size", str(max_payload_bytes)]
     for alias, canonical in (aliases or {}).items():
         cmd += ["--model-alias", f"{alias}={canonical}"]
-    return cmd
+    return cmd + list(extra or [])
 
 
 def wait_for_gateway(proc: subprocess.Popen, url: str, workers: int, timeout: float = 120.0) -> None:
@@ -107,7 +110,7 @@ def run_data_parallel(args: argparse.Namespace, serve_parser: argparse.ArgumentP
     require_smg()
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     shared = argv_from_namespace(serve_parser, args, skip={"dp", "host", "port", "num_threads", "gateway_policy",
-                                                         "gateway_metrics_port"})
+                                                         "gateway_metrics_port", "gateway_arg"})
     # SIGTERM (a service manager's stop) ends the replicas and smg too, like Ctrl-C.
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
@@ -120,7 +123,7 @@ def run_data_parallel(args: argparse.Namespace, serve_parser: argparse.ArgumentP
         metrics_port = args.gateway_metrics_port or free_port(args.host)
         cmd = smg_command(replicas.urls, host=args.host, port=args.port, policy=args.gateway_policy,
                           metrics_port=metrics_port, log_level=args.log_level, aliases=aliases,
-                          max_payload_bytes=args.max_body_bytes)
+                          max_payload_bytes=args.max_body_bytes, extra=args.gateway_arg)
         if args.api_key:       # smg authenticates to the replicas with the same key the clients use
             cmd += ["--api-key", args.api_key]
         gateway = subprocess.Popen(cmd, preexec_fn=die_with_parent)
