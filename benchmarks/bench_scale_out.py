@@ -1,17 +1,27 @@
-"""Data parallelism on one machine: prefix-cache hit rate and throughput of an agent workload
-through `sgrun serve --dp N`, for the cache-aware router against round-robin and one replica.
+"""Data parallelism through SGLang's gateway: prefix-cache hit rate and throughput of a
+multi-agent workload through `sgrun serve --dp N` (N sgrun replicas behind smg), for smg's
+cache_aware policy against its round_robin and against one replica.
 
-Workload: 8 agents, each with its own ~1,500-token system prompt, 4 turns each (every turn
-re-sends the whole conversation, as agents do). The agents run interleaved: a pool of
---concurrency clients takes whichever agent is ready next, in a seeded random order.
+Workload: --agents agents, each with its own system prompt of --prefix-words words (1,400: about
+1,500 tokens), --turns turns each (every turn re-sends the whole conversation, as agents do). The
+agents run interleaved: a pool of --concurrency clients takes whichever agent is ready next, in a
+seeded random order.
 
 Each replica's KV pool is --replica-tokens tokens (default 8,000: room for about 4 of the 8
 prefixes plus working space), so where the requests land decides what stays cached. DP=1 gets
-twice that, the same total cache as two replicas.
+twice that, the same total cache as two replicas. Size it so that half the agents' whole
+conversations fit in one replica (with --prefix-words 500, about 750 tokens each by the 4th
+turn: 3,600), else every configuration thrashes its LRU cache by the last turn. The default
+model and dtype, as `sgrun serve` runs them (the KV cache in bfloat16); the replicas' real
+capacity is printed from /server_info, and the hit rate of each turn and the tokens each replica
+took show where the requests landed.
 
     python benchmarks/bench_scale_out.py                 # all three configurations
+    python benchmarks/bench_scale_out.py --prefix-words 500 --replica-tokens 3600 --max-tokens 16   # a short run
     python benchmarks/bench_scale_out.py --json out.json
     python benchmarks/bench_scale_out.py --configs tp2   # tensor parallelism's communication only
+
+Needs smg: pip install "sgrun[gateway]".
 
 Hit rate = sum of usage.prompt_tokens_details.cached_tokens / sum of prompt_tokens.
 
@@ -38,13 +48,13 @@ import time
 import httpx
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from sgrun.server.replicas import free_port  # noqa: E402
+from sgrun.child_process import free_port  # noqa: E402
 from bench_options import add_json_output, add_threads, server_log_path, write_json, machine_line  # noqa: E402
 
 MODEL = "SmolLM2-135M-Instruct"
 WORDS = ("cargo manifest vessel harbour customs invoice pallet freight route tariff container crane berth "
          "schedule inspection warehouse dock ledger shipment courier").split()
-KV_BYTES_PER_TOKEN_F32 = 30 * 2 * 3 * 64 * 4          # SmolLM2-135M: layers x (K,V) x kv_heads x head_dim x 4 B
+KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 2     # SmolLM2-135M: layers x (K,V) x kv_heads x head_dim x 2 B (bfloat16 KV)
 
 
 def system_prompt(agent: int, words: int) -> str:
@@ -63,6 +73,7 @@ async def run_workload(base: str, agents: int, turns: int, concurrency: int, pre
         ready.put_nowait(a)
     done_turns = {a: 0 for a in range(agents)}
     totals = {"prompt": 0, "cached": 0, "completion": 0, "requests": 0, "failed": 0}
+    by_turn = [[0, 0] for _ in range(turns)]     # [cached, prompt] tokens of each turn, over all agents
     rng = random.Random(seed + 1)
 
     async def client_loop(client: httpx.AsyncClient) -> None:
@@ -85,7 +96,10 @@ async def run_workload(base: str, agents: int, turns: int, concurrency: int, pre
                 body = resp.json()
                 usage = body["usage"]
                 totals["prompt"] += usage["prompt_tokens"]
-                totals["cached"] += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+                totals["cached"] += cached
+                by_turn[done_turns[a]][0] += cached
+                by_turn[done_turns[a]][1] += usage["prompt_tokens"]
                 totals["completion"] += usage["completion_tokens"]
                 convs[a].append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
             done_turns[a] += 1
@@ -97,16 +111,18 @@ async def run_workload(base: str, agents: int, turns: int, concurrency: int, pre
         await asyncio.gather(*(client_loop(client) for _ in range(concurrency)))
     wall = time.monotonic() - start
     return {**totals, "wall_s": wall, "hit_rate": totals["cached"] / max(1, totals["prompt"]),
+            "hit_rate_by_turn": [round(c / max(1, p), 3) for c, p in by_turn],
             "output_tok_s": totals["completion"] / wall}
 
 
-def start_server(dp: int, threads: int, policy: str, replica_tokens: int, log_path: str) -> tuple[subprocess.Popen, str]:
+def start_server(dp: int, threads: int, policy: str, replica_tokens: int, log_path: str,
+                 gateway_args: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    memory_gb = replica_tokens * KV_BYTES_PER_TOKEN_F32 / 2**30
-    cmd = [sys.executable, "-m", "sgrun.cli", "serve", "--port", str(port), "--dtype", "float32",
+    memory_gb = replica_tokens * KV_BYTES_PER_TOKEN / 2**30
+    cmd = [sys.executable, "-m", "sgrun.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--num-threads", str(threads), "--memory-gb", f"{memory_gb:.4f}", "--log-level", "warning"]
     if dp > 1:
-        cmd += ["--dp", str(dp), "--router-policy", policy]
+        cmd += ["--dp", str(dp), "--gateway-policy", policy, *(f"--gateway-arg={a}" for a in gateway_args or [])]
     proc = subprocess.Popen(cmd, stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
@@ -114,14 +130,38 @@ def start_server(dp: int, threads: int, policy: str, replica_tokens: int, log_pa
         if proc.poll() is not None:
             raise SystemExit(f"server exited; see {log_path}")
         try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                if dp == 1 or all(r["healthy"] for r in httpx.get(f"{url}/health").json()["replicas"]):
+            if dp == 1:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
                     return proc, url
-        except (httpx.HTTPError, KeyError, ValueError):
+            elif httpx.get(f"{url}/readiness", timeout=1).json().get("healthy_workers") == dp:
+                return proc, url
+        except (httpx.HTTPError, ValueError):
             pass
         time.sleep(0.5)
     proc.kill()
     raise SystemExit("server did not start")
+
+
+def worker_urls(url: str, dp: int) -> list[str]:
+    return [w["url"] for w in httpx.get(f"{url}/workers", timeout=10).json()["workers"]] if dp > 1 else [url]
+
+
+def replica_prompt_tokens(url: str, dp: int) -> list[list[int]]:
+    """[cached, prompt] tokens each replica's engine counted (its /metrics): where the work landed."""
+    out = []
+    for u in worker_urls(url, dp):
+        values = {}
+        for line in httpx.get(f"{u}/metrics", timeout=10).text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in ("sgrun_cached_prompt_tokens_total", "sgrun_engine_prompt_tokens_total"):
+                values[name] = int(float(value))
+        out.append([values.get("sgrun_cached_prompt_tokens_total", 0), values.get("sgrun_engine_prompt_tokens_total", 0)])
+    return out
+
+
+def replica_capacity(url: str, dp: int) -> list[int]:
+    """KV tokens of each replica, from its /server_info (behind smg: each worker smg lists)."""
+    return [httpx.get(f"{u}/server_info", timeout=10).json()["max_total_num_tokens"] for u in worker_urls(url, dp)]
 
 
 def tensor_parallel_comm(batch: int, tokens: int, prefix_words: int) -> dict:
@@ -190,6 +230,14 @@ def step_wire(batch: int, ctx: int, iters: int) -> dict:
     return {"pickled_ms": ms["pickled"], "tensors_ms": ms["tensors"], "batch": batch, "ctx": ctx, "iters": iters}
 
 
+def _smg_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("smg")
+    except Exception:  # noqa: BLE001 - the tp configurations run without smg
+        return "not installed (pip install \"sgrun[gateway]\")"
+
+
 def with_load(measure, *args) -> dict:
     """Run one measurement; its result gains the load average before and after it."""
     before = os.getloadavg()[0]
@@ -213,9 +261,15 @@ def main() -> None:
     ap.add_argument("--tp-tokens", type=int, default=48, help="tp2: tokens each request decodes")
     ap.add_argument("--wire-ctx", type=int, default=1500, help="tp2-wire: context tokens of each sequence")
     ap.add_argument("--wire-iters", type=int, default=300, help="tp2-wire: messages each way")
+    ap.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
+                    help="one more argument for smg in the DP=2 configurations (repeatable), e.g. "
+                         "--gateway-arg=--disable-worker-overload-protection")
     add_json_output(ap)
     args = ap.parse_args()
     print(machine_line(args.threads), flush=True)
+    print(f"workload: {args.agents} agents x {args.turns} turns, {args.prefix_words}-word system prompts, "
+          f"{args.max_tokens} output tokens, {args.concurrency} clients; {args.replica_tokens} KV tokens a replica; "
+          f"gateway: smg {_smg_version()} {' '.join(args.gateway_arg)}", flush=True)
 
     results = {}
     for name in args.configs.split(","):
@@ -235,18 +289,24 @@ def main() -> None:
         policy = name.split("-", 1)[1] if "-" in name else "cache_aware"
         tokens = args.replica_tokens * (2 if dp == 1 else 1)
         load_before = os.getloadavg()[0]
-        proc, url = start_server(dp, args.threads, policy, tokens, server_log_path(f"bench_scale_out_{name}"))
+        log_path = server_log_path(f"bench_scale_out_{name}")
+        proc, url = start_server(dp, args.threads, policy, tokens, log_path, args.gateway_arg)
         try:
+            capacity = replica_capacity(url, dp)
             r = asyncio.run(run_workload(url, args.agents, args.turns, args.concurrency, args.prefix_words,
                                          args.max_tokens, args.seed))
+            r["replica_cached_prompt_tokens"] = replica_prompt_tokens(url, dp)
         finally:
             proc.terminate()
             proc.wait(30)
         r["load"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+        r["replica_kv_tokens"] = capacity
         results[name] = r
         print(f"{name:18s} hit rate {r['hit_rate']:.3f}  output {r['output_tok_s']:6.2f} tok/s  "
-              f"wall {r['wall_s']:6.1f} s  requests {r['requests']} failed {r['failed']}  load {r['load']}",
-              flush=True)
+              f"wall {r['wall_s']:6.1f} s  requests {r['requests']} failed {r['failed']}  KV tokens/replica "
+              f"{r['replica_kv_tokens']}  load {r['load']}", flush=True)
+        print(f"{'':18s} hit rate by turn {r['hit_rate_by_turn']}  [cached, prompt] tokens by replica "
+              f"{r['replica_cached_prompt_tokens']}", flush=True)
     ca, rr, one = (results.get(k) for k in ("dp2-cache_aware", "dp2-round_robin", "dp1"))
     if ca and one:
         print(f"cache-aware DP=2 hit rate / DP=1: {ca['hit_rate'] / max(one['hit_rate'], 1e-9):.2f}x (target >= 0.9x)")

@@ -76,8 +76,6 @@ def build_parser() -> argparse.ArgumentParser:
     from sgrun.server.cli_commands import add_serve_parser
     add_serve_parser(sub)
     add_bench_parser(sub)
-    from sgrun.server.router_cli import add_router_parser
-    add_router_parser(sub)
     return parser
 
 

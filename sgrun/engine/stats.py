@@ -56,8 +56,10 @@ def engine_stats(scheduler: SchedulerCounts, pool: PagePool, cache: RadixCache |
     cached = cache.num_pages if cache else 0
     evictable = cache.num_evictable_pages if cache else 0
     prompt_total = scheduler.prompt_tokens_total
+    waiting = tuple(scheduler.waiting)    # one C-level copy: the engine thread may be appending
     return {
-        "running": len(scheduler.running), "waiting": len(scheduler.waiting),
+        "running": len(scheduler.running), "waiting": len(waiting),
+        "waiting_tokens": sum(len(seq.tokens) - seq.num_computed for seq in waiting),
         "pages_total": pool.num_pages, "pages_free": pool.num_free,
         "pages_in_use": pool.num_pages - pool.num_free - evictable,
         "pages_cached": cached, "pages_evictable": evictable,

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
-from sgrun.server import chat, completions, generate_api, playground, sglang_compat
+from sgrun.server import chat, completions, generate_api, loads, playground, sglang_compat
 from sgrun.server.chat_prompt import render_prompt
 from sgrun.server.chat_stream import chat_stream
 from sgrun.server.errors import APIError, from_exception, internal_error
@@ -134,6 +134,12 @@ async def metrics_endpoint(request: Request) -> Response:
     return Response(body, media_type=CONTENT_TYPE)
 
 
+async def load_report(request: Request) -> Response:
+    """What smg's load-aware policies read (loads.py); open like /metrics, which says as much."""
+    body = await asyncio.to_thread(loads.load_report, server_state(request), request.app.state.load_rate)
+    return json_response(body)
+
+
 @guarded
 async def flush_cache(request: Request) -> Response:
     freed = await asyncio.to_thread(server_state(request).engine.flush_cache)
@@ -238,6 +244,7 @@ ROUTES = [
     Route("/v1/models/{model:path}", get_model, methods=["GET"]),
     Route("/health", health, methods=["GET"]),
     Route("/metrics", metrics_endpoint, methods=["GET"]),
+    Route("/v1/loads", load_report, methods=["GET"]),   # for SGLang's gateway, smg (docs/scale-out.md)
     Route("/generate", generate, methods=["POST"]),
     Route("/score", score, methods=["POST"]),
     Route("/model_info", model_info, methods=["GET"]),
@@ -281,6 +288,7 @@ def build_app(engine: Engine, *, served_model_names: list[str] | None = None, ap
 
     app = Starlette(routes=ROUTES, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
     app.state.sgrun = state
+    app.state.load_rate = loads.GenerationRate()
     guarded_app = RequestGuard(app, api_key, max_body_bytes, on_error=metrics.observe_error)
     guarded_app.state = state  # type: ignore[attr-defined]  # tests reach the engine through it
     return guarded_app

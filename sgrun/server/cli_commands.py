@@ -11,7 +11,7 @@ import time
 
 from sgrun.cli_flags import add_device_arguments, add_speculative_arguments, device_kwargs, speculative_kwargs
 from sgrun.errors import SgrunError
-from sgrun.server.router_cli import add_router_options, run_data_parallel
+from sgrun.server.gateway import add_gateway_options, run_data_parallel
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -59,8 +59,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                         "under torchrun, the ranks torchrun started")
     p.add_argument("--dp", type=int, default=1,
                    help="data parallelism: run N engine replicas (each its own KV pool and radix cache, an equal "
-                        "share of the threads) behind a cache-aware router on --port")
-    add_router_options(p)
+                        "share of the threads) behind SGLang's gateway smg with its cache-aware policy on --port "
+                        "(needs: pip install \"sgrun[gateway]\")")
+    add_gateway_options(p)
     p.set_defaults(func=run_serve, serve_parser=p)
     return p
 

@@ -21,8 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sgrun.server.errors import APIError
 
-# Paths anyone may read: load balancers and Prometheus scrapers carry no key.
-OPEN_PATHS = frozenset({"/health", "/metrics"})
+# Paths anyone may read: load balancers, gateways and Prometheus scrapers carry no key.
+OPEN_PATHS = frozenset({"/health", "/metrics", "/v1/loads"})
 # The web page and its static files hold no data; the page asks for the key its API calls need.
 OPEN_PAGE_PATHS = frozenset({"/"})
 OPEN_PREFIX = "/ui/static/"

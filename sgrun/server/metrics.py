@@ -26,6 +26,7 @@ class ServerMetrics:
     def __init__(self, engine: Engine | None = None):
         self.engine = engine
         self._recent: deque[tuple[float | None, float | None]] = deque(maxlen=RECENT_REQUESTS)
+        self.completion_tokens_total = 0      # read by /v1/loads for the generation rate (loads.py)
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter("sgrun_requests", "Finished requests by endpoint kind and outcome",
                                 ["kind", "status"], registry=r)
@@ -79,6 +80,7 @@ class ServerMetrics:
         self._recent.append((ttft, tpot))
         self.prompt_tokens.inc(prompt_tokens)
         self.completion_tokens.inc(completion_tokens)
+        self.completion_tokens_total += completion_tokens
         if ttft is not None:
             self.ttft.observe(ttft)
         if tpot is not None:

@@ -1,6 +1,7 @@
 """Data-parallel replicas on one machine: N `sgrun serve` processes, each with its own engine,
 KV pool and radix cache, on loopback ports, with an equal share of the CPU threads (or one GPU
-each, through CUDA_VISIBLE_DEVICES, when the machine has that many)."""
+each, through CUDA_VISIBLE_DEVICES, when the machine has that many). `sgrun serve --dp N`
+(gateway.py) puts smg in front of them."""
 
 from __future__ import annotations
 
