@@ -244,3 +244,23 @@ def test_engine_features_on_new_architectures(arch, tmp_path, tokenizer, tok_met
         assert text[:3] in {a + b + "x" for a in "abc" for b in "abc"} and text[3:].isdigit()
     finally:
         engine.close()
+
+
+def test_mistral_window_on_every_layer(tmp_path, tokenizer):
+    """A Mistral config's sliding_window (Mistral 7B v0.1) windows every layer, as transformers
+    applies it: here 6 tokens, well inside the prompt and the decode."""
+    import transformers
+    from model_family import _COMMON
+    torch.manual_seed(0)
+    model = transformers.MistralForCausalLM(transformers.MistralConfig(**dict(_COMMON, num_hidden_layers=2),
+                                                                       sliding_window=6, head_dim=16)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.normal_(0, 0.2) if "norm" not in name else p.fill_(1.0)
+    save_folder(model, tmp_path / "mistral", tokenizer)
+    engine = engine_for(tmp_path / "mistral")
+    try:
+        assert engine.model.cfg.layer_windows == [6, 6]
+        check_against_transformers(engine, model)
+    finally:
+        engine.close()

@@ -110,3 +110,12 @@ def gguf_config(meta: dict[str, Any], gguf_arch: str, name: str, arch: str, **ov
     cfg = dataclasses.replace(cfg, **overrides)
     check_rope_scaling(arch, cfg.rope_scaling)
     return cfg
+
+
+def hf_all_layer_window(raw: dict[str, Any]) -> dict[str, Any]:
+    """Mistral-style configs: `sliding_window` (when set and below the context) windows every
+    layer, as transformers applies it; overrides for hf_config."""
+    window = raw.get("sliding_window")
+    if not window or window >= raw.get("max_position_embeddings", 1 << 62) or raw.get("use_sliding_window") is False:
+        return {}
+    return {"sliding_window": int(window), "layer_windows": [int(window)] * raw["num_hidden_layers"]}

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sgrun.models.arch.base import Architecture, gguf_config, hf_config
+from sgrun.models.arch.base import Architecture, gguf_config, hf_all_layer_window, hf_config
 from sgrun.models.config import ModelConfig
 
 
 def from_hf(raw: dict[str, Any], name: str) -> ModelConfig:
     arch = {"qwen2": "qwen2", "mistral": "mistral"}.get(raw.get("model_type"), "llama")
-    return hf_config(raw, name, arch)
+    # Mistral 7B v0.1's 4,096-token window on every layer (later Mistrals set none).
+    return hf_config(raw, name, arch, **(hf_all_layer_window(raw) if arch == "mistral" else {}))
 
 
 def from_gguf(meta: dict[str, Any], gguf_arch: str, name: str) -> ModelConfig:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sgrun.models.arch.base import Architecture, gguf_config, hf_config
+from sgrun.models.arch.base import Architecture, gguf_config, hf_all_layer_window, hf_config
 from sgrun.models.config import ModelConfig
 
 
 def from_hf(raw: dict[str, Any], name: str) -> ModelConfig:
     return hf_config(raw, name, "mixtral", num_experts=int(raw.get("num_local_experts") or raw["num_experts"]),
                      experts_per_token=int(raw["num_experts_per_tok"]), norm_topk_prob=True,
-                     moe_intermediate_size=int(raw["intermediate_size"]))
+                     moe_intermediate_size=int(raw["intermediate_size"]), **hf_all_layer_window(raw))
 
 
 def from_gguf(meta: dict[str, Any], gguf_arch: str, name: str) -> ModelConfig:
