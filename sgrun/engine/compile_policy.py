@@ -1,7 +1,7 @@
 """When the CPU decode forward is compiled, and where the compiled graphs are kept between processes.
 
 torch.compile pays off over a long run (a compiled batch-1 step saves a few ms of per-op
-overhead: docs/benchmarks.md) but costs seconds at start-up: importing inductor and tracing the
+overhead, docs/cpu_kernels.md) but costs seconds at start-up: importing inductor and tracing the
 blocks take ~6 s of CPU on two cores even when every graph is in inductor's disk cache, and a
 cold compile several times that. So:
 

@@ -32,7 +32,7 @@ class SpeculativeConfig:
     """Engine-wide n-gram speculation settings. `enabled` is the default for requests that do
     not say (`SamplingParams.speculative_ngram` None)."""
     enabled: bool = False
-    # Defaults measured on bench_speculative.py (docs/benchmarks.md): k=6, n=2..3 beat k=4, n=1..3
+    # Defaults measured on bench_speculative.py (its table is in git history of docs/benchmarks.md): k=6, n=2..3 beat k=4, n=1..3
     # (a one-token match is right too rarely to pay for its rows on a CPU).
     num_draft: int = 6          # draft tokens proposed per step (k); the verify forward runs k + 1 rows
     ngram_max: int = 3          # longest suffix looked up
