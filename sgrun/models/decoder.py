@@ -28,7 +28,8 @@ import torch.nn.functional as F
 
 from sgrun.errors import ModelLoadError
 from sgrun.models.config import ModelConfig
-from sgrun.models.layers import activation, project_qkv, rms_norm, rope_inv_freq, rope_tables, rotate_half
+from sgrun.models.layers import (activation, longrope_long, project_qkv, rms_norm, rope_inv_freq, rope_tables,
+                                 rotate_half)
 from sgrun.models.moe import MoEWeights, moe_forward
 from sgrun.models.quant_linear import QUANT_MODES, Int8Linear, Linear, make_linear
 
@@ -80,10 +81,18 @@ class DecoderModel:
             raise ModelLoadError(f"{cfg.arch} model {cfg.name!r}: tensor {missing[0]!r} is missing "
                                  f"({', '.join(missing[1:3]) + more + ' too; ' if len(missing) > 1 else ''}"
                                  f"a {cfg.arch} checkpoint needs every tensor models/decoder.py names)")
+        # A file's weights (gguf_loader.GGUFWeights) are read as they are used, one at a time, and
+        # say their shapes without reading; a plain dict holds tensors.
+        shape_of = getattr(weights, "shape", None) or (lambda name: tuple(weights[name].shape))
         for name, shape in expected_shapes(cfg).items():
-            if name in weights and tuple(weights[name].shape) != shape:
+            if name in weights and tuple(shape_of(name)) != shape:
                 raise ModelLoadError(f"{cfg.arch} model {cfg.name!r}: tensor {name!r} has shape "
-                                     f"{list(weights[name].shape)}, expected {list(shape)} from the config")
+                                     f"{list(shape_of(name))}, expected {list(shape)} from the config")
+
+        def table(name: str):
+            """A quantized table's source: read in row blocks where the weights can (the
+            embedding is the largest tensor), else the tensor on the device."""
+            return weights.rows(name) if hasattr(weights, "rows") and dev.type == "cpu" else weights[name].to(dev)
 
         def w(name: str, dt: torch.dtype = dtype) -> torch.Tensor:
             return weights[name].to(device=dev, dtype=dt).contiguous()
@@ -103,12 +112,15 @@ class DecoderModel:
             head = self.embed if cfg.tie_embeddings and residual_dtype == dtype else w(head_name, residual_dtype)
             self.lm_head: Linear = make_linear(head, None, "none", residual_dtype)
         else:
-            self.embed_table = Int8Linear(weights["model.embed_tokens.weight"].to(dev), None, dtype)
+            self.embed_table = Int8Linear(table("model.embed_tokens.weight"), None, dtype)
             head_name = "model.embed_tokens.weight" if cfg.tie_embeddings else "lm_head.weight"
             self.lm_head = (self.embed_table if cfg.tie_embeddings and residual_dtype == dtype
-                            else Int8Linear(weights[head_name].to(dev), None, residual_dtype))
+                            else Int8Linear(table(head_name), None, residual_dtype))
         self.final_norm = w("model.norm.weight", residual_dtype)
-        self.rope_tables, layer_rope = rope_tables(cfg, dev, dtype)
+        # LongRoPE's short or long factors follow the context the model runs at (layers.longrope_long):
+        # the trained one until an engine says its own (use_context).
+        self.long_rope = longrope_long(cfg, cfg.max_position)
+        self.rope_tables, layer_rope = rope_tables(cfg, dev, dtype, self.long_rope)
         self.layers: list[LayerWeights] = []
         for i in range(cfg.num_layers):
             p = f"model.layers.{i}."
@@ -140,6 +152,17 @@ class DecoderModel:
         # Tensor parallelism sets this to an in-place all-reduce: a shard's o and down projections
         # are row-parallel, so each yields a partial sum (sgrun/models/tensor_parallel.py).
         self.all_reduce = None
+
+    def use_context(self, context: int) -> None:
+        """Run at a context of `context` tokens: LongRoPE's long factors for every position when it
+        exceeds the original context, else the short ones (llama.cpp's rule). The engine calls it
+        before its decode blocks bind the tables; engines that share one model in a process share
+        the choice too (the last one built sets it)."""
+        long = longrope_long(self.cfg, context)
+        if long != self.long_rope:
+            self.rope_tables, _ = rope_tables(self.cfg, self.device, self.dtype, long)
+            self.cos, self.sin = self.rope_tables[0]
+            self.long_rope = long
 
     @property
     def attn_scale(self) -> float:

@@ -3,10 +3,15 @@
 gguf's own GGUFReader builds numpy views for every array element in the metadata, which takes
 ~10 s for a 49k-token vocabulary; this parser reads the same header with struct in well under
 a second. Dequantization stays with `gguf.quants`.
+
+Tensors are views into the map, read as they are used; `release` gives a tensor's pages back once
+it is read (they stay in the page cache, not in the process), so loading a file one tensor at a
+time never holds the whole file resident beside the model built from it.
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +49,20 @@ class GGUFFile:
             self._parse()
         except (struct.error, UnicodeDecodeError, ValueError, IndexError) as exc:
             raise ModelLoadError(f"{path} is not a valid GGUF file: {exc}") from exc
+
+    def release(self, data: np.ndarray) -> None:
+        """Drop the resident pages under `data` (a view into this file) from the process: a
+        private read-only mapping refaults them from the file if they are read again."""
+        raw = getattr(self._buf, "_mmap", None)
+        if raw is None or not hasattr(raw, "madvise") or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        base = self._buf.__array_interface__["data"][0]
+        start = data.__array_interface__["data"][0] - base
+        end = start + data.nbytes
+        page = mmap.PAGESIZE
+        start, end = start // page * page, min(-(-end // page) * page, len(raw))
+        if 0 <= start < end:
+            raw.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     # --- primitive readers ----------------------------------------------------------------
     def _unpack(self, fmt: str) -> Any:

@@ -1,6 +1,7 @@
 """Read a GGUF file: metadata, config, dequantized weights in the decoder's naming and layout.
 
-The config comes from the architecture's reader (models/arch/); the tensors from llama.cpp's
+Tensors are read lazily (GGUFWeights): each is dequantized when the model reads it, so a model is
+built one tensor at a time. The config comes from the architecture's reader (models/arch/); the tensors from llama.cpp's
 shared naming (convert_hf_to_gguf.py / gguf-py's TENSOR_NAMES), mapped below, with its
 conventions undone: q/k rows interleaved for the llama family, Phi-3's fused attn_qkv and
 ffn_up (gate|up), 3-D expert tensors [experts, rows, cols], rope_freqs (Llama 3.1/3.2's llama3
@@ -9,19 +10,20 @@ factors) and rope_factors_long/short (LongRoPE) read into the config's rope scal
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
 from sgrun.errors import ModelLoadError
 from sgrun.models import arch as archs
 from sgrun.models.config import ModelConfig
-from sgrun.models.gguf_file import GGUFFile
+from sgrun.models.gguf_file import GGUFFile, GGUFTensor
 
 _SUPPORTED_TYPES = {
     GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16,
@@ -81,30 +83,118 @@ def _unpermute_rope(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _layer_tensors(cfg: ModelConfig, gguf_arch: str, permuted: bool, layer: str, rest: str,
-                   arr: np.ndarray) -> list[tuple[str, np.ndarray]]:
+@dataclass(frozen=True)
+class _Source:
+    """Where one decoder tensor lies in the file: a GGUF tensor, one expert of a 3-D expert
+    tensor, a range of rows of a fused one (Phi-3's qkv and gate|up), with llama.cpp's Q/K row
+    interleaving to undo. Expert and row slices are cut from the quantized bytes, so only the
+    slice is read and dequantized."""
+    tensor: GGUFTensor
+    expert: int | None = None
+    rows: tuple[int, int] | None = None
+    unpermute_heads: int | None = None
+
+    def raw(self) -> np.ndarray:
+        data = self.tensor.data if self.expert is None else self.tensor.data[self.expert]
+        return data if self.rows is None else data[self.rows[0]:self.rows[1]]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        shape = self.tensor.shape if self.expert is None else self.tensor.shape[1:]
+        return shape if self.rows is None else (self.rows[1] - self.rows[0], *shape[1:])
+
+    def read(self) -> np.ndarray:
+        """float32, in the decoder's layout (a fresh array: nothing refers to the file)."""
+        arr = np.asarray(dequantize(self.raw(), self.tensor.qtype), dtype=np.float32).reshape(self.shape)
+        if self.unpermute_heads is not None:
+            arr = _unpermute_rope(arr, self.unpermute_heads)
+        return np.array(arr, dtype=np.float32, copy=True)
+
+
+class GGUFWeights(Mapping[str, torch.Tensor]):
+    """The decoder's tensors of one GGUF file, each dequantized when it is read and not kept:
+    a model is built one tensor at a time (DecoderModel reads each once and packs it), so loading
+    holds the packed model plus one tensor's float copy, never the whole file in float32, and the
+    file's pages are given back after each read. `shape(name)` answers without reading."""
+
+    def __init__(self, gguf: GGUFFile, sources: dict[str, _Source], dtype: torch.dtype):
+        self.gguf, self.sources, self.dtype = gguf, sources, dtype
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        src = self.sources[name]
+        arr = src.read()
+        self.gguf.release(src.raw())
+        return torch.from_numpy(arr).to(self.dtype)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.sources)
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.sources
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.sources[name].shape
+
+    def rows(self, name: str) -> "RowBlocks":
+        """The tensor as a reader of row blocks (the embedding table: ~2.5 GB in float32 for
+        Phi-4-mini's 200k x 3072, quantized block by block instead)."""
+        return RowBlocks(self, name)
+
+
+class RowBlocks:
+    """A 2-D tensor of a GGUFWeights read `rows(start, stop)` at a time, float32 (quant_linear's
+    row-block readers take it in place of a tensor)."""
+
+    def __init__(self, weights: GGUFWeights, name: str):
+        self.weights, self.src = weights, weights.sources[name]
+        self.shape = self.src.shape
+        self.device = torch.device("cpu")
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        if self.src.rows is not None or self.src.unpermute_heads is not None:
+            raise ValueError("row blocks are read from whole, unpermuted tensors only")
+        src = _Source(self.src.tensor, self.src.expert, (start, stop), None)
+        arr = src.read()
+        self.weights.gguf.release(src.raw())
+        return torch.from_numpy(arr)
+
+
+def _layer_sources(cfg: ModelConfig, gguf_arch: str, permuted: bool, layer: str, rest: str,
+                   t: GGUFTensor) -> list[tuple[str, _Source]]:
     p = f"model.layers.{layer}."
     H, KV, D = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     if rest in _EXPERT_NAMES:
-        return [(f"{p}mlp.experts.{e}.{_EXPERT_NAMES[rest]}.weight", arr[e]) for e in range(arr.shape[0])]
+        return [(f"{p}mlp.experts.{e}.{_EXPERT_NAMES[rest]}.weight", _Source(t, expert=e)) for e in range(t.shape[0])]
     if rest == "attn_qkv.weight":                           # Phi-3
-        q, k, v = np.split(arr, [H * D, (H + KV) * D])
-        return [(p + "self_attn.q_proj.weight", q), (p + "self_attn.k_proj.weight", k), (p + "self_attn.v_proj.weight", v)]
+        q, k = H * D, (H + KV) * D
+        return [(p + "self_attn.q_proj.weight", _Source(t, rows=(0, q))),
+                (p + "self_attn.k_proj.weight", _Source(t, rows=(q, k))),
+                (p + "self_attn.v_proj.weight", _Source(t, rows=(k, t.shape[0])))]
     if rest == "ffn_up.weight" and gguf_arch == "phi3":     # gate | up rows
-        gate, up = np.split(arr, 2)
-        return [(p + "mlp.gate_proj.weight", gate), (p + "mlp.up_proj.weight", up)]
+        half = t.shape[0] // 2
+        return [(p + "mlp.gate_proj.weight", _Source(t, rows=(0, half))),
+                (p + "mlp.up_proj.weight", _Source(t, rows=(half, t.shape[0])))]
     if rest not in _LAYER_NAMES:
         return []
+    heads = None
     if permuted and rest in ("attn_q.weight", "attn_q.bias"):
-        arr = _unpermute_rope(arr, H)
+        heads = H
     elif permuted and rest in ("attn_k.weight", "attn_k.bias"):
-        arr = _unpermute_rope(arr, KV)
-    return [(p + _LAYER_NAMES[rest], arr)]
+        heads = KV
+    return [(p + _LAYER_NAMES[rest], _Source(t, unpermute_heads=heads))]
 
 
-def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, Any], dict[str, torch.Tensor]]:
-    """Weights dequantized to `dtype`; meta carries the file's quantization under
-    "sgrun.file_quantization" so the model can re-quantize to the same width."""
+_TOP_NAMES = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+              "output.weight": "lm_head.weight"}
+_ROPE_NAMES = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+
+
+def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, Any], GGUFWeights]:
+    """Weights dequantized to `dtype` as they are read (GGUFWeights); meta carries the file's
+    quantization under "sgrun.file_quantization" so the model can re-quantize to the same width."""
     gguf = GGUFFile(path)
     meta = dict(gguf.metadata)
     meta["sgrun.file_quantization"] = file_quantization(gguf)
@@ -112,38 +202,31 @@ def load_gguf(path: Path, dtype: torch.dtype) -> tuple[ModelConfig, dict[str, An
     gguf_arch = meta["general.architecture"]
     cfg = archs.config_from_gguf(meta, path.stem)
     permuted = gguf_arch in arch.gguf_permuted_qk
-    weights: dict[str, torch.Tensor] = {}
+    sources: dict[str, _Source] = {}
     rope: dict[str, list[float]] = {}
-    # disable=None: a progress bar on a terminal, silence in logs and tests.
-    for t in tqdm(gguf.tensors, desc=f"loading {path.name}", unit="tensor", disable=None, leave=False):
-        if t.qtype not in _SUPPORTED_TYPES:
-            raise ModelLoadError(f"tensor {t.name} has GGML type {t.qtype.name}, which sgrun cannot dequantize "
-                                 f"(supported: {', '.join(sorted(q.name for q in _SUPPORTED_TYPES))})")
+    for t in gguf.tensors:
         name = t.name
         if name.startswith("blk."):
             _, layer, rest = name.split(".", 2)
             if rest not in _LAYER_NAMES and rest not in _EXPERT_NAMES and rest not in ("attn_qkv.weight",):
                 continue
-        elif name not in ("token_embd.weight", "output_norm.weight", "output.weight", "rope_freqs.weight",
-                          "rope_factors_long.weight", "rope_factors_short.weight"):
+        elif name not in _TOP_NAMES and name not in _ROPE_NAMES:
             continue
-        arr = np.asarray(dequantize(t.data, t.qtype), dtype=np.float32).reshape(t.shape)
+        if t.qtype not in _SUPPORTED_TYPES:
+            raise ModelLoadError(f"tensor {t.name} has GGML type {t.qtype.name}, which sgrun cannot dequantize "
+                                 f"(supported: {', '.join(sorted(q.name for q in _SUPPORTED_TYPES))})")
         if name.startswith("blk."):
-            pairs = _layer_tensors(cfg, gguf_arch, permuted, layer, rest, arr)
-        elif name.startswith("rope_"):
-            rope[name] = arr.reshape(-1).tolist()
-            continue
+            sources.update(_layer_sources(cfg, gguf_arch, permuted, layer, rest, t))
+        elif name in _ROPE_NAMES:
+            rope[name] = _Source(t).read().reshape(-1).tolist()
         else:
-            pairs = [({"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-                       "output.weight": "lm_head.weight"}[name], arr)]
-        for hf, a in pairs:
-            weights[hf] = torch.from_numpy(np.array(a, dtype=np.float32, copy=True)).to(dtype)
+            sources[_TOP_NAMES[name]] = _Source(t)
     _rope_from_tensors(cfg, rope)
-    if "model.embed_tokens.weight" not in weights:
+    if "model.embed_tokens.weight" not in sources:
         raise ModelLoadError(f"{cfg.arch} GGUF {path.name}: tensor 'token_embd.weight' is missing")
-    cfg.tie_embeddings = "lm_head.weight" not in weights
-    cfg.vocab_size = weights["model.embed_tokens.weight"].shape[0]
-    return cfg, meta, weights
+    cfg.tie_embeddings = "lm_head.weight" not in sources
+    cfg.vocab_size = sources["model.embed_tokens.weight"].shape[0]
+    return cfg, meta, GGUFWeights(gguf, sources, dtype)
 
 
 def _rope_from_tensors(cfg: ModelConfig, rope: dict[str, list[float]]) -> None:

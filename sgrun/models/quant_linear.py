@@ -52,6 +52,31 @@ def torch_int4_row_tile() -> int:
     raise RuntimeError("torch's int4 weight layout is not one sgrun knows (rows interleaved in tiles)")
 
 
+class RowReader(Protocol):
+    """A 2-D float weight read a block of rows at a time (a GGUF tensor not yet dequantized:
+    gguf_loader.RowBlocks), which the quantized linears take in place of a tensor."""
+    shape: tuple[int, int]
+    device: torch.device
+
+    def rows(self, start: int, stop: int) -> torch.Tensor: ...
+
+
+# Rows quantized at a time while a linear is built: float32 temporaries of about this many bytes
+# (several live at once), however large the weight (Phi-4-mini's embedding is 2.5 GB in float32).
+LOAD_BLOCK_BYTES = 16 << 20
+
+
+def row_blocks(weight: "torch.Tensor | RowReader"):
+    """(start, stop, float32 rows [start:stop]) over the weight, in blocks of a multiple of 64 rows
+    (whole tiles of every packed layout) of about LOAD_BLOCK_BYTES."""
+    n, k = weight.shape
+    step = max(_INT4_ROW_TILE, LOAD_BLOCK_BYTES // (4 * max(k, 1)) // _INT4_ROW_TILE * _INT4_ROW_TILE)
+    for start in range(0, n, step):
+        stop = min(n, start + step)
+        rows = weight[start:stop] if isinstance(weight, torch.Tensor) else weight.rows(start, stop)
+        yield start, stop, rows.float()
+
+
 class Linear(Protocol):
     out_features: int
 
@@ -106,28 +131,33 @@ class Int8Linear:
     AMD EPYC Zen 3, avx2). Otherwise one scale per row, [N, K] codes for torch's
     `_weight_int8pack_mm` (which takes no groups)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
-        w = weight.float()
+    def __init__(self, weight: "torch.Tensor | RowReader", bias: torch.Tensor | None, dtype: torch.dtype):
         self.bias = None if bias is None else bias.to(dtype)
-        self.out_features, self.in_features = weight.shape
+        self.out_features, self.in_features = n, k = weight.shape
         ops = cpu_matmul.kernels() if weight.device.type == "cpu" and dtype == torch.float32 else None
         self.cpp = self.out_features % cpu_matmul.LANES == 0 and ops is not None
+        # Quantized a block of rows at a time (every scale is a row's or a row group's own).
         if self.cpp:
-            n, k = w.shape
-            g = cpu_matmul.GROUP
+            g, lanes = cpu_matmul.GROUP, cpu_matmul.LANES
             groups = -(-k // g)
-            padded = F.pad(w, (0, groups * g - k)).view(n, groups, g)
-            # [N, groups], rounded to fp16 first (Q8_0's own scales are fp16: exact for them), and the
-            # codes against the rounded scale; fp16 halves the scales' bytes read per decode step.
-            scale = (padded.abs().amax(dim=2) / 127.0).clamp(min=1e-7).to(torch.float16).float()
-            q = torch.round(padded / scale[:, :, None]).clamp(-127, 127).to(torch.int8).view(n, -1)[:, :k]
             self.ops = ops
-            self.blocked = cpu_matmul.pack_int8(q.contiguous())
-            self.blocked_scale = cpu_matmul.pack_int8_scales(scale)   # the only copy of the scales
+            self.blocked = torch.empty(n // lanes, k, lanes, dtype=torch.int8)
+            self.blocked_scale = torch.empty(n // lanes, groups, lanes, dtype=torch.float16)  # the only copy of the scales
+            for start, stop, w in row_blocks(weight):
+                padded = F.pad(w, (0, groups * g - k)).view(stop - start, groups, g)
+                # [rows, groups], rounded to fp16 first (Q8_0's own scales are fp16: exact for them), and the
+                # codes against the rounded scale; fp16 halves the scales' bytes read per decode step.
+                scale = (padded.abs().amax(dim=2) / 127.0).clamp(min=1e-7).to(torch.float16).float()
+                q = torch.round(padded / scale[:, :, None]).clamp(-127, 127).to(torch.int8).view(stop - start, -1)[:, :k]
+                self.blocked[start // lanes:stop // lanes] = cpu_matmul.pack_int8(q.contiguous())
+                self.blocked_scale[start // lanes:stop // lanes] = cpu_matmul.pack_int8_scales(scale)
         else:
-            scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
-            self._row_scale = scale.to(dtype)
-            self.q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+            self._row_scale = torch.empty(n, dtype=dtype, device=weight.device)
+            self.q = torch.empty(n, k, dtype=torch.int8, device=weight.device)
+            for start, stop, w in row_blocks(weight):
+                scale = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+                self._row_scale[start:stop] = scale.to(dtype)
+                self.q[start:stop] = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
 
     @property
     def scale(self) -> torch.Tensor:
@@ -178,14 +208,22 @@ class Int4Linear:
     min/max requantization of their dequantized values reproduces the file's codes, so a Q4
     file loses nothing here beyond rounding its f16 scales to the activation dtype."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype):
+    def __init__(self, weight: "torch.Tensor | RowReader", bias: torch.Tensor | None, dtype: torch.dtype):
         n, k = weight.shape
         if not int4_supported(weight.shape):
             raise ValueError(f"int4 needs out_features % {_INT4_ROW_TILE} == 0 and in_features % {INT4_GROUP} == 0; got {n}x{k}")
-        g = weight.float().view(n, k // INT4_GROUP, INT4_GROUP)
-        lo, hi = g.amin(dim=-1), g.amax(dim=-1)
-        scale = ((hi - lo) / 15.0).clamp(min=1e-12)
-        q = torch.round((g - lo[..., None]) / scale[..., None]).clamp(0, 15).to(torch.int32).view(n, k)
+        # Quantized a block of rows at a time into codes (a byte each until packed) and per-group
+        # scales and minimums: float temporaries of one block, not of the whole weight.
+        dev = weight.device
+        q = torch.empty(n, k, dtype=torch.uint8, device=dev)
+        scale = torch.empty(n, k // INT4_GROUP, dtype=torch.float32, device=dev)
+        lo = torch.empty_like(scale)
+        for start, stop, w in row_blocks(weight):
+            g = w.view(stop - start, k // INT4_GROUP, INT4_GROUP)
+            low, high = g.amin(dim=-1), g.amax(dim=-1)
+            step = ((high - low) / 15.0).clamp(min=1e-12)
+            q[start:stop] = torch.round((g - low[..., None]) / step[..., None]).clamp(0, 15).to(torch.uint8).view(stop - start, k)
+            scale[start:stop], lo[start:stop] = step, low
         self.bias = None if bias is None else bias.to(dtype)
         self.out_features, self.in_features = n, k
         # Where sgrun's kernels serve this CPU level and the activation dtype: their layout (fp16
@@ -198,7 +236,7 @@ class Int4Linear:
             self.ops = ops
             self.codes, self.group_scales = cpu_matmul.pack_int4(q, scale, lo)
         else:
-            self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 2)
+            self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 2)
             zero = lo + 8.0 * scale
             # [k / group, n, 2] (scale, zero), the kernel's layout.
             self.scales_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous().to(dtype)
