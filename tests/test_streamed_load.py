@@ -108,6 +108,7 @@ print(json.dumps({"base_kb": base, "peak_kb": resource.getrusage(resource.RUSAGE
 """
 
 
+@pytest.mark.slow   # a fresh interpreter and an 85M-parameter file: ~90 s on the loaded 2-core machine
 def test_loading_a_q8_file_grows_the_process_by_about_its_size(tmp_path):
     """Peak resident growth of loading an 85M-parameter Q8_0 file (90 MB), in a fresh process: the
     int8 model it becomes is about the file's size; the whole-file float32 copy the loader used to
