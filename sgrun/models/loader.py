@@ -1,10 +1,12 @@
 """One entry point: a model spec (None, a GGUF path or a folder) -> config, weights, tokenizer;
-the dtype names, and the process-wide cache of loaded models."""
+the dtype names, and the process-wide cache of loaded models (one beside those in use)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,15 +82,52 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device | None = None) 
     return _DTYPES[dtype]
 
 
-_MODELS: dict[tuple[str, torch.dtype, str, str], tuple[LlamaModel, Tokenizer, str]] = {}
+class _Cached:
+    """A loaded model in the process cache: held strongly while it is the one in use, weakly
+    once another model is loaded (then it lives only as long as an engine or caller holds it)."""
+
+    def __init__(self, model: LlamaModel, tokenizer: Tokenizer, path: str):
+        self.strong: LlamaModel | None = model
+        self.weak = weakref.ref(model)
+        self.tokenizer, self.path = tokenizer, path
+
+    def get(self) -> tuple[LlamaModel, Tokenizer, str] | None:
+        model = self.strong or self.weak()
+        if model is None:
+            return None
+        self.strong = model
+        return model, self.tokenizer, self.path
+
+
+_MODELS: dict[tuple[str, torch.dtype, str, str], _Cached] = {}
 _MODELS_LOCK = threading.Lock()
+
+
+def _cached(key: tuple[str, torch.dtype, str, str], build) -> tuple[LlamaModel, Tokenizer, str]:
+    """The model under `key`, built on a miss. Before a miss builds, every other model is let go
+    by the cache (held weakly): one no engine or caller holds any more (a closed engine's, once
+    the engine is dropped) is freed first, so loading a second model never holds both; one still
+    in use stays shared and is taken back on its next hit."""
+    with _MODELS_LOCK:
+        entry = _MODELS.get(key)
+        got = entry.get() if entry is not None else None
+        if got is not None:
+            return got
+        for other in _MODELS.values():
+            other.strong = None
+        gc.collect()
+        for stale in [k for k, e in _MODELS.items() if e.weak() is None]:
+            del _MODELS[stale]
+        model, tokenizer, path = build()
+        _MODELS[key] = _Cached(model, tokenizer, path)
+        return model, tokenizer, path
 
 
 def load_model(model: str | os.PathLike | None, dtype: torch.dtype,
                quantization: str = "auto", device: str | torch.device = "cpu") -> tuple[LlamaModel, Tokenizer, str]:
     """(model, tokenizer, path), loaded once per process and device: weights are read-only at
     inference, so several engines on the same file (tests, benchmarks comparing settings) share
-    them. quantization "auto" follows the file (a Q4 GGUF stays int4, Q8 int8, f16/bf16/f32
+    them; the cache keeps one model beside those in use (_cached). quantization "auto" follows the file (a Q4 GGUF stays int4, Q8 int8, f16/bf16/f32
     dense) where the CPU level's kernels make that fastest (auto_config.py). "random:<preset>" builds random weights in a known config's shape, drawn directly
     on the device, with a synthetic tokenizer (random_model.py)."""
     if quantization not in ("auto", *QUANT_MODES):
@@ -97,23 +136,17 @@ def load_model(model: str | os.PathLike | None, dtype: torch.dtype,
     device = torch.device(device)
     if is_random_spec(model):
         quantization = "none" if quantization == "auto" else quantization
-        key = (str(model), dtype, quantization, str(device))
-        with _MODELS_LOCK:
-            if key not in _MODELS:
-                cfg = preset_config(str(model))
-                weights = random_weights(cfg, device=device, dtype=dtype)
-                _MODELS[key] = (LlamaModel(cfg, weights, dtype, quantization, device),
-                                synthetic_tokenizer(cfg.vocab_size), str(model))
-            return _MODELS[key]
+
+        def build_random() -> tuple[LlamaModel, Tokenizer, str]:
+            cfg = preset_config(str(model))
+            weights = random_weights(cfg, device=device, dtype=dtype)
+            return LlamaModel(cfg, weights, dtype, quantization, device), synthetic_tokenizer(cfg.vocab_size), str(model)
+        return _cached((str(model), dtype, quantization, str(device)), build_random)
     path = str(resolve_model_path(model).resolve())
     if quantization == "auto":
         from sgrun.models.auto_config import auto_quantization
         quantization = auto_quantization(stored_quantization(path), device)
-    key = (path, dtype, quantization, str(device))
-    with _MODELS_LOCK:
-        if key not in _MODELS:
-            _MODELS[key] = _build_model(path, dtype, quantization, device)
-        return _MODELS[key]
+    return _cached((path, dtype, quantization, str(device)), lambda: _build_model(path, dtype, quantization, device))
 
 
 def _build_model(path: str, dtype: torch.dtype, quantization: str,
