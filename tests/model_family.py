@@ -26,7 +26,19 @@ _COMMON = dict(vocab_size=49152, hidden_size=HIDDEN, intermediate_size=FFN, num_
                bos_token_id=1, eos_token_id=2, pad_token_id=0, attn_implementation="eager")
 
 
-def _config(arch: str, short: bool = False):
+# Phi-3's original context in these tests: LongRoPE's short factors up to it, the long ones past it.
+PHI3_ORIGINAL = CTX // 4
+
+
+def engine_context(arch: str, original: int = PHI3_ORIGINAL) -> dict:
+    """Engine options under which sgrun picks the LongRoPE factors transformers picks on these
+    tests' sequences, which are no longer than Phi-3's original context: transformers runs the
+    short factors there, and sgrun does too when the engine's context is held to the original
+    (layers.longrope_long: past it, the long factors for every position, as llama.cpp)."""
+    return {"max_context": original} if arch == "phi3" else {}
+
+
+def _config(arch: str, short: bool = False, original: int = PHI3_ORIGINAL):
     c = dict(_COMMON, num_hidden_layers=2)
     if arch == "llama":
         return transformers.LlamaConfig(**c, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
@@ -57,9 +69,9 @@ def _config(arch: str, short: bool = False):
         rot = int(HEAD_DIM * 0.75) // 2
         rope = {"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
                 "short_factor": [1.0 + 0.1 * i for i in range(rot)], "long_factor": [2.0 + 0.5 * i for i in range(rot)],
-                "original_max_position_embeddings": CTX // 4}
+                "original_max_position_embeddings": original}
         return transformers.Phi3Config(**dict(c, tie_word_embeddings=True), rope_parameters=rope,
-                                       original_max_position_embeddings=CTX // 4)
+                                       original_max_position_embeddings=original)
     if arch == "smollm3":
         return transformers.SmolLM3Config(**dict(c, num_hidden_layers=4))
     raise KeyError(arch)
@@ -68,11 +80,12 @@ def _config(arch: str, short: bool = False):
 ARCHS = ("llama", "qwen3", "qwen3moe", "gemma3", "phi3", "smollm3", "olmoe", "mixtral")
 
 
-def tiny_model(arch: str, seed: int = 0, short: bool = False):
+def tiny_model(arch: str, seed: int = 0, short: bool = False, original: int = PHI3_ORIGINAL):
     """A float32 model with weights large enough that greedy choices are not near-ties
-    (`short`: Gemma3 in two layers, for the slow Triton interpreter)."""
+    (`short`: Gemma3 in two layers, for the slow Triton interpreter; `original`: Phi-3's
+    original context)."""
     torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(_config(arch, short)).eval().float()
+    model = transformers.AutoModelForCausalLM.from_config(_config(arch, short, original)).eval().float()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" in name:   # Gemma's multiplier is 1 + w

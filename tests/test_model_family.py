@@ -17,7 +17,7 @@ import gguf
 import sgrun
 
 from cpu_levels import SIMD_LEVELS, at_level, each_level  # noqa: F401 (at_level: a fixture)
-from model_family import ARCHS, reference_greedy, reference_prompt_logprobs, save_folder, tiny_model, write_gguf
+from model_family import ARCHS, engine_context, reference_greedy, reference_prompt_logprobs, save_folder, tiny_model, write_gguf
 
 PROMPT = [1, 504, 3458, 314, 260, 1345, 28, 198, 42, 2821, 9025, 216, 33, 34]
 STEPS = 32
@@ -69,7 +69,7 @@ def check_against_transformers(engine: sgrun.Engine, model, steps: int = STEPS) 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_matches_transformers(arch, fmt, tmp_path, tokenizer, tok_meta):
     model, path = make_files(arch, tmp_path, tokenizer, tok_meta, fmt)
-    engine = engine_for(path)
+    engine = engine_for(path, **engine_context(arch))
     try:
         assert engine.model.cfg.arch == arch
         check_against_transformers(engine, model)
@@ -161,7 +161,7 @@ def check_quantized(arch: str, qtype: str, tmp_path, tok_meta) -> None:
     model = tiny_model(arch)
     path = tmp_path / f"{arch}-{qtype}.gguf"
     write_gguf(arch, model, path, getattr(gguf.GGMLQuantizationType, qtype), tok_meta)
-    with sgrun.Engine(str(path), max_pages=64, page_size=16) as engine:
+    with sgrun.Engine(str(path), max_pages=64, page_size=16, **engine_context(arch)) as engine:
         assert engine.quantization == {"Q4_0": "int4", "Q8_0": "int8"}[qtype]
         assert engine.startup_report()["weights"].startswith(engine.quantization)   # experts included
         kl = kl_to_transformers(engine, model)

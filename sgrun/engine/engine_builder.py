@@ -183,6 +183,8 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         cap = int(max_pages * o.cache_fraction) if o.cache_fraction is not None else None
         cache = RadixCache(pool, cap) if o.enable_prefix_cache else None
         max_context = min(cfg.max_position, max_pages * o.page_size, o.max_context or cfg.max_position)
+        if isinstance(model, LlamaModel):   # LongRoPE's short or long factors follow the context
+            model.use_context(max_context)
         depth = int(device.type == "cuda" if o.overlap is None else bool(o.overlap))
         speculation = Speculation(spec, max_context, enabled=drafts_possible(depth))
         scheduler = Scheduler(pool, cache, o.max_running, o.max_batch_tokens,

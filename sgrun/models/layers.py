@@ -39,9 +39,22 @@ def check_rope_scaling(arch: str, scaling: dict | None) -> None:
                              f"(supported: {', '.join(ROPE_TYPES)})")
 
 
-def rope_inv_freq(cfg: ModelConfig, theta: float | None = None, scaling: dict | None | bool = True) -> torch.Tensor:
+def longrope_long(cfg: ModelConfig, context: int) -> bool:
+    """Whether a LongRoPE model runs its long factors at a context of `context` tokens: llama.cpp's
+    rule, decided once for every position, when the context exceeds the original one (Phi-4-mini:
+    4,096). transformers decides per forward, from the sequence's length instead, so the two agree
+    on a sequence longer than the original context and on an engine held to the original context."""
+    scaling = cfg.rope_scaling or {}
+    if rope_kind(scaling) != "longrope" or not scaling.get("long_factor"):
+        return False
+    return context > int(scaling["original_max_position_embeddings"])
+
+
+def rope_inv_freq(cfg: ModelConfig, theta: float | None = None, scaling: dict | None | bool = True,
+                  long_factors: bool = False) -> torch.Tensor:
     """Inverse frequencies [rotary_dim / 2] (float32) for base `theta` (default cfg.rope_theta)
-    under `scaling` (default cfg.rope_scaling; None: unscaled)."""
+    under `scaling` (default cfg.rope_scaling; None: unscaled); `long_factors`: LongRoPE's long
+    ones (longrope_long), else its short ones."""
     dim = cfg.rotary_dim or cfg.head_dim
     base = cfg.rope_theta if theta is None else theta
     inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
@@ -64,9 +77,9 @@ def rope_inv_freq(cfg: ModelConfig, theta: float | None = None, scaling: dict | 
         # llama.cpp's rope_freqs tensor (Llama 3.1/3.2 GGUF): theta_i / factor_i, the factors as stored.
         inv_freq = inv_freq / torch.tensor(scaling["factors"], dtype=torch.float64)
     elif kind == "longrope":
-        # Phi-3.5 / Phi-4-mini: per-frequency factors; the short ones up to the original context
-        # (transformers switches to the long ones only past it: docs/models.md).
-        inv_freq = inv_freq / torch.tensor(scaling["short_factor"], dtype=torch.float64)
+        # Phi-3.5 / Phi-4-mini: per-frequency factors, short or long by the context (longrope_long).
+        factors = scaling["long_factor"] if long_factors else scaling["short_factor"]
+        inv_freq = inv_freq / torch.tensor(factors, dtype=torch.float64)
     elif kind != "default":
         check_rope_scaling(cfg.arch, scaling)
     return inv_freq.float()
@@ -94,13 +107,15 @@ def rope_table(cfg: ModelConfig, inv_freq: torch.Tensor, attention_factor: float
     return cos.to(device=device, dtype=dtype), sin.to(device=device, dtype=dtype)
 
 
-def rope_tables(cfg: ModelConfig, device: torch.device | str, dtype: torch.dtype
+def rope_tables(cfg: ModelConfig, device: torch.device | str, dtype: torch.dtype, long_factors: bool = False
                 ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[int | None]]:
     """The model's RoPE tables and each layer's index into them (None: no RoPE on that layer).
-    Table 0 is the global one (cfg.rope_theta with cfg.rope_scaling); table 1, when the config has
-    `rope_local_theta`, is the sliding layers' (Gemma3: base 10,000, never scaled)."""
+    Table 0 is the global one (cfg.rope_theta with cfg.rope_scaling; `long_factors`: LongRoPE's
+    long ones); table 1, when the config has `rope_local_theta`, is the sliding layers' (Gemma3:
+    base 10,000, never scaled)."""
     check_rope_scaling(cfg.arch, cfg.rope_scaling)
-    tables = [rope_table(cfg, rope_inv_freq(cfg), rope_attention_factor(cfg, cfg.rope_scaling), device, dtype)]
+    tables = [rope_table(cfg, rope_inv_freq(cfg, long_factors=long_factors),
+                         rope_attention_factor(cfg, cfg.rope_scaling), device, dtype)]
     local = None
     if cfg.rope_local_theta is not None:
         tables.append(rope_table(cfg, rope_inv_freq(cfg, cfg.rope_local_theta, None), 1.0, device, dtype))
