@@ -5,8 +5,8 @@
         [--threads 2] [--rounds 3] [--work DIR] [--convert PATH] [--smoke] [--json FILE]
 
 For each model shape: transformers builds the model from a config alone with random weights (nothing
-is downloaded), saves it as a safetensors folder with the default model's tokenizer (the converter
-needs one; it pads the vocabulary to the config's size), llama.cpp's own `convert_hf_to_gguf.py`
+is downloaded), saves it as a safetensors folder with the default model's tokenizer grown to the config's
+vocabulary (save_full_vocab_tokenizer), llama.cpp's own `convert_hf_to_gguf.py`
 writes it as an F16 GGUF, and llama.cpp's `llama-quantize` makes the Q4_K_M and Q4_0 files. Then,
 for every level (each in its own process, forced as bench_targets.py forces it: sgrun's kernels,
 ATen and oneDNN held to it) and every file, in interleaved rounds:
@@ -39,8 +39,8 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench_options import add_json_output, add_rounds, add_threads, forced_level_env, load_avg, machine_line, \
-    write_json  # noqa: E402
+from bench_options import add_json_output, add_rounds, add_threads, load_avg, machine_line, report_result, \
+    run_level_child, write_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,13 +104,28 @@ def run(cmd: list[str], what: str) -> None:
         sys.exit(f"{what} failed ({' '.join(cmd[:3])} ...):\n{out.stderr[-3000:]}")
 
 
+def save_full_vocab_tokenizer(path: Path, vocab_size: int) -> None:
+    """The default model's tokenizer grown to the config's whole vocabulary: its pre-tokenizer is
+    one llama.cpp's converter knows (the converter names pre-tokenizers by a hash of how they
+    encode a test text, so a tokenizer of another vocabulary is refused), and the extra entries,
+    reachable by no merge, leave that encoding as it was. The converter sizes Gemma 3's embedding
+    by the tokenizer (vocabulary plus added tokens), not the config: with SmolLM2's 49,152 tokens
+    it cut the 262,144-row table to 49,169 rows, and llama.cpp then refused the file."""
+    from sgrun.models.fetch import default_model_path
+    from sgrun.models.loader import load_tokenizer
+    data = json.loads(load_tokenizer(default_model_path()).hf.to_str())
+    vocab, added = data["model"]["vocab"], data.get("added_tokens", [])
+    # The converter counts added tokens beside the vocabulary (they are in it too): stop short by them.
+    for i in range(len(vocab), vocab_size - len(added)):
+        vocab[f"<|unused_{i}|>"] = i
+    path.write_text(json.dumps(data, ensure_ascii=False))
+
+
 def build_files(name: str, args) -> dict[str, Path]:
     """{quant: GGUF path} for shape `name`: built, converted and quantized once (kept under --work)."""
     import torch
     import transformers
 
-    from sgrun.models.loader import load_tokenizer
-    from sgrun.models.fetch import default_model_path
     work = Path(args.work) / (name + ("-smoke" if args.smoke else ""))
     files = {q: work / f"{name}-{q}.gguf" for q in args.quants.split(",")}
     if all(p.exists() for p in files.values()):
@@ -125,9 +140,7 @@ def build_files(name: str, args) -> dict[str, Path]:
         model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
         model.save_pretrained(folder)
         del model
-        # The default model's tokenizer (its pre-tokenizer is one llama.cpp's converter knows).
-        tok = load_tokenizer(default_model_path())
-        tok.hf.save(str(folder / "tokenizer.json"))
+        save_full_vocab_tokenizer(folder / "tokenizer.json", cfg.vocab_size)
         (folder / "tokenizer_config.json").write_text(json.dumps({
             "tokenizer_class": "GPT2Tokenizer" if cfg.model_type == "phi3" else "PreTrainedTokenizerFast",
             "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}))
@@ -206,16 +219,18 @@ def measure_level(args) -> dict:
     out = {}
     for name in args.models.split(","):
         for q, path in build_files(name, args).items():
+            key = f"{name} {q}"
             try:
                 got = measure_file(path, args)
             except Exception as exc:   # one file's failure leaves the others' figures
-                print(f"  {name} {q}: FAILED: {type(exc).__name__}: {exc}", flush=True)
-                out[f"{name} {q}"] = {"error": f"{type(exc).__name__}: {exc}"}
-                continue
-            out[f"{name} {q}"] = got
-            print(f"  {name} {q}: " + ", ".join(f"{k} {v:.3f}" for k, v in got.items() if isinstance(v, float))
-                  + f"; sgrun's C++ decode blocks: {'yes' if got['sgrun_fused_decode'] else 'NO'}"
-                  + f"  (load {load_avg()})", flush=True)
+                print(f"  {key}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                got = {"error": f"{type(exc).__name__}: {exc}"}
+            else:
+                print(f"  {key}: " + ", ".join(f"{k} {v:.3f}" for k, v in got.items() if isinstance(v, float))
+                      + f"; sgrun's C++ decode blocks: {'yes' if got['sgrun_fused_decode'] else 'NO'}"
+                      + f"  (load {load_avg()})", flush=True)
+            out[key] = got
+            report_result({key: got})   # now: the parent keeps it if a later file kills this process
     return out
 
 
@@ -265,40 +280,30 @@ def main() -> None:
     if args.convert is None:   # build-*/bin/llama-quantize -> the source tree's converter
         args.convert = str(Path(args.llama_quantize).resolve().parents[2] / "convert_hf_to_gguf.py")
     if args.child is not None:
-        print("JSON " + json.dumps(measure_level(args)), flush=True)
+        measure_level(args)   # reports each file as it finishes
         return
     # Files first, in this process (one build serves every level).
     for name in args.models.split(","):
         build_files(name, args)
     results, failed = {}, []
+    expected = [f"{name} {q}" for name in args.models.split(",") for q in args.quants.split(",")]
     for level in args.levels.split(","):
-        peers = [path for item in args.llama_bench for lvl, path in [item.split("=", 1)] if lvl == level]
-        env = forced_level_env(None if level == "native" else level)
-        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-        if peers:
-            env["SGRUN_LLAMA_BENCH"] = os.pathsep.join(peers)
-        else:
-            print(f"== level {level}: no --llama-bench {level}=PATH: the llama-bench on PATH (if any) runs ==")
         cmd = [sys.executable, __file__, "--child", level, "--threads", str(args.threads), "--rounds", str(args.rounds),
                "--models", args.models, "--quants", args.quants, "--llama-quantize", args.llama_quantize,
                "--convert", args.convert, "--work", args.work, "--memory-gb", str(args.memory_gb)]
         if args.smoke:
             cmd.append("--smoke")
-        print(f"== level {level} ==", flush=True)
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-        last = None
-        for line in proc.stdout:
-            if line.startswith("JSON "):
-                last = json.loads(line[5:])
-            else:
-                print(line, end="", flush=True)
-        if proc.wait() != 0 or last is None:
-            failed.append(level)
-        results[level] = last or {}
+        got, why = run_level_child(level, cmd, args.llama_bench)
+        if why:   # the files it had not finished, by name (the first of them was running when it died)
+            missing = [key for key in expected if key not in got]
+            for i, key in enumerate(missing):
+                got[key] = {"error": f"level process {why} " + ("while measuring it" if i == 0 else "before it")}
+            failed += [f"{level} {key}" for key in missing] or [level]
+        results[level] = got
     print_table(results, args)
     write_json(args.json_out, results)
     if failed:
-        sys.exit(f"level(s) {', '.join(failed)} failed: their figures are missing above")
+        sys.exit(f"not measured: {', '.join(failed)} (the table says why)")
 
 
 if __name__ == "__main__":

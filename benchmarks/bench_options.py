@@ -89,6 +89,45 @@ def forced_level_env(level: str | None) -> dict[str, str]:
     return env
 
 
+def report_result(result: dict) -> None:
+    """A per-level child's figures, printed as soon as it has them: one `JSON {...}` line per
+    finished measurement (run_level_child merges them), so a child that dies later keeps them."""
+    print("JSON " + json.dumps(result), flush=True)
+
+
+def run_level_child(level: str, cmd: list[str], llama_bench: list[str]) -> tuple[dict, str | None]:
+    """Run a benchmark's child process for one CPU level: forced as forced_level_env forces it,
+    this checkout first on PYTHONPATH, the llama-bench builds named for the level (`--llama-bench
+    LEVEL=PATH` items) in $SGRUN_LLAMA_BENCH. Its other output passes through; its `JSON` lines
+    (report_result) are merged as they come. Returns (figures, None), or (the figures that
+    arrived, why it failed) when it exited non-zero or reported nothing."""
+    import sys
+    env = forced_level_env(None if level == "native" else level)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    peers = [path for item in llama_bench for lvl, path in [item.split("=", 1)] if lvl == level]
+    if peers:   # every build named for the level, the fastest per test counting (peer_llama_cpp.bench)
+        env["SGRUN_LLAMA_BENCH"] = os.pathsep.join(peers)
+    print(f"== level {level} ==" + ("" if peers else f" (no --llama-bench {level}=PATH: the llama-bench on PATH runs)"),
+          flush=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
+    got: dict = {}
+    for line in proc.stdout:
+        if line.startswith("JSON "):
+            got.update(json.loads(line[5:]))
+        else:
+            print(line, end="", flush=True)
+    rc = proc.wait()
+    if rc < 0:
+        why = f"killed by signal {-rc}" + (" (the kernel's out-of-memory killer sends SIGKILL)" if rc == -9 else "")
+    elif rc != 0:
+        why = f"exited with status {rc} (its traceback is above)"
+    else:
+        why = None if got else "reported no figures"
+    if why:
+        print(f"== level {level}: the child process {why} ==", file=sys.stderr, flush=True)
+    return got, why
+
+
 def add_threads(ap: argparse.ArgumentParser, default: int = 2, help: str | None = None) -> None:
     ap.add_argument("--threads", type=int, default=default, help=help)
 

@@ -38,8 +38,8 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench_options import add_json_output, add_rounds, add_threads, forced_level_env, load_avg, machine_line, \
-    read_bandwidth_gbs, write_json  # noqa: E402
+from bench_options import add_json_output, add_rounds, add_threads, load_avg, machine_line, read_bandwidth_gbs, \
+    report_result, run_level_child, write_json  # noqa: E402
 
 TARGETS = {   # name: (what, bound, "<=" or ">=")
     "decode_vs_llama": ("single-stream decode / llama.cpp tg128", 1.0, ">="),
@@ -290,32 +290,19 @@ def main() -> None:
     if args.child or not args.levels:
         result = measure_level(args)
         if args.child:
-            print("JSON " + json.dumps(result), flush=True)
+            report_result(result)
             return
         results = {"this process": result}
     else:
         results = {}
         for level in args.levels.split(","):
-            env = forced_level_env(None if level == "native" else level)
-            env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
-            peers = [path for item in args.llama_bench for lvl, path in [item.split("=", 1)] if lvl == level]
-            if peers:   # every build named for the level, the fastest per test counting (peer_llama_cpp.bench)
-                env["SGRUN_LLAMA_BENCH"] = os.pathsep.join(peers)
             parts = args.parts if level == "native" else args.parts.replace("startup", "").strip(",").replace(",,", ",")
             cmd = [sys.executable, __file__, "--child", "--threads", str(args.threads), "--rounds", str(args.rounds),
                    "--parts", parts, "--sequential-sample", str(args.sequential_sample), "--dtype", args.dtype,
                    "--kv-cache-dtype", args.kv_cache_dtype]
-            print(f"== level {level} ==", flush=True)
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
-            last = None
-            for line in proc.stdout:
-                if line.startswith("JSON "):
-                    last = json.loads(line[5:])
-                else:
-                    print(line, end="", flush=True)
-            if proc.wait() != 0 or last is None:   # its traceback went to stderr above
+            results[level], why = run_level_child(level, cmd, args.llama_bench)
+            if why:
                 failed.append(level)
-            results[level] = last or {}
     print(f"\n| target | bound | {' | '.join(results)} |")
     print(f"|---|---|{'---|' * len(results)}")
     for name, (what, bound, op) in TARGETS.items():
