@@ -60,7 +60,7 @@ def marker_path(model) -> Path:
     """Where the warm marker of this model's graphs lives (keyed like the built-model cache)."""
     import hashlib
 
-    from sgrun.cpu_kernels.isa import cpu_features
+    from sgrun.kernels.cpu.isa import cpu_features
     from sgrun.models.fetch import cache_dir
     from sgrun.models.model_cache import source_hash
     c = model.cfg

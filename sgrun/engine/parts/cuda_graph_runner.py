@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from sgrun.engine.attention.triton_backend import DecodeMeta, TritonPagedAttention
-from sgrun.kernels import decode_num_splits
+from sgrun.engine.parts.attention.triton_backend import DecodeMeta, TritonPagedAttention
+from sgrun.kernels.triton import decode_num_splits
 
 log = logging.getLogger("sgrun.engine")
 

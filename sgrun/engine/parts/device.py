@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from sgrun.cpu_kernels.pool_dtypes import pool_dtypes_under
+from sgrun.kernels.cpu.pool_dtypes import pool_dtypes_under
 from sgrun.errors import InvalidRequestError
 
 DEFAULT_MEM_FRACTION = 0.85
@@ -144,9 +144,9 @@ def measure_activation_peak(model, page_size: int, max_batch_tokens: int, backen
 
 
 def _measure_activation_peak(model, page_size: int, max_batch_tokens: int, backend: str | None) -> int:
-    from sgrun.engine.attention.backend import Segment
-    from sgrun.engine.attention.choice import make_attention_backend
-    from sgrun.engine.page_pool import PagePool
+    from sgrun.engine.parts.attention.backend import Segment
+    from sgrun.engine.parts.attention.choice import make_attention_backend
+    from sgrun.engine.state.page_pool import PagePool
     cfg, dev = model.cfg, model.device
     pages = -(-max_batch_tokens // page_size)
     pool = PagePool(cfg.num_layers, pages, page_size, cfg.num_kv_heads, cfg.head_dim, model.dtype, dev)

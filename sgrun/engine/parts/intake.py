@@ -10,12 +10,12 @@ import os
 import uuid
 from typing import Callable
 
-from sgrun.engine.detokenizer import IncrementalDetokenizer
-from sgrun.engine.prompt_ids import prompt_token_ids
-from sgrun.engine.request_handle import RequestHandle
-from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.scoring import ScoringSequence
-from sgrun.engine.sequence import CompiledConstraint, ConstraintState, Sequence, TokenMatcher
+from sgrun.engine.state.detokenizer import IncrementalDetokenizer
+from sgrun.engine.state.prompt_ids import prompt_token_ids
+from sgrun.engine.state.request_handle import RequestHandle
+from sgrun.engine.state.sampling_params import SamplingParams
+from sgrun.engine.state.scoring import ScoringSequence
+from sgrun.engine.state.sequence import CompiledConstraint, ConstraintState, Sequence, TokenMatcher
 from sgrun.errors import InvalidRequestError
 from sgrun.models.tokenizer import Tokenizer
 

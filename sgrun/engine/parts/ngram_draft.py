@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sgrun.engine.sequence import Sequence
+from sgrun.engine.state.sequence import Sequence
 from sgrun.errors import InvalidRequestError
 
 MAX_DRAFT_TOKENS = 16

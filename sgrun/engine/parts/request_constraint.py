@@ -14,7 +14,7 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from sgrun.constrain import Constraint

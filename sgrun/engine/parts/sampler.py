@@ -34,9 +34,9 @@ from typing import Callable
 
 import torch
 
-from sgrun.engine.counter_rng import gumbel, uniform
-from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.sampling_rows import SamplingInputs
+from sgrun.engine.state.counter_rng import gumbel, uniform
+from sgrun.engine.state.sampling_params import SamplingParams
+from sgrun.engine.parts.sampling_rows import SamplingInputs
 
 
 def _column(values: list, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -127,10 +127,10 @@ def constraint_mask_kernel(attention_backend: str | None) -> MaskKernel:
     """The constraint-mask kernel: Triton's where the Triton attention runs (the device runs
     Triton kernels there anyway), else sgrun.constrain's torch version."""
     if attention_backend == "triton":
-        import sgrun.kernels
+        import sgrun.kernels.triton
 
         def triton_mask(logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor) -> None:
-            sgrun.kernels.apply_bitmask(logits, bitmask, rows)   # looked up per call (tests spy on it)
+            sgrun.kernels.triton.apply_bitmask(logits, bitmask, rows)   # looked up per call (tests spy on it)
         return triton_mask
     from sgrun.constrain import apply_bitmask
     return apply_bitmask

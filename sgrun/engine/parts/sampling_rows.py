@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.sequence import Sequence
+from sgrun.engine.state.sampling_params import SamplingParams
+from sgrun.engine.state.sequence import Sequence
 
 
 @dataclass

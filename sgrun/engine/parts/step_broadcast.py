@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from sgrun.engine.attention.backend import Segment
+from sgrun.engine.parts.attention.backend import Segment
 
 STOP, STEP = 0, 1
 # Header slots.

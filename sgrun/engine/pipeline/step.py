@@ -45,16 +45,16 @@ from typing import Any, Callable
 
 import torch
 
-from sgrun.engine.isolation import isolate
-from sgrun.engine.model_runner import BatchInputs, ModelRunner, SampleOutput
-from sgrun.engine.sampled import SampledTokens, Scores
-from sgrun.engine.outputs import StreamEvent
-from sgrun.engine.postprocess import Postprocessor
-from sgrun.engine.sampling_rows import SamplingInputs
-from sgrun.engine.scheduler import Scheduler, Settlement
-from sgrun.engine.scoring import ScoringSequence
-from sgrun.engine.sequence import Sequence
-from sgrun.engine.speculative import Speculation
+from sgrun.engine.state.isolation import isolate
+from sgrun.engine.stages.model_runner import BatchInputs, ModelRunner, SampleOutput
+from sgrun.engine.state.sampled import SampledTokens, Scores
+from sgrun.engine.state.outputs import StreamEvent
+from sgrun.engine.stages.postprocess import Postprocessor
+from sgrun.engine.parts.sampling_rows import SamplingInputs
+from sgrun.engine.stages.scheduler import Scheduler, Settlement
+from sgrun.engine.state.scoring import ScoringSequence
+from sgrun.engine.state.sequence import Sequence
+from sgrun.engine.stages.speculative import Speculation
 from sgrun.errors import EngineFatalError
 
 log = logging.getLogger("sgrun.engine")

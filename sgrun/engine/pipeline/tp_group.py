@@ -3,12 +3,12 @@ processes that only run the forward pass over their shard of the model and of th
 
 Rank 0 owns everything stateful (scheduler, radix cache, constraints, sampling). Each step it
 broadcasts the batch (token ids, positions, where the new K/V go, each request's page table) to
-the workers as two tensors (sgrun/engine/step_broadcast.py); every rank then runs its shard's layers, all-reducing after each row-parallel
+the workers as two tensors (sgrun/engine/parts/step_broadcast.py); every rank then runs its shard's layers, all-reducing after each row-parallel
 projection, so every rank ends the step with the same hidden states; only rank 0 computes logits.
 Page ids mean the same thing on every rank (same page count and page size), so the workers keep
 no cache bookkeeping of their own.
 
-Rank 0 starts ranks 1..N-1 as `python -m sgrun.engine.tp_worker ...` processes with their
+Rank 0 starts ranks 1..N-1 as `python -m sgrun.engine.stages.tp_worker ...` processes with their
 WorkerSpec on the command line (tp_worker.py), never by re-importing the caller's program, so
 any caller works: a script, stdin, a notebook.
 
@@ -35,8 +35,8 @@ import torch
 import torch.distributed as dist
 
 from sgrun.child_process import free_port
-from sgrun.engine.step_broadcast import StepMessage, send_stop, send_step
-from sgrun.engine.tp_worker import WorkerSpec, build_shard, load_full_model
+from sgrun.engine.parts.step_broadcast import StepMessage, send_stop, send_step
+from sgrun.engine.stages.tp_worker import WorkerSpec, build_shard, load_full_model
 from sgrun.errors import EngineFatalError, SgrunError
 from sgrun.models.llama import LlamaModel
 
@@ -78,12 +78,12 @@ def running_workers() -> list[subprocess.Popen]:
 
 
 def start_worker(spec: WorkerSpec, ready_fd: int) -> subprocess.Popen:
-    """Rank `spec.rank` as a fresh `python -m sgrun.engine.tp_worker` process importing this
+    """Rank `spec.rank` as a fresh `python -m sgrun.engine.stages.tp_worker` process importing this
     sgrun (its folder first on PYTHONPATH), reporting on `ready_fd`; its output is ours."""
     env = dict(os.environ)
-    here = str(Path(__file__).resolve().parents[2])   # the folder holding this sgrun package
+    here = str(Path(__file__).resolve().parents[3])   # the folder holding this sgrun package
     env["PYTHONPATH"] = os.pathsep.join([here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    argv = [sys.executable, "-m", "sgrun.engine.tp_worker", *spec.argv(), "--ready-fd", str(ready_fd)]
+    argv = [sys.executable, "-m", "sgrun.engine.stages.tp_worker", *spec.argv(), "--ready-fd", str(ready_fd)]
     proc = subprocess.Popen(argv, env=env, pass_fds=(ready_fd,), stdin=subprocess.DEVNULL)
     _STARTED.append(proc)
     return proc

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from sgrun.engine.page_pool import PagePool
-from sgrun.engine.radix_cache import RadixCache
-from sgrun.engine.scheduler import Scheduler
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.engine.state.radix_cache import RadixCache
+from sgrun.engine.stages.scheduler import Scheduler
 
 
 def check_consistency(sched: Scheduler, pool: PagePool, cache: RadixCache | None) -> None:

@@ -22,17 +22,17 @@ from typing import Callable
 
 import torch
 
-from sgrun.engine.attention.backend import AttentionBackend, Segment
-from sgrun.engine.attention.choice import default_backend, make_attention_backend
-from sgrun.engine.model_like import ModelLike
-from sgrun.engine.page_pool import PagePool
-from sgrun.engine.sampler import (MaskKernel, apply_logit_bias, apply_penalties, constraint_mask_kernel, draw,
+from sgrun.engine.parts.attention.backend import AttentionBackend, Segment
+from sgrun.engine.parts.attention.choice import default_backend, make_attention_backend
+from sgrun.engine.state.model_like import ModelLike
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.engine.parts.sampler import (MaskKernel, apply_logit_bias, apply_penalties, constraint_mask_kernel, draw,
                                   row_argmax, token_logprobs)
-from sgrun.engine.sampled import SampledLogprobs, SampledTokens, Scores
-from sgrun.engine.sampling_rows import SamplingInputs, penalised, sampling_inputs
-from sgrun.engine.scoring import ScoringSequence
-from sgrun.engine.sequence import Sequence
-from sgrun.engine.speculative import tokens_of
+from sgrun.engine.state.sampled import SampledLogprobs, SampledTokens, Scores
+from sgrun.engine.parts.sampling_rows import SamplingInputs, penalised, sampling_inputs
+from sgrun.engine.state.scoring import ScoringSequence
+from sgrun.engine.state.sequence import Sequence
+from sgrun.engine.stages.speculative import tokens_of
 from sgrun.models.compiled_forward import CompiledForward
 from sgrun.models.fused_decode import FusedDecode
 
@@ -115,7 +115,7 @@ class ModelRunner:
 
     def capture_cuda_graphs(self, max_batch: int, max_context: int):
         """Capture the decode graphs (CUDA + Triton backend); returns their CaptureReport."""
-        from sgrun.engine.cuda_graph_runner import CudaGraphRunner
+        from sgrun.engine.parts.cuda_graph_runner import CudaGraphRunner
         self.graphs = CudaGraphRunner(self.model, self.attn, max_batch, max_context, self.pool.scratch_page)
         return self.graphs.capture()
 
@@ -176,7 +176,7 @@ class ModelRunner:
         segs = inputs.segments
         if (self.graphs is not None and inputs.all_decode
                 and self.graphs.can_run(len(segs), max(s.ctx_len for s in segs))):
-            from sgrun.engine.attention.triton_backend import page_table
+            from sgrun.engine.parts.attention.triton_backend import page_table
             logits = self.graphs.run(input_ids, inputs.positions, page_table(segs).to(self.device),
                                      torch.tensor([s.ctx_len for s in segs], dtype=torch.int32).to(self.device),
                                      inputs.write_pages.to(self.device), inputs.write_offsets.to(self.device))

@@ -19,11 +19,11 @@ import time
 import torch
 
 from sgrun.constrain.jump_forward import jump_forward
-from sgrun.engine.sampled import SampledTokens, Scores
-from sgrun.engine.outputs import StreamEvent, TokenLogprob
-from sgrun.engine.sampler import token_logprobs
-from sgrun.engine.scoring import ScoringSequence
-from sgrun.engine.sequence import Sequence
+from sgrun.engine.state.sampled import SampledTokens, Scores
+from sgrun.engine.state.outputs import StreamEvent, TokenLogprob
+from sgrun.engine.parts.sampler import token_logprobs
+from sgrun.engine.state.scoring import ScoringSequence
+from sgrun.engine.state.sequence import Sequence
 from sgrun.models.tokenizer import Tokenizer
 
 

@@ -20,9 +20,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sgrun.engine.page_pool import PagePool
-from sgrun.engine.radix_cache import RadixCache
-from sgrun.engine.sequence import Sequence, Status
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.engine.state.radix_cache import RadixCache
+from sgrun.engine.state.sequence import Sequence, Status
 
 # With more waiting requests than this, admission order follows the cached-prefix length.
 CACHE_AWARE_QUEUE_LEN = 8

@@ -13,10 +13,10 @@ draft positions. Overlap scheduling runs no drafts (step.py says why).
 
 from __future__ import annotations
 
-from sgrun.engine.ngram_draft import NgramDrafter, SpeculativeConfig, next_draft_limit
-from sgrun.engine.sampling_rows import SamplingInputs
-from sgrun.engine.sequence import Sequence
-from sgrun.engine.stats import SpeculationCounters
+from sgrun.engine.parts.ngram_draft import NgramDrafter, SpeculativeConfig, next_draft_limit
+from sgrun.engine.parts.sampling_rows import SamplingInputs
+from sgrun.engine.state.sequence import Sequence
+from sgrun.engine.stages.stats import SpeculationCounters
 
 
 class Speculation:

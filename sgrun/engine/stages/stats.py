@@ -7,8 +7,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sgrun.engine.page_pool import PagePool
-from sgrun.engine.radix_cache import RadixCache
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.engine.state.radix_cache import RadixCache
 
 
 class SchedulerCounts(Protocol):

@@ -1,5 +1,5 @@
 """A tensor-parallel worker rank (ranks 1..N-1): sgrun's own entry point for the processes rank 0
-starts, `python -m sgrun.engine.tp_worker --model-path ... --rank 1 ...`.
+starts, `python -m sgrun.engine.stages.tp_worker --model-path ... --rank 1 ...`.
 
 Rank 0 (tp_group.py) starts each worker as a fresh interpreter running this module with its
 WorkerSpec on the command line, so nothing of the caller's program is imported again: an
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from sgrun.child_process import die_with_parent
-from sgrun.engine.step_broadcast import receive_step
+from sgrun.engine.parts.step_broadcast import receive_step
 from sgrun.errors import SgrunError
 from sgrun.models.llama import LlamaModel
 from sgrun.models.tensor_parallel import ShardPlan, plan_shard, shard_weights
@@ -48,7 +48,7 @@ class WorkerSpec:
     device: str
 
     def argv(self) -> list[str]:
-        """This spec as `python -m sgrun.engine.tp_worker` arguments (parse_spec reads them back)."""
+        """This spec as `python -m sgrun.engine.stages.tp_worker` arguments (parse_spec reads them back)."""
         return ["--model-path", self.model_path, "--dtype", str(self.dtype).removeprefix("torch."),
                 "--quantization", self.quantization, "--rank", str(self.rank), "--world", str(self.world),
                 "--init-method", self.init_method, "--num-threads", str(self.num_threads),
@@ -87,8 +87,8 @@ def worker_main(spec: WorkerSpec, ready: Callable[[int, str | None], None] | Non
     rank 0 that loading worked, or why it did not."""
     die_with_parent()
     try:
-        from sgrun.engine.attention.choice import make_attention_backend
-        from sgrun.engine.page_pool import PagePool
+        from sgrun.engine.parts.attention.choice import make_attention_backend
+        from sgrun.engine.state.page_pool import PagePool
         torch.set_num_threads(spec.num_threads)
         cfg, weights, _, _ = load_full_model(spec.model_path, spec.dtype, spec.device)
         model, plan = build_shard(cfg, weights, spec.rank, spec.world, spec.dtype, spec.quantization, spec.device)
@@ -158,7 +158,7 @@ def torchrun_spec(model: str | os.PathLike | None, dtype: str | torch.dtype, qua
 
 def parse_spec(argv: list[str]) -> tuple[WorkerSpec, int | None]:
     """(the spec, the ready pipe's file descriptor) from WorkerSpec.argv() + `--ready-fd N`."""
-    p = argparse.ArgumentParser(prog="python -m sgrun.engine.tp_worker",
+    p = argparse.ArgumentParser(prog="python -m sgrun.engine.stages.tp_worker",
                                 description="a tensor-parallel worker rank (started by rank 0)")
     p.add_argument("--model-path", required=True)
     p.add_argument("--dtype", required=True)

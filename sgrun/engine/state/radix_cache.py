@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.state.page_pool import PagePool
 
 
 class RadixNode:

@@ -12,10 +12,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, AsyncIterator, Callable, Iterator
 
-from sgrun.engine.outputs import CompletionOutput, RequestOutput, StreamEvent
+from sgrun.engine.state.outputs import CompletionOutput, RequestOutput, StreamEvent
 
 if TYPE_CHECKING:
-    from sgrun.engine.sequence import Sequence
+    from sgrun.engine.state.sequence import Sequence
 
 
 class RequestHandle:

@@ -70,7 +70,7 @@ class SamplingParams:
     # default, as OpenAI's API) runs it anyway and ends with finish "length" at max_new_tokens;
     # True refuses it up front (OutputBudgetError naming the count). See constrain/budget.py.
     strict_budget: bool = False
-    # N-gram speculative decoding (prompt lookup, engine/ngram_draft.py): None follows the engine's
+    # N-gram speculative decoding (prompt lookup, engine/parts/ngram_draft.py): None follows the engine's
     # default (`Engine(speculative_ngram=...)`, `sgrun serve --speculative-ngram`). Outputs are the
     # same in distribution (greedy: token for token); only the speed changes.
     speculative_ngram: bool | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sgrun.engine.sequence import Sequence
+from sgrun.engine.state.sequence import Sequence
 from sgrun.errors import InvalidRequestError
 from sgrun.models.tokenizer import Tokenizer
 

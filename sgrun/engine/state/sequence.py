@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
-from sgrun.engine.detokenizer import IncrementalDetokenizer
-from sgrun.engine.outputs import StreamEvent, TokenLogprob
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.detokenizer import IncrementalDetokenizer
+from sgrun.engine.state.outputs import StreamEvent, TokenLogprob
+from sgrun.engine.state.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from sgrun.engine.radix_cache import RadixNode
+    from sgrun.engine.state.radix_cache import RadixNode
 
 
 class TokenMatcher(Protocol):

@@ -24,7 +24,7 @@ from typing import Iterator
 
 import torch
 
-from sgrun.cpu_kernels import isa
+from sgrun.kernels.cpu import isa
 
 log = logging.getLogger("sgrun.engine")
 

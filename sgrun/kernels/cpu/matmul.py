@@ -32,8 +32,8 @@ from pathlib import Path
 
 import torch
 
-from sgrun.cpu_kernels import isa
-from sgrun.cpu_kernels.build import CppKernel
+from sgrun.kernels.cpu import isa
+from sgrun.kernels.cpu.build import CppKernel
 
 LANES = 16      # output columns per block
 GROUP = 32      # the group along the input dim: int4's scale and minimum, int8's scale

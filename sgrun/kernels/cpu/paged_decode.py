@@ -29,8 +29,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from sgrun.cpu_kernels import isa
-from sgrun.cpu_kernels.build import CppKernel
+from sgrun.kernels.cpu import isa
+from sgrun.kernels.cpu.build import CppKernel
 
 # Tests set this to simulate a machine where the build fails.
 FORCE_BUILD_FAILURE_ENV = "SGRUN_CPP_ATTENTION_FAIL"
@@ -57,7 +57,7 @@ def load_kernel(level: isa.Level | str | None = None) -> ModuleType | None:
     attention in well under a microsecond (paged_decode.cpp's for_items)."""
     module = KERNEL.load(level)
     if module is not None and not module.parallel_address():
-        from sgrun.cpu_kernels import matmul
+        from sgrun.kernels.cpu import matmul
         tiles = matmul.KERNEL.load(level) if matmul.has_tiles(level) else None
         if tiles is not None:
             module.set_parallel(tiles.team_parallel_address())

@@ -1,6 +1,6 @@
 """Which KV pool dtypes the CPU kernels take under a model of a given dtype: the one rule that
-engine/device.py (kv_cache_dtype's resolution), engine/attention/cpp_backend.py (the KV write and
-the one-call decode forward) and cpu_kernels/prefill_attention.py (the prefill paths) all ask.
+engine/parts/device.py (kv_cache_dtype's resolution), engine/parts/attention/cpp_backend.py (the KV write and
+the one-call decode forward) and kernels/cpu/prefill_attention.py (the prefill paths) all ask.
 
 A pool holds the model's own dtype, or, under a float32 model, the narrower bf16 or float16
 (kv_cache_dtype): K and V are rounded to nearest even as they are written and widened exactly

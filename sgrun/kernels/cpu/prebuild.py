@@ -17,7 +17,7 @@ def start_builds(attention: bool) -> list[threading.Thread]:
     """Build, in the background, the matmul kernel (where the CPU level has tiles) and, with
     `attention` (the cpp attention backend), the decode and prefill attention kernels. Returns the
     threads (daemons: a build is a compiler subprocess, nothing to unwind at exit)."""
-    from sgrun.cpu_kernels import matmul, paged_decode, prefill_attention
+    from sgrun.kernels.cpu import matmul, paged_decode, prefill_attention
     kernels = [matmul.KERNEL] if matmul.has_tiles() else []
     if attention:
         kernels += [paged_decode.KERNEL, prefill_attention.KERNEL]

@@ -1,6 +1,6 @@
 """Causal prefill attention over the paged KV pool: a C++ kernel (prefill_attention.cpp) built on
 first use through build.py, for the prefill chunks (extend segments) of the CPU
-backend (engine/attention/cpp_backend.py).
+backend (engine/parts/attention/cpp_backend.py).
 
 Why not SDPA: torch's CPU flash attention reaches ~140 GFLOP/s in bf16 at SmolLM2's shape
 (9 query heads, 3 kv heads, head dim 64), well below what the bf16 dot-product instruction
@@ -18,7 +18,7 @@ the context gathered out of the pages and a materialized [q, ctx] mask. The kern
 Its semantics are attention/torch_backend.py's: the q_len new rows are the last positions of a
 ctx_len-token context and attend every key up to their own position.
 
-Under a float32 model the pool may hold float16 or bf16 (kv_cache_dtype, engine/device.py): every
+Under a float32 model the pool may hold float16 or bf16 (kv_cache_dtype, engine/parts/device.py): every
 path widens the keys and values exactly as it packs them (F16C / FCVTL / a shift), so products and
 sums stay float32 and a row gets what a float32 pool of the same values gives it.
 
@@ -52,9 +52,9 @@ from types import ModuleType
 
 import torch
 
-from sgrun.cpu_kernels import isa
-from sgrun.cpu_kernels.build import CppKernel
-from sgrun.cpu_kernels.pool_dtypes import pool_dtypes_under
+from sgrun.kernels.cpu import isa
+from sgrun.kernels.cpu.build import CppKernel
+from sgrun.kernels.cpu.pool_dtypes import pool_dtypes_under
 
 log = logging.getLogger("sgrun.engine")
 

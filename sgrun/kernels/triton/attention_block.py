@@ -5,7 +5,7 @@ is the same for both."""
 
 from __future__ import annotations
 
-from sgrun.kernels.launch import dot, tl, triton
+from sgrun.kernels.triton.launch import dot, tl, triton
 
 if triton is not None:
 

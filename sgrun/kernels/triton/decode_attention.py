@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from sgrun.kernels.attention_block import attend_block
-from sgrun.kernels.launch import (
+from sgrun.kernels.triton.attention_block import attend_block
+from sgrun.kernels.triton.launch import (
     LOG2E,
     check_pool,
     interpreted,

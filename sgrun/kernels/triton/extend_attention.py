@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from sgrun.kernels.attention_block import attend_block
-from sgrun.kernels.launch import LOG2E, check_pool, interpreted, precision, require_triton, tile, tl, triton
+from sgrun.kernels.triton.attention_block import attend_block
+from sgrun.kernels.triton.launch import LOG2E, check_pool, interpreted, precision, require_triton, tile, tl, triton
 
 if triton is not None:
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from sgrun.kernels.launch import next_pow2, require_triton, tl, triton
+from sgrun.kernels.triton.launch import next_pow2, require_triton, tl, triton
 
 if triton is not None:
 

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.state.page_pool import PagePool
 
 
 @dataclass

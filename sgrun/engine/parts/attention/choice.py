@@ -13,8 +13,8 @@ import logging
 
 import torch
 
-from sgrun.engine.attention.backend import AttentionBackend
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.parts.attention.backend import AttentionBackend
+from sgrun.engine.state.page_pool import PagePool
 from sgrun.errors import InvalidRequestError
 
 
@@ -63,23 +63,23 @@ def _make_backend(pool: PagePool, num_heads: int, num_kv_heads: int, head_dim: i
     device = pool.k[0].device
     backend = backend or default_backend(device)
     if backend == "triton":
-        from sgrun.engine.attention.triton_backend import TritonPagedAttention
+        from sgrun.engine.parts.attention.triton_backend import TritonPagedAttention
         return TritonPagedAttention(pool, num_heads, num_kv_heads, head_dim)
     if backend == "cpp":
         if device.type != "cpu":
             raise InvalidRequestError(f"attention_backend 'cpp' runs on the CPU; the pool is on {device} "
                                       "(use 'triton' or 'torch' there)", field="attention_backend")
-        from sgrun.cpu_kernels.paged_decode import load_kernel
+        from sgrun.kernels.cpu.paged_decode import load_kernel
         op = load_kernel()
         if op is not None:
-            from sgrun.engine.attention.cpp_backend import CppPagedAttention
-            from sgrun.cpu_kernels.prefill_attention import bf16_from, prefill_kernel_for
+            from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
+            from sgrun.kernels.cpu.prefill_attention import bf16_from, prefill_kernel_for
             return CppPagedAttention(pool, num_heads, num_kv_heads, head_dim, op, cascade=cascade,
                                      prefill_op=prefill_kernel_for(pool.k[0].dtype, head_dim, query_dtype),
                                      prefill_bf16_from=bf16_from())
         backend = "torch"
     if backend == "torch":
-        from sgrun.engine.attention.torch_backend import TorchPagedAttention
+        from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention
         return TorchPagedAttention(pool, num_heads, num_kv_heads, head_dim)
     raise InvalidRequestError(f"attention_backend must be one of {', '.join(BACKENDS)}; got {backend!r}",
                               field="attention_backend")

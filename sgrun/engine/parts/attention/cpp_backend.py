@@ -1,4 +1,4 @@
-"""The CPU attention backend whose decodes read the KV pages in place (cpu_kernels/paged_decode.py),
+"""The CPU attention backend whose decodes read the KV pages in place (kernels/cpu/paged_decode.py),
 with cascade attention over prefixes that several decoding requests share (cascade.py).
 
 The KV writes and everything else are TorchPagedAttention's (attention/torch_backend.py); the
@@ -6,7 +6,7 @@ single-token segments change: one kernel call per layer covers every decode of t
 through its page table, with no gather, no padding and no mask. A decode row's result depends on
 its own query and context alone (not on the batch, the thread count or a cascade), so the rows
 of a speculative verify step get exactly what plain decodes at their positions would. With
-`prefill_op` (bf16 and float32 pools at every x86 level with AVX2, cpu_kernels/prefill_attention.py)
+`prefill_op` (bf16 and float32 pools at every x86 level with AVX2, kernels/cpu/prefill_attention.py)
 the prefill chunks likewise take one C++ call per layer that reads their context from the pages;
 without it (no vector path at the level, another dtype or head dim) they go through SDPA.
 
@@ -25,12 +25,12 @@ from types import ModuleType
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from sgrun.cpu_kernels.pool_dtypes import pool_dtypes_under
-from sgrun.cpu_kernels.prefill_attention import BF16_FROM_DEFAULT, use_amx
-from sgrun.engine.attention.backend import Segment
-from sgrun.engine.attention.torch_backend import TorchPagedAttention
-from sgrun.engine.attention.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes
-from sgrun.engine.page_pool import PagePool
+from sgrun.kernels.cpu.pool_dtypes import pool_dtypes_under
+from sgrun.kernels.cpu.prefill_attention import BF16_FROM_DEFAULT, use_amx
+from sgrun.engine.parts.attention.backend import Segment
+from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention
+from sgrun.engine.parts.attention.cascade import MIN_SAVED_PAGES, SharedPrefix, find_shared_prefixes
+from sgrun.engine.state.page_pool import PagePool
 
 
 class CppPagedAttention(TorchPagedAttention):
@@ -43,7 +43,7 @@ class CppPagedAttention(TorchPagedAttention):
         self.op = op
         self.prefill_op = prefill_op   # None: prefill chunks go through SDPA (TorchPagedAttention)
         # A float32 pool's prefill rows from this position on take bf16 products where the kernel
-        # has the AVX512-BF16 path (cpu_kernels/prefill_attention.py: why, and SGRUN_PREFILL_BF16_FROM).
+        # has the AVX512-BF16 path (kernels/cpu/prefill_attention.py: why, and SGRUN_PREFILL_BF16_FROM).
         self.prefill_bf16_from = prefill_bf16_from
         self.prefill_amx = use_amx(prefill_op)   # that path's products on AMX tiles (the amx level)
         self.cascade = cascade   # read each step, so it can be switched on a live engine
@@ -86,7 +86,7 @@ class CppPagedAttention(TorchPagedAttention):
         path, where their bf16 products start)."""
         if self.prefill_op is None:
             return "SDPA"
-        from sgrun.cpu_kernels.prefill_attention import dtype_name
+        from sgrun.kernels.cpu.prefill_attention import dtype_name
         path = self.prefill_op.fast_path(dtype_name(self.pool.k[0].dtype), self.D) or "portable"
         if path == "avx512_bf16" and self.prefill_amx:
             path = "amx"   # the same walk, its products on AMX tiles

@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from sgrun.engine.attention.backend import Segment
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.parts.attention.backend import Segment
+from sgrun.engine.state.page_pool import PagePool
 
 
 class TorchPagedAttention:
@@ -170,7 +170,7 @@ class TorchPagedAttention:
 
 def _narrowed(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """x in the pool's dtype: a float16 pool under float32 saturates at +-65504 (as the C++ write,
-    cpu_kernels/paged_decode.cpp), so a key out of range stays finite."""
+    kernels/cpu/paged_decode.cpp), so a key out of range stays finite."""
     if dtype == torch.float16 and x.dtype == torch.float32:
         x = x.clamp(-65504.0, 65504.0)
     return x.to(dtype)

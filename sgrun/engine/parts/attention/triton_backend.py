@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from sgrun.engine.attention.backend import Segment
-from sgrun.engine.page_pool import PagePool
-from sgrun.kernels import decode_num_splits, paged_decode_attention, paged_prefill_attention, write_kv
+from sgrun.engine.parts.attention.backend import Segment
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.kernels.triton import decode_num_splits, paged_decode_attention, paged_prefill_attention, write_kv
 
 
 @dataclass
