@@ -252,9 +252,9 @@ def test_the_cycle_check_finds_a_lazy_circle_outside_the_engine(monkeypatch):
 
 def test_the_engine_facade_stays_a_facade():
     # engine.py runs the loop and takes requests; building Sequences (intake.py), options
-    # (engine_builder.py) and warm-ups (request_constraint.py) live in the rooms below it.
+    # (engine_builder.py) and warm-ups (request_constraint.py) live in the levels below it.
     lines = (SGRUN / "engine" / "engine.py").read_text().count("\n")
-    assert lines <= 300, f"engine.py has {lines} lines: move what is not the facade's into a room below"
+    assert lines <= 300, f"engine.py has {lines} lines: move what is not the facade's into a level folder below"
 
 
 def test_postprocess_takes_its_types_from_below_not_from_the_runner():
