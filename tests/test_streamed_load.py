@@ -101,7 +101,7 @@ def test_row_blocks_cover_the_weight_in_whole_tiles(monkeypatch):
 _PEAK_CHILD = r"""
 import json, resource, sys
 import torch
-from sgrun.cpu_kernels import matmul
+from sgrun.kernels.cpu import matmul
 from sgrun.models.loader import load_model
 matmul.kernels()            # the kernels' module and the tokenizer library loaded before the baseline
 import tokenizers  # noqa: E401,F401
