@@ -44,7 +44,9 @@ def bench_model_files() -> list[Path]:
 
 
 def measure(path: Path) -> dict:
-    env = dict(os.environ, SGRUN_MODEL_CACHE="0")
+    # This checkout's sgrun in the child, whatever the interpreter has installed.
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, SGRUN_MODEL_CACHE="0", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], env=env, capture_output=True, text=True)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
