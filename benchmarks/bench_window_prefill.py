@@ -34,6 +34,16 @@ from bench_options import add_threads, load_avg, machine_line, uptime
 DEFAULT_GGUF = Path.home() / ".cache" / "sgrun" / "bench_models" / "gemma3-1b" / "gemma3-1b-Q4_0.gguf"
 
 
+def prefill_module():
+    """The kernel's Python module: sgrun.kernels.cpu's, or sgrun.cpu_kernels' in a checkout from
+    before that layout (--causal-only compares against such a tree too)."""
+    try:
+        from sgrun.kernels.cpu import prefill_attention
+    except ImportError:
+        from sgrun.cpu_kernels import prefill_attention
+    return prefill_attention
+
+
 class PerRowWindows:
     """A prefill kernel module whose windowed calls take the portable per-row path (the path every
     windowed layer took before the vector paths had the window); global calls are untouched."""
@@ -52,7 +62,7 @@ class PerRowWindows:
 
 
 def call_kernel(op, q, kc, vc, table, meta, out, window: int, portable: bool = False) -> None:
-    from sgrun.cpu_kernels.prefill_attention import bf16_from, use_amx
+    bf16_from, use_amx = prefill_module().bf16_from, prefill_module().use_amx
     args = (q, kc, vc, table, *meta, q.shape[-1] ** -0.5, out, portable, bf16_from(), use_amx(op))
     try:
         op.prefill_attention(*args, window)
@@ -72,8 +82,7 @@ def time_ms(fn, reps: int) -> float:
 
 
 def kernel_rows(length: int, pool_dtype: torch.dtype, q_dtype: torch.dtype, rounds: int, causal_only: bool) -> None:
-    from sgrun.cpu_kernels.prefill_attention import load_kernel
-    op = load_kernel()
+    op = prefill_module().load_kernel()
     shapes = [("Gemma-3-1B", 4, 1, 256, 512), ("SmolLM2-135M", 9, 3, 64, 0)]
     print(f"one layer's prefill attention, {length} tokens, {pool_dtype} pool, {q_dtype} queries "
           f"(median of {rounds}, ms):")
