@@ -405,7 +405,10 @@ def _dfa_masks(dfa: Any) -> set[int]:
 
 def nfa_from_node(node: Node) -> tuple[ByteNFA, int]:
     """A regular expression's AST as a fresh shared NFA and its root fragment."""
-    nfa = ByteNFA(share=True)
+    from sgrun.constrain.native_nfa import native_nfa_enabled
+    from sgrun.constrain.nfa_program import ProgramNFA
+    nfa = ProgramNFA() if native_nfa_enabled() else ByteNFA(share=True)
     root = nfa.new_fragment()
     nfa.define_fragment(root, node)
+    nfa.sealed = True
     return nfa, root
