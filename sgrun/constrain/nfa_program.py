@@ -74,6 +74,7 @@ class ProgramNFA(ByteNFA):
         self._tables: dict[int, int] = {}  # id(ByteDFA) -> its OP_TABLE offset
         self._keep: list[Any] = []  # keeps memoized DFAs alive while their id is a key
         self.defs: list[int] = []  # (fid, DEF_NODE | DEF_DFA, offset) triples
+        self._ticked = 0
         self.needs_trim = False  # trim found a fragment part that cannot complete: the build prunes
         self._built: Any = None  # the C++ NFA (native_nfa.NativeNFA) of the program as it is now
         # set when the compiler is done: from then on a reader of edges/eps/calls gets the Python
@@ -135,6 +136,8 @@ class ProgramNFA(ByteNFA):
         finally:
             called = self._defining.pop()
         called.update(self._called.get(off, ()))
+        tick(len(self._code) - self._ticked >> 2)  # (the compile budget: about one tick a node written)
+        self._ticked = len(self._code)
         self.children[fid] = called
         self.frag_node[fid] = node
         self.defs += (fid, DEF_NODE, off)
@@ -170,19 +173,19 @@ class ProgramNFA(ByteNFA):
         return got
 
     def _table(self, dfa: Any) -> int:
+        """Write a DFA as an OP_TABLE: its masks as this NFA's ids, then the rest, which reads
+        the masks by their index in the DFA's own list and so is kept on the DFA and copied
+        as is when a later compile embeds the same DFA (format and leaf DFAs are cached)."""
         got = self._tables.get(id(dfa))
         if got is not None:
             return got
         self._keep.append(dfa)
+        masks, body = _table_body(dfa)
         code, mid = self._code, self._mid
-        accepting = list(dfa.accepting)
         off = len(code)
-        code += (OP_TABLE, dfa.num_states, dfa.start, len(accepting))
-        code += accepting
-        for row in dfa.edges:
-            code.append(len(row))
-            for mask, t in row:
-                code += (mid(mask), t)
+        code += (OP_TABLE, dfa.num_states, dfa.start, len(masks))
+        code += [mid(m) for m in masks]
+        code += body
         tick(dfa.num_states)
         self._tables[id(dfa)] = off
         return off
@@ -193,7 +196,6 @@ class ProgramNFA(ByteNFA):
         got = self._memo.get(id(node))
         if got is not None:
             return got
-        tick()
         code = self._code
         kind = node[0]
         called: Any = None
@@ -306,13 +308,17 @@ class ProgramNFA(ByteNFA):
         one, or the list build's graph pass) and this returns the non-empty fragments."""
         if self.is_lists:
             return ByteNFA.trim(self)
-        if self.fully_live():
-            return set(range(len(self.frag_start)))
-        self.needs_trim = True
-        self._built = None
         from sgrun.constrain.native_nfa import native_nfa_enabled
         if native_nfa_enabled():
+            # In C++ the graph pass costs less than fully_live's Python walk of the nodes, and
+            # where every node is live it prunes nothing (each construction makes only states on
+            # a path from its entry to its exit), so it always runs there.
+            if not self.needs_trim:
+                self.needs_trim, self._built = True, None
             return self.native().nonempty()
+        if self.fully_live():
+            return set(range(len(self.frag_start)))
+        self.needs_trim, self._built = True, None
         self.build_lists()
         return ByteNFA.trim(self)
 
@@ -338,6 +344,25 @@ class ProgramNFA(ByteNFA):
             return
         _ListBuilder(self).run()
         self.__dict__.setdefault("_defining", [])
+
+
+def _table_body(dfa: Any) -> tuple[list[int], list[int]]:
+    """(the DFA's distinct masks, [accepting count, accepting states..., then per state: edge
+    count, (mask index, target)...]), computed once per DFA object."""
+    got = dfa.__dict__.get("_program_table")
+    if got is None:
+        index: dict[int, int] = {}
+        accepting = list(dfa.accepting)
+        body = [len(accepting)] + accepting
+        for row in dfa.edges:
+            body.append(len(row))
+            for mask, t in row:
+                k = index.get(mask)
+                if k is None:
+                    k = index[mask] = len(index)
+                body += (k, t)
+        got = dfa.__dict__["_program_table"] = (list(index), body)
+    return got
 
 
 class _ListBuilder:
@@ -380,16 +405,19 @@ class _ListBuilder:
 
     def table(self, off: int, cur: int) -> int:
         c = self.code
-        n, start, nacc = c[off + 1: off + 4]
+        n, start, nmasks = c[off + 1: off + 4]
+        local = [self.mask(k) for k in c[off + 4: off + 4 + nmasks]]
+        nacc = c[off + 4 + nmasks]
+        acc_at = off + 5 + nmasks
         base = self.new_states(n + 1)
         end = base + n
-        at = off + 4 + nacc
+        at = acc_at + nacc
         for s in range(n):
             k = c[at]
             at += 1
-            self.edges[base + s] = [(self.mask(c[at + 2 * j]), base + c[at + 2 * j + 1]) for j in range(k)]
+            self.edges[base + s] = [(local[c[at + 2 * j]], base + c[at + 2 * j + 1]) for j in range(k)]
             at += 2 * k
-        for s in c[off + 4: off + 4 + nacc]:
+        for s in c[acc_at: acc_at + nacc]:
             self.eps[base + s].append(end)
         self.eps[cur].append(base + start)
         return end

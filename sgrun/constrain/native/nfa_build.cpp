@@ -98,24 +98,28 @@ struct Builder {
         return c;
     }
 
+    // [OP_TABLE, n, start, nmasks, mask ids..., nacc, accepting..., per state: k, (mask index, target) * k]
     int32_t table(int64_t off, int32_t cur) {
         if (at(off) != OP_TABLE) throw Fail{ERR_PROGRAM};
-        int32_t n = at(off + 1), start = at(off + 2), nacc = at(off + 3);
-        if (n < 0 || n > max_states || start < 0 || start >= n || nacc < 0 || nacc > n) throw Fail{ERR_PROGRAM};
+        int32_t n = at(off + 1), start = at(off + 2), nm = at(off + 3);
+        if (n < 0 || n > max_states || start < 0 || start >= n || nm < 0 || nm > nmasks) throw Fail{ERR_PROGRAM};
+        const int64_t acc_at = off + 5 + nm;
+        int32_t nacc = at(acc_at - 1);
+        if (nacc < 0 || nacc > n) throw Fail{ERR_PROGRAM};
         int32_t base = new_states((int64_t)n + 1), end = base + n;
-        int64_t p = off + 4 + nacc;
+        int64_t p = acc_at + nacc;
         for (int32_t s = 0; s < n; ++s) {
             int32_t k = at(p++);
             if (k < 0) throw Fail{ERR_PROGRAM};
             for (int32_t j = 0; j < k; ++j, p += 2) {
-                int32_t t = at(p + 1);
-                if (t < 0 || t >= n) throw Fail{ERR_PROGRAM};
-                edge(base + s, mask(p), base + t);
+                int32_t li = at(p), t = at(p + 1);
+                if (li < 0 || li >= nm || t < 0 || t >= n) throw Fail{ERR_PROGRAM};
+                edge(base + s, mask(off + 4 + li), base + t);
             }
             step();
         }
         for (int32_t j = 0; j < nacc; ++j) {
-            int32_t s = at(off + 4 + j);
+            int32_t s = at(acc_at + j);
             if (s < 0 || s >= n) throw Fail{ERR_PROGRAM};
             eps(base + s, end);
         }
