@@ -235,3 +235,28 @@ def test_the_builder_refuses_malformed_programs_and_caps_hostile_ones():
     # a repeat of one byte past the state cap: the state cap's error
     with pytest.raises(ConstraintTooComplexError, match="exceeds 1000 NFA states"):
         NativeNFA(_Fake([OP_BYTES, 0, 1, OP_REP, 0, 5000, 5000], defs=(0, 0, 3), pool=b"a", max_states=1000))
+
+
+@pytest.mark.parametrize("schema,text", [
+    (SCHEMAS[1], '{"a":{"b":"xyz"},"b":"' + "q" * 40 + '"}'),
+    (SCHEMAS[4], '{"b":"hi"}'),
+    (SCHEMAS[9], '{"x-a":"s","n":1.5}'),
+    (SCHEMAS[14], '{"é":"αβ"}'),
+])
+def test_the_automaton_over_the_cpp_build_equals_the_python_one_over_the_replay(schema, text):
+    from sgrun.constrain.lazy_dfa import LazyDFA
+    from sgrun.constrain.native_dfa import NativeLazyDFA
+    nfa = _program_nfa(schema)
+    root = 0
+    nfa.trim()
+    nat = NativeLazyDFA(nfa, root)  # reads the C++ arrays (the program NFA is not lists yet)
+    assert not nfa.is_lists
+    ref, _ = _python_replay(nfa)
+    py = LazyDFA(ref, root)
+    sp, sn = py.initial, nat.initial
+    for b in text.encode():
+        assert py._sets[sp] == nat._sets[sn]
+        assert np.array_equal(py.row(sp)[py.class_of] == 0, nat.row(sn)[nat.class_of] == 0)
+        sp, sn = py.step(sp, b), nat.step(sn, b)
+        assert sp and sn
+    assert py.accepting[sp] and nat.accepting[sn]

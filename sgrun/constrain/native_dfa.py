@@ -67,6 +67,7 @@ _SIGNATURES = {
     "sgrun_nfa_build": (_i32, [_vp, ctypes.c_int64, _vp, ctypes.c_int64, _vp, _i32, _vp, _i32, _i32, _i32,
                                ctypes.c_int64, ctypes.c_int64, _i32, ctypes.POINTER(_vp)]),
     "sgrun_nfa_free": (None, [_vp]),
+    "sgrun_nfa_nonempty": (None, [_vp, _vp]),
     "sgrun_nfa_sizes": (None, [_vp, _vp]),
     "sgrun_nfa_export": (None, [_vp] * 9),
 }

@@ -89,4 +89,6 @@ class NativeNFA:
         return a
 
     def nonempty(self) -> set[int]:
-        return {int(f) for f in np.nonzero(self.export()["nonempty"])[0]}
+        out = np.zeros(max(int(self.sizes[1]), 1), dtype=np.uint8)
+        self._lib.sgrun_nfa_nonempty(self.handle, _ptr(out))
+        return set(np.flatnonzero(out[: int(self.sizes[1])]).tolist())

@@ -42,6 +42,9 @@ DEF_NODE, DEF_DFA = 0, 1  # a fragment defined from a node, or as one embedded D
 MAX_EDGES = 16_000_000  # byte, epsilon and call edges together: a hostile program stops here
 
 
+_SINGLE_WORDS = b"".join((1 << b).to_bytes(32, "little") for b in range(256))  # mask ids 0..255
+
+
 class NeedsListNFA(Exception):
     """The compiler reached for the built graph during construction; compile on a ByteNFA."""
 
@@ -295,11 +298,9 @@ class ProgramNFA(ByteNFA):
     def program(self) -> dict[str, np.ndarray]:
         """The flat buffers the builders read: code (int32), pool (the literals' bytes), mask
         words ([ids, 4] uint64; ids 0..255 the single bytes), defs ((fid, kind, offset) triples)."""
-        words = np.zeros((256 + len(self.masks), 4), dtype=np.uint64)
-        words[np.arange(256), np.arange(256) >> 6] = np.left_shift(np.uint64(1), (np.arange(256) & 63).astype(np.uint64))
-        for m, k in self._mask_id.items():
-            if k >= 256:
-                words[k] = np.frombuffer(m.to_bytes(32, "little"), dtype=np.uint64)
+        others = sorted((k, m) for m, k in self._mask_id.items() if k >= 256)
+        words = np.frombuffer(_SINGLE_WORDS + b"".join(m.to_bytes(32, "little") for _, m in others),
+                              dtype=np.uint64).reshape(-1, 4)
         return {"code": np.array(self._code, dtype=np.int32), "pool": np.frombuffer(bytes(self._pool), dtype=np.uint8),
                 "words": words, "defs": np.array(self.defs, dtype=np.int32)}
 

@@ -438,6 +438,12 @@ void sgrun_nfa_export(void* p, int32_t* edge_off, int32_t* edge_tgt, int32_t* ed
     if (!g.nonempty.empty()) std::memcpy(nonempty, g.nonempty.data(), g.nonempty.size());
 }
 
+// The non-empty fragments (1 / 0 each, n_frags of them).
+void sgrun_nfa_nonempty(void* p, uint8_t* out) {
+    const SgrunNfa& g = *static_cast<SgrunNfa*>(p);
+    if (!g.nonempty.empty()) std::memcpy(out, g.nonempty.data(), g.nonempty.size());
+}
+
 // For the lazy DFA core: the NFA's arrays, without a copy (valid while the NFA lives).
 struct SgrunNfaView {
     const int32_t *edge_off, *edge_tgt, *edge_mid, *eps_off, *eps_tgt, *call_off, *call_data, *frag_start, *end_of;
