@@ -260,3 +260,14 @@ def test_the_automaton_over_the_cpp_build_equals_the_python_one_over_the_replay(
         sp, sn = py.step(sp, b), nat.step(sn, b)
         assert sp and sn
     assert py.accepting[sp] and nat.accepting[sn]
+
+
+def test_a_program_nfa_from_the_worker_takes_a_reasoning_section():
+    # the worker's NFA comes back as its program (pickled without the node trees); the caller
+    # adds the reasoning fragment to it and builds it in C++
+    tok = load_default_tokenizer()
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": False}, "required": ["a"]}
+    c = compile_constraint(tok, json_schema=schema, isolate=True, use_cache=False, reasoning=("<think>", "</think>"))
+    assert isinstance(c.dfa.nfa, ProgramNFA) and not c.dfa.nfa.is_lists
+    assert c.matches('<think>hm</think>{"a":1}') and c.matches('{"a":2}')
+    assert not c.matches('<think>hm</think>{"a":1,"b":2}') and not c.matches('<think>hm{"a":1}')
