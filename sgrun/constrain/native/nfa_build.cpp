@@ -291,18 +291,28 @@ void to_csr(int32_t n, const std::vector<int32_t>& src, std::vector<int32_t>& of
     for (size_t i = 0; i < src.size(); ++i) order[(size_t)fill[src[i]]++] = (int32_t)i;
 }
 
-// byte_nfa.ByteNFA._alive and the graph part of ByteNFA.trim
+// byte_nfa.ByteNFA._alive and the graph part of ByteNFA.trim (the reverse graph in CSR: one
+// vector per state cost more than the pass itself on a 20k-state NFA)
 void trim(SgrunNfa& g) {
     const int32_t n = (int32_t)g.edge_off.size() - 1, nf = (int32_t)g.frag_start.size();
-    std::vector<std::vector<int32_t>> rev(n);
-    std::vector<std::vector<std::pair<int32_t, int32_t>>> rev_call(n);
+    std::vector<int32_t> rev_off((size_t)n + 1, 0), call_off((size_t)n + 1, 0);
+    auto plain_call = [](const int32_t* cd) { return cd[0] == 4 && cd[3] == 0; };  // may run zero times
+    for (int32_t t : g.edge_tgt) ++rev_off[(size_t)t + 1];
+    for (int32_t t : g.eps_tgt) ++rev_off[(size_t)t + 1];
+    for (size_t c = 0; c < g.call_data.size() / 5; ++c) {
+        const int32_t* cd = &g.call_data[5 * c];
+        ++(plain_call(cd) ? rev_off : call_off)[(size_t)cd[2] + 1];
+    }
+    for (int32_t s = 0; s < n; ++s) { rev_off[s + 1] += rev_off[s]; call_off[s + 1] += call_off[s]; }
+    std::vector<int32_t> rev_src(rev_off[n]), call_src(call_off[n]), call_fid(call_off[n]);
+    std::vector<int32_t> fill(rev_off.begin(), rev_off.end() - 1), cfill(call_off.begin(), call_off.end() - 1);
     for (int32_t s = 0; s < n; ++s) {
-        for (int32_t e = g.edge_off[s]; e < g.edge_off[s + 1]; ++e) rev[g.edge_tgt[e]].push_back(s);
-        for (int32_t e = g.eps_off[s]; e < g.eps_off[s + 1]; ++e) rev[g.eps_tgt[e]].push_back(s);
+        for (int32_t e = g.edge_off[s]; e < g.edge_off[s + 1]; ++e) rev_src[fill[g.edge_tgt[e]]++] = s;
+        for (int32_t e = g.eps_off[s]; e < g.eps_off[s + 1]; ++e) rev_src[fill[g.eps_tgt[e]]++] = s;
         for (int32_t c = g.call_off[s]; c < g.call_off[s + 1]; ++c) {
             const int32_t* cd = &g.call_data[5 * (size_t)c];
-            if (cd[0] == 4 && cd[3] == 0) rev[cd[2]].push_back(s);
-            else rev_call[cd[2]].push_back({s, cd[1]});
+            if (plain_call(cd)) rev_src[fill[cd[2]]++] = s;
+            else { call_src[cfill[cd[2]]] = s; call_fid[cfill[cd[2]]++] = cd[1]; }
         }
     }
     std::vector<int32_t> start_of(n, -1);
@@ -312,22 +322,20 @@ void trim(SgrunNfa& g) {
     std::vector<int32_t> todo;
     for (int32_t s = 0; s < n; ++s)
         if (g.end_of[s] >= 0 && !alive[s]) { alive[s] = 1; todo.push_back(s); }
-    std::vector<int32_t> nxt;
+    auto reach = [&](int32_t p) { if (!alive[p]) { alive[p] = 1; todo.push_back(p); } };
     while (!todo.empty()) {
-        int32_t x = todo.back();
+        const int32_t x = todo.back();
         todo.pop_back();
-        nxt = rev[x];
-        for (auto& sc : rev_call[x]) {
-            if (alive[g.frag_start[sc.second]]) nxt.push_back(sc.first);
-            else waiting[sc.second].push_back(sc.first);
+        for (int32_t i = rev_off[x]; i < rev_off[x + 1]; ++i) reach(rev_src[i]);
+        for (int32_t i = call_off[x]; i < call_off[x + 1]; ++i) {
+            if (alive[g.frag_start[call_fid[i]]]) reach(call_src[i]);
+            else waiting[call_fid[i]].push_back(call_src[i]);
         }
         if (start_of[x] >= 0) {
-            auto& w = waiting[start_of[x]];
-            nxt.insert(nxt.end(), w.begin(), w.end());
-            w.clear();
+            std::vector<int32_t> w;
+            w.swap(waiting[start_of[x]]);
+            for (int32_t p : w) reach(p);
         }
-        for (int32_t p : nxt)
-            if (!alive[p]) { alive[p] = 1; todo.push_back(p); }
     }
     g.nonempty.assign(nf, 0);
     for (int32_t f = 0; f < nf; ++f) g.nonempty[f] = alive[g.frag_start[f]];
