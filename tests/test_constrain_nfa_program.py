@@ -271,3 +271,19 @@ def test_a_program_nfa_from_the_worker_takes_a_reasoning_section():
     assert isinstance(c.dfa.nfa, ProgramNFA) and not c.dfa.nfa.is_lists
     assert c.matches('<think>hm</think>{"a":1}') and c.matches('{"a":2}')
     assert not c.matches('<think>hm</think>{"a":1,"b":2}') and not c.matches('<think>hm{"a":1}')
+
+
+def test_a_request_never_builds_the_python_lists():
+    # the masks, the output budget's distances and jump-forward all read the C++ arrays
+    from sgrun.constrain.budget import budgeted_matcher
+    tok = load_default_tokenizer()
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 40}, "b": {"type": "integer"}},
+              "required": ["a"]}
+    c = compile_constraint(tok, json_schema=schema, use_cache=False)
+    m = budgeted_matcher(c, 64)()
+    for t in tok.encode('{"a":"hello","b":12}', add_bos=False):
+        assert t in set(m.allowed_token_ids().tolist())
+        assert m.advance(t)
+    assert m.is_accepting()
+    c.forced_bytes(c.initial_state)
+    assert isinstance(c.dfa.nfa, ProgramNFA) and not c.dfa.nfa.is_lists
