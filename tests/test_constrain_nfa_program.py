@@ -21,7 +21,7 @@ from sgrun.constrain.byte_nfa import nfa_from_node
 from sgrun.constrain.errors import ConstraintTooComplexError
 from sgrun.constrain.json_schema import schema_to_nfa
 from sgrun.constrain.native_dfa import library
-from sgrun.constrain.native_nfa import MAX_BUILD_STEPS, NativeNFA
+from sgrun.constrain.native_nfa import MAX_BUILD_STEPS, NativeNFA, new_program_nfa
 from sgrun.constrain.nfa_program import OP_BYTES, OP_REP, NeedsListNFA, ProgramNFA
 from sgrun.constrain.regex_parser import parse_regex
 from sgrun.errors import ConstraintError
@@ -105,7 +105,7 @@ def test_the_cpp_build_equals_the_python_replay_on_test_schemas(k):
 
 @pytest.mark.parametrize("pattern", REGEXES)
 def test_the_cpp_build_equals_the_python_replay_on_regexes(pattern):
-    nfa, _ = nfa_from_node(parse_regex(pattern).fullmatch_node())
+    nfa, _ = nfa_from_node(parse_regex(pattern).fullmatch_node(), new_program_nfa())
     assert isinstance(nfa, ProgramNFA)
     assert_same_build(nfa)
 
@@ -212,7 +212,7 @@ class _Fake:
 
 
 def test_the_builder_refuses_malformed_programs_and_caps_hostile_ones():
-    nfa, _ = nfa_from_node(parse_regex(r"(ab|c[d-f]){2,9}x*").fullmatch_node())
+    nfa, _ = nfa_from_node(parse_regex(r"(ab|c[d-f]){2,9}x*").fullmatch_node(), new_program_nfa())
     good = nfa.program()
     rng = np.random.default_rng(0)
     for _ in range(300):  # corrupted programs: an error or a build, never a crash
@@ -267,7 +267,8 @@ def test_a_program_nfa_from_the_worker_takes_a_reasoning_section():
     # adds the reasoning fragment to it and builds it in C++
     tok = load_default_tokenizer()
     schema = {"type": "object", "properties": {"a": {"type": "integer"}, "b": False}, "required": ["a"]}
-    c = compile_constraint(tok, json_schema=schema, isolate=True, use_cache=False, reasoning=("<think>", "</think>"))
+    c = compile_constraint(tok, json_schema=schema, isolate=True, use_cache=False, reasoning=("<think>", "</think>"),
+                           budget_s=60)  # (a fresh worker imports sgrun inside its first budget)
     assert isinstance(c.dfa.nfa, ProgramNFA) and not c.dfa.nfa.is_lists
     assert c.matches('<think>hm</think>{"a":1}') and c.matches('{"a":2}')
     assert not c.matches('<think>hm</think>{"a":1,"b":2}') and not c.matches('<think>hm{"a":1}')

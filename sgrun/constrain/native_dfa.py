@@ -68,6 +68,7 @@ _SIGNATURES = {
                                ctypes.c_int64, ctypes.c_int64, _i32, ctypes.POINTER(_vp)]),
     "sgrun_nfa_free": (None, [_vp]),
     "sgrun_nfa_nonempty": (None, [_vp, _vp]),
+    "sgrun_nfa_byte_classes": (_i32, [_vp, _vp]),
     "sgrun_nfa_sizes": (None, [_vp, _vp]),
     "sgrun_nfa_export": (None, [_vp] * 9),
 }
@@ -262,7 +263,10 @@ class NativeLazyDFA:
         self.nfa, self.root, self.root_end = nfa, root, nfa.frag_end[root]
         self.max_depth, self._max_states = max_depth, max_states
         self.lock = threading.RLock()
-        classes = byte_classes(nfa.all_masks())
+        if isinstance(nfa, ProgramNFA) and not nfa.is_lists:
+            classes = nfa.native().byte_classes()  # (in C++, over the masks its edges read)
+        else:
+            classes = byte_classes(nfa.all_masks())
         self.class_masks = classes
         self.num_classes = len(classes)
         self.class_rep = [(m & -m).bit_length() - 1 for m in classes]

@@ -10,20 +10,27 @@ Python build (nfa_program.ProgramNFA.build_lists), the reference `export` is com
 from __future__ import annotations
 
 import ctypes
+import os
 
 import numpy as np
 
 from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import ConstraintTooComplexError
-from sgrun.constrain.nfa_program import MAX_EDGES, ProgramNFA, program_nfa_enabled
+from sgrun.constrain.native_dfa import library
+from sgrun.constrain.nfa_program import MAX_EDGES, ProgramNFA
 
 _ERR_PROGRAM, _ERR_STATES, _ERR_EDGES, _ERR_STEPS = -1, -3, -5, -6
 MAX_BUILD_STEPS = 50_000_000  # nodes built (a repeat of an empty body would otherwise loop on nothing)
 
 
 def native_nfa_enabled() -> bool:
-    from sgrun.constrain.native_dfa import library
-    return program_nfa_enabled() and library() is not None
+    return os.environ.get("SGRUN_NATIVE_NFA", "1") != "0" and library() is not None
+
+
+def new_program_nfa() -> ProgramNFA | None:
+    """A ProgramNFA built by this module's C++, or None where that is off or cannot build (then
+    the compiler keeps the list-built ByteNFA)."""
+    return ProgramNFA(builder=NativeNFA) if native_nfa_enabled() else None
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -34,7 +41,6 @@ class NativeNFA:
     """The C++ build of one ProgramNFA's program (the handle is freed with this object)."""
 
     def __init__(self, nfa: ProgramNFA):
-        from sgrun.constrain.native_dfa import library
         self._lib = lib = library()
         self.handle = None
         p = nfa.program()
@@ -87,6 +93,15 @@ class NativeNFA:
         a["call_data"] = a["call_data"][:5 * nc].reshape(-1, 5)
         a["nonempty"] = a["nonempty"][:nf]
         return a
+
+    def byte_classes(self) -> list[int]:
+        """lazy_dfa.byte_classes over the masks this NFA's edges read (classes by lowest byte)."""
+        of = np.zeros(256, dtype=np.uint8)
+        n = self._lib.sgrun_nfa_byte_classes(self.handle, _ptr(of))
+        classes = [0] * n
+        for b, c in enumerate(of.tolist()):
+            classes[c] |= 1 << b
+        return classes
 
     def nonempty(self) -> set[int]:
         out = np.zeros(max(int(self.sizes[1]), 1), dtype=np.uint8)

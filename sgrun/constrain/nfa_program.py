@@ -25,7 +25,6 @@ NeedsListNFA and the caller compiles on the list-built ByteNFA instead (schema_t
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -49,15 +48,14 @@ class NeedsListNFA(Exception):
     """The compiler reached for the built graph during construction; compile on a ByteNFA."""
 
 
-def program_nfa_enabled() -> bool:
-    return os.environ.get("SGRUN_NATIVE_NFA", "1") != "0"
-
-
 class ProgramNFA(ByteNFA):
     """A shared ByteNFA (share=True semantics) recorded as a program; see the module docstring."""
 
-    def __init__(self, max_states: int = 400_000):
+    def __init__(self, max_states: int = 400_000, builder: Any = None):
         self.max_states = max_states
+        # builder(self) -> the C++ build (native_nfa.NativeNFA; passed in by native_nfa.new_program_nfa,
+        # so this module needs no C++), or None: the Python replay serves
+        self.builder = builder
         self.share = True
         self.frag_start: list[int] = []
         self.frag_end: list[int] = []
@@ -309,8 +307,7 @@ class ProgramNFA(ByteNFA):
         one, or the list build's graph pass) and this returns the non-empty fragments."""
         if self.is_lists:
             return ByteNFA.trim(self)
-        from sgrun.constrain.native_nfa import native_nfa_enabled
-        if native_nfa_enabled():
+        if self.builder is not None:
             # In C++ the graph pass costs less than fully_live's Python walk of the nodes, and
             # where every node is live it prunes nothing (each construction makes only states on
             # a path from its entry to its exit), so it always runs there.
@@ -326,8 +323,9 @@ class ProgramNFA(ByteNFA):
     def native(self):
         """The program built in C++ (pruned if trim asked), kept until the program grows."""
         if self._built is None:
-            from sgrun.constrain.native_nfa import NativeNFA
-            self._built = NativeNFA(self)
+            if self.builder is None:
+                raise RuntimeError("this program NFA has no C++ builder")
+            self._built = self.builder(self)
         return self._built
 
     def as_lists(self) -> ProgramNFA:
