@@ -89,7 +89,7 @@ def library() -> ctypes.CDLL | None:
         if _lib is False:
             global _py
             import sysconfig
-            from sgrun.cpu_kernels.build import SharedLibrary
+            from sgrun.kernels.cpu.build import SharedLibrary
             path = SharedLibrary("lazy_dfa_core", SOURCES, what="the C++ lazy DFA",
                                  fallback="constraints use the Python lazy DFA", fail_env="SGRUN_FAIL_NATIVE_DFA",
                                  flags=("-O2", "-std=c++17", "-fPIC", "-shared",
