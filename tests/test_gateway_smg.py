@@ -186,14 +186,17 @@ def test_load_snapshot_reports_queue_and_kv_pressure():
     assert load["token_usage"] == 0.25 and load["gen_throughput"] == 12.5 and load["max_running_requests"] == 8
 
 
-def test_the_cache_reading_of_kv_usage_counts_cached_prefixes_and_stays_under_one():
-    # 25 pages held by requests, 65 kept by the radix cache, 10 free.
-    stats = {"pages_total": 100, "pages_in_use": 25, "pages_free": 10, "page_size": 16}
+def test_the_cache_reading_counts_cached_prefixes_in_kv_usage_and_queued_work():
+    # 25 pages held by requests, 65 kept by the radix cache, 10 free; 300 tokens queued for prefill.
+    stats = {"pages_total": 100, "pages_in_use": 25, "pages_free": 10, "page_size": 16, "waiting_tokens": 300}
     load = load_snapshot(stats, max_running=8, gen_throughput=0.0, kv_usage="cache")
     assert load["token_usage"] == pytest.approx(0.9) and load["num_used_tokens"] == 400   # used: still held only
+    # smg weighs a new prompt against the queued prefill plus the footprint it would evict into.
+    assert load["num_waiting_uncached_tokens"] == 300 + 90 * 16
     full = load_snapshot({**stats, "pages_free": 0}, max_running=8, gen_throughput=0.0, kv_usage="cache")
     assert full["token_usage"] == 0.999      # a pool full of cache is not what smg's overload mark 1.0 means
-    assert load_snapshot(stats, max_running=8, gen_throughput=0.0)["token_usage"] == 0.25     # held, the default
+    held = load_snapshot(stats, max_running=8, gen_throughput=0.0)          # held, the default
+    assert held["token_usage"] == 0.25 and held["num_waiting_uncached_tokens"] == 300
 
 
 def test_generation_rate_is_tokens_per_second_over_its_window():

@@ -65,12 +65,15 @@ def load_snapshot(stats: dict[str, Any], max_running: int | None, gen_throughput
         usage = min(CACHE_USAGE_CEILING, 1.0 - stats.get("pages_free", pages_total) / pages_total)
     else:
         usage = used_tokens / total_tokens
+    waiting_tokens = stats.get("waiting_tokens", 0)
+    if kv_usage == "cache":
+        waiting_tokens += round((pages_total - stats.get("pages_free", pages_total)) * page_size)
     running, waiting = stats.get("running", 0), stats.get("waiting", 0)
     return {
         "dp_rank": 0,
         "num_running_reqs": running,
         "num_waiting_reqs": waiting,
-        "num_waiting_uncached_tokens": stats.get("waiting_tokens", 0),
+        "num_waiting_uncached_tokens": waiting_tokens,
         "num_total_reqs": running + waiting,
         "num_used_tokens": used_tokens,
         "max_total_num_tokens": total_tokens,
