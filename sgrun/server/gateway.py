@@ -36,11 +36,12 @@ GATEWAY_POLICIES = ("cache_aware", "round_robin", "least_load", "power_of_two", 
 #     reading, which stays under 1.0, never); the waiting-queue gate (8 requests) still moves
 #     work off a replica that falls behind.
 #   --load-monitor-interval 1: smg reads each replica's /v1/loads every second instead of every
-#     10. A prompt no replica holds goes to the lowest expected wait: the work smg sent a replica
-#     since its last poll plus a barrier on its KV usage. With a 10 s poll the since-poll work
-#     decides (a turn that reuses its own prefix counts as much as a new prompt), and new
-#     conversations pile onto one replica by chance; polled every second, the KV usage (cache
-#     room) decides. The poll is one engine.stats() call on loopback.
+#     10. A prompt no replica holds goes to the lowest expected wait: the queued work a replica
+#     reports (with the "cache" reading, its cache footprint too), the work smg sent it since its
+#     last poll, and a barrier on its KV usage. With a 10 s poll the since-poll work decides (a
+#     turn that reuses its own prefix counts as much as a new prompt), and new conversations pile
+#     onto one replica by chance; polled every second, the footprint (cache room) decides. The
+#     poll is one engine.stats() call on loopback.
 DEFAULT_SMG_ARGS = ("--worker-overload-token-usage", "1.0", "--load-monitor-interval", "1")
 # How the replicas behind smg report KV usage unless --load-kv-usage says otherwise (loads.py).
 REPLICA_LOAD_KV_USAGE = "cache"

@@ -12,8 +12,11 @@ Two readings of KV usage (`sgrun serve --load-kv-usage`), docs/scale-out.md says
   cache - pages held by requests or kept by the radix cache: the share of the pool a new prompt
           cannot have without evicting a cached prefix, kept under 1.0 so that smg's overload
           protection (at 1.0 under `--dp`) never takes a pool full of reusable cache for an
-          overloaded one. smg's expected-wait choice for a prompt no worker holds adds a barrier
-          that grows with this value, so new prefixes go to the replica with room for them.
+          overloaded one. The same footprint, in tokens, is added to the queued prefill tokens:
+          smg sends a prompt no worker holds to the lowest expected wait, (queued tokens + 1,024
+          for each request it sent since its last poll) / throughput + 0.15 s * k / (1 - k), in
+          which the KV term alone is too light to outweigh one request's since-poll work; with
+          the footprint there, new conversations go to the replica with room for them.
           `sgrun serve --dp N` runs its replicas with it.
 """
 
@@ -53,8 +56,8 @@ def load_snapshot(stats: dict[str, Any], max_running: int | None, gen_throughput
     """One engine's snapshot under smg's field names (engine.stats() keys: docs/interfaces.md).
     num_used_tokens is the KV held by requests (pages the radix cache could evict count as free,
     as SGLang counts them); token_usage is that share of the pool (kv_usage "held") or the share
-    a new prompt cannot have without evicting cached prefixes (kv_usage "cache", the module's
-    docstring says why)."""
+    a new prompt cannot have without evicting cached prefixes (kv_usage "cache", which also adds
+    that footprint in tokens to num_waiting_uncached_tokens; the module's docstring says why)."""
     page_size = stats.get("page_size", 1)
     pages_total = stats.get("pages_total", 0)
     total_tokens = pages_total * page_size
