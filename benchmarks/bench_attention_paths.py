@@ -19,8 +19,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from sgrun.cpu_kernels import paged_decode as pd, prefill_attention as pa
-from sgrun.cpu_kernels.build import CppKernel
+from sgrun.kernels.cpu import paged_decode as pd, prefill_attention as pa
+from sgrun.kernels.cpu.build import CppKernel
 
 torch.set_num_threads(1)
 

@@ -22,7 +22,7 @@ Each round runs, in turn:
   --no-llama (its runs between sgrun's widen the spread of a round: leave it out to compare sgrun's
   variants to within a few percent).
 Then the blocks alone: the 29 inner decode blocks back to back with no attention, best of 50, so the
-weights stream from DRAM as in a step (what cpu_kernels/matmul_avx2.cpp's prefetch is for).
+weights stream from DRAM as in a step (what kernels/cpu/matmul_avx2.cpp's prefetch is for).
 
 Printed: the CPU line, every round's figures, the medians and the best rounds (the least disturbed
 estimate on a shared machine, as bench_matmul.py's minimum), and the ratios of each, with the load.
@@ -45,8 +45,8 @@ from bench_options import add_threads, load_avg, machine_line  # noqa: E402
 from peer_llama_cpp import bench as llama_bench  # noqa: E402
 
 import sgrun  # noqa: E402
-from sgrun.engine.attention.cpp_backend import CppPagedAttention  # noqa: E402
-from sgrun.engine.model_runner import ModelRunner  # noqa: E402
+from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention  # noqa: E402
+from sgrun.engine.stages.model_runner import ModelRunner  # noqa: E402
 from sgrun.models.fetch import default_model_path  # noqa: E402
 
 

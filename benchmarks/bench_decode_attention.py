@@ -43,7 +43,7 @@ from collections.abc import Callable  # noqa: E402
 import torch  # noqa: E402
 
 import sgrun  # noqa: E402
-from sgrun.engine.attention.torch_backend import TorchPagedAttention  # noqa: E402
+from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention  # noqa: E402
 from bench_options import add_dtype, add_quantization, add_threads, load_avg, uptime, machine_line  # noqa: E402
 
 
@@ -128,7 +128,7 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     max_b = max(batches + [args.agent_requests])
     tokens = max_b * (args.context + 4 * args.steps + 8) + args.agent_requests * (32 + 4 * args.steps) + args.agent_prefix
-    from sgrun.engine.device import resolve_device
+    from sgrun.engine.parts.device import resolve_device
     from sgrun.models.loader import resolve_dtype
     elem = torch.tensor([], dtype=resolve_dtype(args.dtype, resolve_device("cpu"))).element_size()
     engine = sgrun.Engine(dtype=args.dtype, num_threads=args.threads, max_running=max_b, quantization=args.quantization,
@@ -139,7 +139,7 @@ def main() -> None:
         other, other_name = TorchPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D), "torch (gather)"
     else:
         from bench_decode_kernel import build_revision
-        from sgrun.engine.attention.cpp_backend import CppPagedAttention
+        from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
         op = build_revision(args.against)
         other = CppPagedAttention(engine.pool, cpp.H, cpp.KV, cpp.D, op if hasattr(op, "chunk_tokens") else OlderKernel(op),
                                   cascade=False, prefill_op=cpp.prefill_op)

@@ -41,7 +41,7 @@ def revision_sources(rev: str) -> list[str]:
     """The decode kernel's source files at `rev`, in build order: its paged_decode.py's SOURCES
     (the kernel grew from 3 files to 6), or the first three for revisions before that list."""
     import re
-    got = subprocess.run(["git", "show", f"{rev}:sgrun/cpu_kernels/paged_decode.py"], capture_output=True, text=True)
+    got = subprocess.run(["git", "show", f"{rev}:sgrun/kernels/cpu/paged_decode.py"], capture_output=True, text=True)
     listed = re.search(r"^SOURCES = \((.*?)\)", got.stdout, re.S | re.M) if got.returncode == 0 else None
     if listed:
         return re.findall(r'"([\w.]+\.cpp)"', listed.group(1))
@@ -51,11 +51,11 @@ def revision_sources(rev: str) -> list[str]:
 def build_revision(rev: str):
     """The decode kernel of git revision `rev`, built under its own name (from whichever of its
     source files that revision has, in build order)."""
-    from sgrun.cpu_kernels.build import CppKernel
+    from sgrun.kernels.cpu.build import CppKernel
     folder = Path(tempfile.mkdtemp(prefix="sgrun_kernel_rev_"))
     names = []
     for name in revision_sources(rev):
-        got = subprocess.run(["git", "show", f"{rev}:sgrun/cpu_kernels/{name}"], capture_output=True, text=True)
+        got = subprocess.run(["git", "show", f"{rev}:sgrun/kernels/cpu/{name}"], capture_output=True, text=True)
         if got.returncode != 0:   # revisions before the one kernel home
             got = subprocess.run(["git", "show", f"{rev}:sgrun/engine/{name}"], capture_output=True, text=True)
         if got.returncode == 0:
@@ -88,10 +88,10 @@ def decode_call(op, q, table, lens, d):
 def time_cascade_detection(batch: int, context: int, page_size: int = 16) -> dict[str, float]:
     """ms per call of CppPagedAttention._prepare_decodes (page table, lengths and cascade detection)
     for `batch` decodes: unrelated rows, and rows sharing 3/4 of their pages."""
-    from sgrun.engine.attention.backend import Segment
-    from sgrun.engine.attention.cpp_backend import CppPagedAttention
-    from sgrun.engine.page_pool import PagePool
-    from sgrun.cpu_kernels.paged_decode import load_kernel
+    from sgrun.engine.parts.attention.backend import Segment
+    from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
+    from sgrun.engine.state.page_pool import PagePool
+    from sgrun.kernels.cpu.paged_decode import load_kernel
     pages_per_row = -(-(context + 1) // page_size)
     pool = PagePool(1, batch * pages_per_row + 8, page_size, 1, 16, torch.bfloat16)
     attn = CppPagedAttention(pool, 3, 1, 16, load_kernel())
@@ -124,7 +124,7 @@ def main() -> None:
     args = ap.parse_args()
     print(machine_line(args.threads), flush=True)
     torch.set_num_threads(args.threads)
-    from sgrun.cpu_kernels.paged_decode import load_kernel
+    from sgrun.kernels.cpu.paged_decode import load_kernel
     kernels = {"this tree": load_kernel()}
     assert kernels["this tree"] is not None, "the kernel did not build"
     if args.baseline:

@@ -46,7 +46,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(machine_line(args.threads), flush=True)
-    from sgrun.cpu_kernels import matmul
+    from sgrun.kernels.cpu import matmul
     ops = matmul.kernels()
     if ops is None:
         raise SystemExit("no matmul kernels at this CPU level: nothing to compare")

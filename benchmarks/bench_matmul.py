@@ -3,8 +3,8 @@
     python benchmarks/bench_matmul.py [--threads 2] [--rows 1,2,4,7,16,32,64,128] [--reps 200]
                                       [--levels avx2,avx512,avx512_bf16]   (default: every level the CPU runs)
 
-Per CPU level (sgrun/cpu_kernels/isa.py; the CPU model, its SIMD flags and the level are printed):
-- sgrun int4 bf16 / f32: the C++ kernel (sgrun/cpu_kernels/matmul*.cpp) with bf16 or float32
+Per CPU level (sgrun/kernels/cpu/isa.py; the CPU model, its SIMD flags and the level are printed):
+- sgrun int4 bf16 / f32: the C++ kernel (sgrun/kernels/cpu/matmul*.cpp) with bf16 or float32
   activations, codes and fp16 scales in column blocks;
 - torch int4: aten._weight_int4pack_mm_for_cpu on the same codes (bf16 scales);
 - sgrun dequantize + dense: what a chunk above KERNEL_MAX_ROWS pays (C++ dequantize, then F.linear);
@@ -33,8 +33,8 @@ import torch.nn.functional as F  # noqa: E402
 
 from bench_options import add_threads, load_avg, machine_line  # noqa: E402
 
-from sgrun.cpu_kernels import isa  # noqa: E402
-from sgrun.cpu_kernels import matmul as cpu_matmul  # noqa: E402
+from sgrun.kernels.cpu import isa  # noqa: E402
+from sgrun.kernels.cpu import matmul as cpu_matmul  # noqa: E402
 
 SHAPES = {"qkv 960x576": (960, 576), "o 576x576": (576, 576), "gate_up 3072x576": (3072, 576),
           "down 576x1536": (576, 1536)}

@@ -70,7 +70,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(machine_line(args.threads), flush=True)
-    from sgrun.cpu_kernels import matmul
+    from sgrun.kernels.cpu import matmul
     ops = matmul.kernels()
     weights = {name: copies_of(n, k, matmul) for name, (n, k) in SHAPES.items()}
     head = tables(matmul)

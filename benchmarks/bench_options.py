@@ -64,7 +64,7 @@ def machine_line(threads: int | None = None, env: dict[str, str] | None = None) 
     threads, load'. `env`: describe a child process started with that environment instead."""
     import torch
 
-    from sgrun.cpu_kernels.isa import cpu_features, cpu_model
+    from sgrun.kernels.cpu.isa import cpu_features, cpu_model
     from sgrun.models.auto_config import cpu_level
     env = os.environ if env is None else env
     have = cpu_features()
@@ -155,7 +155,7 @@ SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnn
 
 def cpu_line() -> str:
     """'CPU: <model>, <cores> cores, flags: avx2 avx512f ...' (the SIMD flags that decide speed)."""
-    from sgrun.cpu_kernels.isa import cpu_features, cpu_model
+    from sgrun.kernels.cpu.isa import cpu_features, cpu_model
     flags = cpu_features()
     return (f"CPU: {cpu_model()}, {os.cpu_count()} cores, flags: "
             f"{' '.join(f for f in SIMD_FLAGS if f in flags) or 'none of ' + '/'.join(SIMD_FLAGS[:3])}")

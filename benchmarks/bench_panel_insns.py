@@ -28,7 +28,7 @@ from pathlib import Path
 from bench_options import machine_line
 
 HERE = Path(__file__).resolve().parent
-KERNELS = HERE.parent / "sgrun" / "cpu_kernels"
+KERNELS = HERE.parent / "sgrun" / "kernels" / "cpu"
 SHAPES = {"qkv 960x576": (960, 576), "o 576x576": (576, 576), "gate_up 3072x576": (3072, 576),
           "down 576x1536": (576, 1536)}
 # level -> (compiler, march flag, qemu binary)

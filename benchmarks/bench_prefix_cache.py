@@ -20,8 +20,8 @@ import time
 import torch
 
 import sgrun
-from sgrun.engine.page_pool import PagePool
-from sgrun.engine.radix_cache import RadixCache
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.engine.state.radix_cache import RadixCache
 from bench_options import add_dtype, add_threads, load_avg, machine_line
 
 

@@ -30,7 +30,7 @@ Hit rate = sum of usage.prompt_tokens_details.cached_tokens / sum of prompt_toke
 `tp2-wire` times the step-metadata transport alone, in the same run for both ways: two gloo
 processes pass a decode batch's metadata (--tp-batch sequences, --wire-ctx tokens of context each,
 16-token pages) pickled through broadcast_object_list (the old way) and as sgrun's two tensor
-broadcasts (sgrun/engine/step_broadcast.py), alternating, each timed until the worker holds it.
+broadcasts (sgrun/engine/parts/step_broadcast.py), alternating, each timed until the worker holds it.
 
 `tp2` is not a server run: one TP=2 engine in this process (SmolLM2 float32, gloo on the CPU, one
 thread a rank) decodes --tp-batch greedy requests of --tp-tokens tokens, and prints rank 0's
@@ -188,8 +188,8 @@ def tensor_parallel_comm(batch: int, tokens: int, prefix_words: int) -> dict:
 def _wire_rank(rank: int, port: int, batch: int, ctx: int, iters: int, out) -> None:
     import torch
     import torch.distributed as dist
-    from sgrun.engine.attention.backend import Segment
-    from sgrun.engine.step_broadcast import StepMessage, receive_step, send_step
+    from sgrun.engine.parts.attention.backend import Segment
+    from sgrun.engine.parts.step_broadcast import StepMessage, receive_step, send_step
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     cpu = torch.device("cpu")

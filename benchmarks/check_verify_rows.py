@@ -20,9 +20,9 @@ import argparse
 import torch
 from bench_options import add_dtype, add_quantization, add_threads, load_avg, machine_line
 
-from sgrun.engine.attention.backend import Segment
-from sgrun.engine.attention.choice import make_attention_backend
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.parts.attention.backend import Segment
+from sgrun.engine.parts.attention.choice import make_attention_backend
+from sgrun.engine.state.page_pool import PagePool
 from sgrun.models.loader import load_model
 
 

@@ -46,7 +46,7 @@ def _bare_checkout_imports() -> None:
 
 _bare_checkout_imports()
 import sgrun  # noqa: E402
-from sgrun.engine.sampling_params import SamplingParams  # noqa: E402
+from sgrun.engine.state.sampling_params import SamplingParams  # noqa: E402
 
 # A fixed-length string field: every constrained request runs to the length cap like the free
 # ones, so the two runs keep the same batch occupancy and differ only by the masking work.
@@ -75,7 +75,7 @@ def _sync(device: str) -> None:
 
 def _forget(spec: str, dtype: torch.dtype, device: str) -> None:
     """Drop a random model from the process-wide model cache (its weights are freed)."""
-    from sgrun.engine.device import resolve_device
+    from sgrun.engine.parts.device import resolve_device
     from sgrun.models.loader import forget_model
     forget_model(spec, dtype, resolve_device(device))
     _free()
@@ -89,7 +89,7 @@ def _free() -> None:
 
 # --- step 1 -------------------------------------------------------------------------------------
 def check_kernels(device: str) -> dict:
-    from sgrun.kernels import (apply_bitmask, apply_bitmask_reference, decode_num_splits, paged_decode_attention,
+    from sgrun.kernels.triton import (apply_bitmask, apply_bitmask_reference, decode_num_splits, paged_decode_attention,
                                paged_decode_attention_reference, paged_prefill_attention,
                                paged_prefill_attention_reference, write_kv, write_kv_reference)
     gen = torch.Generator(device=device).manual_seed(0)
@@ -205,7 +205,7 @@ def copy_bandwidth(device: str, nbytes: int) -> float:
 
 
 def decode_attention_bandwidth(sh: Shapes, device: str) -> dict:
-    from sgrun.kernels import decode_num_splits, paged_decode_attention
+    from sgrun.kernels.triton import decode_num_splits, paged_decode_attention
     kv, heads, d, ps = (8, 32, 128, 16) if not sh.big.endswith("tiny") else (2, 4, 16, 16)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
     B, ctx = sh.attn_batch, sh.attn_ctx

@@ -30,7 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import sgrun
-from sgrun.cpu_kernels.prefill_attention import bf16_from as prefill_cpp_bf16_from
+from sgrun.kernels.cpu.prefill_attention import bf16_from as prefill_cpp_bf16_from
 from sgrun.models import quant_linear
 from bench_options import add_dtype, add_quantization, add_threads, load_avg, machine_line
 
@@ -115,7 +115,7 @@ def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 
     and SDPA, best of 7, as wall time and as CPU time per thread (time.process_time / threads,
     which other tenants' load does not inflate the way it does wall time)."""
     import torch.nn.functional as F
-    from sgrun.cpu_kernels.prefill_attention import load_kernel, use_amx
+    from sgrun.kernels.cpu.prefill_attention import load_kernel, use_amx
     op = load_kernel()
     H, KV, D = heads
     pages = -(-length // page_size)
@@ -149,8 +149,8 @@ def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 
 def prefill_paths(engine: sgrun.Engine) -> dict[str, object]:
     """The prefill attention paths this CPU has for the engine's pool, the level's own first:
     name -> the value of the backend's `prefill_op` that runs it (None: SDPA)."""
-    from sgrun.cpu_kernels import isa
-    from sgrun.cpu_kernels import prefill_attention as prefill_cpp
+    from sgrun.kernels.cpu import isa
+    from sgrun.kernels.cpu import prefill_attention as prefill_cpp
     attn = engine.runner.attn
     dtype = prefill_cpp.dtype_name(engine.runner.model.dtype)
     paths: dict[str, object] = {}

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from sgrun.engine.attention.backend import Segment
-from sgrun.engine.attention.torch_backend import TorchPagedAttention
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.parts.attention.backend import Segment
+from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention
+from sgrun.engine.state.page_pool import PagePool
 from sgrun.models.llama import LlamaModel
 
 

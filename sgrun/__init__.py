@@ -1,7 +1,7 @@
 """sgrun: a structured-generation and agent-oriented LLM serving runtime."""
 
-from sgrun.engine.outputs import CompletionOutput, RequestOutput, StreamEvent, TokenLogprob
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.outputs import CompletionOutput, RequestOutput, StreamEvent, TokenLogprob
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.errors import ConstraintError, InvalidRequestError, ModelLoadError, SgrunError
 
 __version__ = "0.1.0"

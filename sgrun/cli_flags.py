@@ -3,15 +3,15 @@ flags (device, attention backend, CUDA graphs, compile, overlap) and the n-gram 
 and the Engine keyword arguments each set of flags gives.
 
 Owns the spelling of these flags; the meaning of each is its Engine keyword's (docs/interfaces.md).
-May import: sgrun.engine.device (defaults), sgrun.engine.ngram_draft (speculation defaults).
+May import: sgrun.engine.parts.device (defaults), sgrun.engine.parts.ngram_draft (speculation defaults).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from sgrun.engine.device import DEFAULT_MEM_FRACTION
-from sgrun.engine.ngram_draft import SpeculativeConfig
+from sgrun.engine.parts.device import DEFAULT_MEM_FRACTION
+from sgrun.engine.parts.ngram_draft import SpeculativeConfig
 
 
 def add_device_arguments(p: argparse.ArgumentParser) -> None:

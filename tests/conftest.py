@@ -39,7 +39,7 @@ def shared_engine(model_path):
     machines, float32 elsewhere) shows in the suite."""
     import sgrun
     engine = sgrun.Engine(str(model_path), num_threads=2, memory_gb=1.0)
-    from sgrun.cpu_kernels import matmul
+    from sgrun.kernels.cpu import matmul
     # Wherever the CPU level has matmul tiles (every x86 with AVX2, every aarch64) the blocks serve.
     assert engine.runner.fused is not None or not matmul.has_tiles(), "the default model's decode should run the C++ blocks"
     yield engine

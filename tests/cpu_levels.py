@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sgrun.cpu_kernels import isa
+from sgrun.kernels.cpu import isa
 
 LEVELS = [lv.name for lv in isa.supported_levels() if lv.builds_as is None]
 SIMD_LEVELS = [name for name in LEVELS if name != "scalar"]

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import torch
 
-from sgrun.engine.attention.cpp_backend import CppPagedAttention
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.state.page_pool import PagePool
 from sgrun.models.config import ModelConfig
 from sgrun.models.llama import LlamaModel
 from sgrun.models.quant_linear import make_linear

@@ -7,13 +7,13 @@ import pkgutil
 import sys
 
 import sgrun
-import sgrun.cpu_kernels
-from sgrun.cpu_kernels import isa, matmul
-from sgrun.cpu_kernels.build import CppKernel
+import sgrun.kernels.cpu
+from sgrun.kernels.cpu import isa, matmul
+from sgrun.kernels.cpu.build import CppKernel
 
 print("sgrun from", sgrun.__file__)
 kernels: dict[str, CppKernel] = {}
-for info in pkgutil.walk_packages(sgrun.cpu_kernels.__path__, prefix="sgrun.cpu_kernels."):
+for info in pkgutil.walk_packages(sgrun.kernels.cpu.__path__, prefix="sgrun.kernels.cpu."):
     for value in vars(importlib.import_module(info.name)).values():
         if isinstance(value, CppKernel):
             kernels[value.name] = value

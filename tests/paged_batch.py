@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from sgrun.engine.attention.backend import Segment
+from sgrun.engine.parts.attention.backend import Segment
 
 
 def segments_over_tables(specs: list[tuple[int, int]], tables: list[list[int]], page_size: int):

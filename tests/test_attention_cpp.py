@@ -16,13 +16,13 @@ import torch
 
 import sgrun
 from cpu_levels import LEVELS, op_level  # noqa: F401  (op_level is a fixture)
-from sgrun.cpu_kernels import paged_decode as paged_decode_cpp
+from sgrun.kernels.cpu import paged_decode as paged_decode_cpp
 from paged_batch import segments_over_tables
-from sgrun.engine.attention.choice import make_attention_backend
-from sgrun.engine.attention.cpp_backend import CppPagedAttention
-from sgrun.engine.attention.torch_backend import TorchPagedAttention
-from sgrun.engine.attention.cascade import find_shared_prefixes
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.parts.attention.choice import make_attention_backend
+from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention
+from sgrun.engine.parts.attention.cascade import find_shared_prefixes
+from sgrun.engine.state.page_pool import PagePool
 
 
 # The chunk path each level's build takes for (float32, bf16) pools by head dim; a level missing
@@ -145,7 +145,7 @@ def test_items_on_the_thread_team_give_openmps_bits(op, op_level, dtype):
     reference level keeps OpenMP); the same calls with the team unset run them on one thread or
     OpenMP's pool. Batch-1 rows of one chunk (3 kv-head items), of several (chunk items folded
     afterwards), and a batch: bitwise the same either way."""
-    from sgrun.cpu_kernels import matmul
+    from sgrun.kernels.cpu import matmul
     team = matmul.KERNEL.load(op_level)
     assert team is not None, f"the matmul module must build at {op_level}"
     wired = op.parallel_address()
@@ -355,8 +355,8 @@ def test_cascade_prefix_then_own_tokens_equals_the_plain_kernel_bitwise(op, dtyp
 _FALLBACK_CHECK = """
 import logging, torch
 logging.basicConfig(level=logging.WARNING, format="LOG %(name)s %(message)s")
-from sgrun.engine.attention.choice import make_attention_backend
-from sgrun.engine.page_pool import PagePool
+from sgrun.engine.parts.attention.choice import make_attention_backend
+from sgrun.engine.state.page_pool import PagePool
 pool = PagePool(1, 4, 4, 1, 16, torch.float32)
 print("BACKENDS", type(make_attention_backend(pool, 2, 1, 16)).__name__,
       type(make_attention_backend(pool, 2, 1, 16, backend="cpp")).__name__)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sgrun.cpu_kernels import isa
+from sgrun.kernels.cpu import isa
 
 ROOT = Path(__file__).resolve().parent.parent
 

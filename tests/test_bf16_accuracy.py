@@ -37,7 +37,7 @@ def test_bf16_close_to_float32_reference(float32_engine, bf16_engine, tokenizer)
         kl_sum += d.mean_kl * d.positions
         positions += d.positions
         exact += d.exact
-    from sgrun.cpu_kernels import isa
+    from sgrun.kernels.cpu import isa
     bound = MAX_MEAN_KL if isa.active_level().name in ("avx512_bf16", "amx") else MAX_MEAN_KL_WITHOUT_BF16_DOT
     assert kl_sum / positions <= bound, f"bf16 drifted: mean KL {kl_sum / positions:.3g} > {bound}"
     assert exact >= MIN_EXACT, f"greedy output differs from float32 on {len(PROMPTS) - exact} of {len(PROMPTS)} prompts"

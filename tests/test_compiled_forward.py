@@ -93,5 +93,5 @@ def test_compile_switch_on_the_cli_and_a_clear_error(model_path):
     assert device_kwargs(args)["compile"] is False
     assert device_kwargs(build_parser().parse_args(["generate", "hi", "--compile"]))["compile"] is True
     with pytest.raises(sgrun.InvalidRequestError, match="tp=1"):
-        from sgrun.engine.compile_policy import start_compile
+        from sgrun.engine.parts.compile_policy import start_compile
         start_compile(None, torch.device("cuda"), True, 1)

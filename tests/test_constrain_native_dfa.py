@@ -185,7 +185,7 @@ def test_pickled_automaton_is_rebuilt_over_the_same_nfa(table):
 
 def test_a_failed_build_falls_back_to_the_python_automaton(monkeypatch, tmp_path, caplog):
     from sgrun.constrain.native_dfa import SOURCES
-    from sgrun.cpu_kernels.build import SharedLibrary
+    from sgrun.kernels.cpu.build import SharedLibrary
     monkeypatch.setenv("SGRUN_FAIL_TEST_LIB", "1")
     lib = SharedLibrary("lazy_dfa_core_test", SOURCES, what="the C++ lazy DFA", fallback="the Python one serves",
                         fail_env="SGRUN_FAIL_TEST_LIB")

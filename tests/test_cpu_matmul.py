@@ -1,4 +1,4 @@
-"""The C++ small-batch matmuls (sgrun/cpu_kernels/matmul*.cpp) at every CPU level this machine
+"""The C++ small-batch matmuls (sgrun/kernels/cpu/matmul*.cpp) at every CPU level this machine
 runs (tests/cpu_levels.py: AVX2 on an AVX-512 machine too): against a float64 reference on random
 int4 weights, row invariance (a row's output is bit-identical alone and in any batch), the exact
 dequantization, torch.compile without graph breaks, and the fallback where the build fails. A
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from cpu_levels import SIMD_LEVELS, at_level, each_level  # noqa: F401  (at_level is a fixture)
-from sgrun.cpu_kernels import isa
-from sgrun.cpu_kernels import matmul as cpu_matmul
+from sgrun.kernels.cpu import isa
+from sgrun.kernels.cpu import matmul as cpu_matmul
 from sgrun.models.quant_linear import DenseLinear, Int4Linear, Int8Linear
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sgrun.cpu_kernels import isa
+from sgrun.kernels.cpu import isa
 
 ROOT = Path(__file__).resolve().parents[1]
 

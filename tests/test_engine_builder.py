@@ -67,5 +67,5 @@ def test_a_start_that_fails_after_the_workers_started_stops_them():
     with pytest.raises(InvalidRequestError) as err:
         sgrun.Engine("random:tiny", dtype="float32", memory_gb=0.05, tp=2, compile=True)
     assert err.value.field == "compile"
-    from sgrun.engine.tp_group import running_workers
+    from sgrun.engine.pipeline.tp_group import running_workers
     assert not running_workers()

@@ -1,4 +1,4 @@
-"""Isolation by construction (engine/isolation.py): a stage that fails on one request's input
+"""Isolation by construction (engine/state/isolation.py): a stage that fails on one request's input
 ends that request alone, with an error event and its pages freed; every other request in the
 batch finishes with the output it would have had alone."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine.detokenizer import IncrementalDetokenizer
+from sgrun.engine.state.detokenizer import IncrementalDetokenizer
 
 GREEDY = sgrun.SamplingParams(max_new_tokens=10, temperature=0, ignore_eos=True)
 SEEDED = sgrun.SamplingParams(max_new_tokens=10, temperature=1.0, seed=11, ignore_eos=True)
@@ -86,7 +86,7 @@ def test_failing_constraint_mask_fails_only_its_request(engine, prompts, solo):
 
 
 def test_failing_logit_bias_fails_only_its_request(engine, prompts, solo, monkeypatch):
-    import sgrun.engine.model_runner as model_runner
+    import sgrun.engine.stages.model_runner as model_runner
     real = model_runner.apply_logit_bias
 
     def biased(logits, params):

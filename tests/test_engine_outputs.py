@@ -65,7 +65,7 @@ def test_utf8_streaming_never_emits_broken_characters(engine, chat_prompt):
 def test_cjk_emoji_tokens_that_split_characters_decode_whole(engine):
     """Byte-level tokens end inside characters here; the incremental detokenizer the engine uses
     must hold those bytes back until the character is complete."""
-    from sgrun.engine.detokenizer import IncrementalDetokenizer
+    from sgrun.engine.state.detokenizer import IncrementalDetokenizer
     text = "猫😀é 🇫🇷"
     ids = engine.tokenizer.encode(text)
     assert any("\ufffd" in engine.tokenizer.decode([i]) for i in ids)  # some token splits a character

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import sgrun
-import sgrun.kernels
+import sgrun.kernels.triton
 
 GREEDY = sgrun.SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)
 
@@ -37,13 +37,13 @@ def _run(backend: str, prompts: list[list[int]]) -> tuple[list[list[int]], list[
 
 def test_triton_backend_is_greedy_equal_to_torch_on_cpu(monkeypatch: pytest.MonkeyPatch):
     calls = []
-    triton_bitmask = sgrun.kernels.apply_bitmask
+    triton_bitmask = sgrun.kernels.triton.apply_bitmask
 
     def spy(logits, bitmask, rows=None):
         calls.append(rows.numel())
         return triton_bitmask(logits, bitmask, rows)
 
-    monkeypatch.setattr(sgrun.kernels, "apply_bitmask", spy)
+    monkeypatch.setattr(sgrun.kernels.triton, "apply_bitmask", spy)
     prompts = _prompts()
     torch_out = _run("torch", prompts)
     assert not calls                                    # the torch backend masks with the torch op
@@ -60,8 +60,8 @@ def test_engine_tensors_live_on_its_device():
     # On `meta` a stray CPU tensor in any op raises: the model, the pool and the RoPE tables
     # are placed by the engine's device setting. (A meta engine cannot compute; CUDA is the
     # `gpu`-marked test's job.)
-    from sgrun.engine.device import tensors_of
-    from sgrun.engine.page_pool import PagePool
+    from sgrun.engine.parts.device import tensors_of
+    from sgrun.engine.state.page_pool import PagePool
     from sgrun.models.llama import LlamaModel
     from sgrun.models.random_model import preset_config, random_weights
     cfg = preset_config("random:tiny")
@@ -70,8 +70,8 @@ def test_engine_tensors_live_on_its_device():
     for layer in model.layers:
         assert {t.device.type for t in tensors_of(layer)} == {"meta"}
     pool = PagePool(cfg.num_layers, 8, 16, cfg.num_kv_heads, cfg.head_dim, torch.float32, "meta")
-    from sgrun.engine.attention.torch_backend import TorchPagedAttention
-    from sgrun.engine.attention.backend import Segment
+    from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention
+    from sgrun.engine.parts.attention.backend import Segment
     attn = TorchPagedAttention(pool, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
     pages = torch.tensor([3, 1])
     attn.prepare(torch.tensor([1, 1, 1]), torch.tensor([0, 1, 2]),
@@ -82,7 +82,7 @@ def test_engine_tensors_live_on_its_device():
 
 
 def test_device_setting_is_checked():
-    from sgrun.engine.device import resolve_device
+    from sgrun.engine.parts.device import resolve_device
     from sgrun.errors import InvalidRequestError
     assert resolve_device("cpu").type == "cpu"
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")

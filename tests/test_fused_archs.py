@@ -1,6 +1,6 @@
 """The C++ decode blocks and attention kernels for every architecture option of the model family
-(cpu_kernels/decode_block.cpp through models/fused_decode.py, windows in paged_decode.cpp and
-prefill_attention.cpp through engine/attention/cpp_backend.py), on small random-weight models
+(kernels/cpu/decode_block.cpp through models/fused_decode.py, windows in paged_decode.cpp and
+prefill_attention.cpp through engine/parts/attention/cpp_backend.py), on small random-weight models
 (fused_archs.py) at every CPU level with matmul tiles:
 
 - prefill then decode steps match a float64 reference forward over the same dequantized weights
@@ -19,10 +19,10 @@ import torch
 
 from cpu_levels import at_level, each_level  # noqa: F401  (at_level is a fixture)
 from fused_archs import ARCHS, Sequences, _rms, _w, build, reference_logits
-from sgrun.engine.attention.cpp_backend import CppPagedAttention
-from sgrun.engine.attention.torch_backend import TorchPagedAttention
-from sgrun.cpu_kernels import paged_decode as paged_decode_cpp
-from sgrun.cpu_kernels import prefill_attention as prefill_cpp
+from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention
+from sgrun.kernels.cpu import paged_decode as paged_decode_cpp
+from sgrun.kernels.cpu import prefill_attention as prefill_cpp
 from sgrun.models.fused_decode import FusedDecode, supports
 
 PROMPT = [3, 17, 101, 44, 250, 9, 61, 200, 7, 130, 55, 12]

@@ -1,4 +1,4 @@
-"""The C++ decode blocks (sgrun/cpu_kernels/decode_block.cpp, driven by sgrun/models/fused_decode.py)
+"""The C++ decode blocks (sgrun/kernels/cpu/decode_block.cpp, driven by sgrun/models/fused_decode.py)
 on the real SmolLM2 weights at every CPU level with matmul tiles: each block is at least as close to
 the exact (float64) block as llama.py's eager block in the same dtype, a row is bit-identical alone and in any batch, and the default engine
 serves its decode steps with them, compiling nothing."""
@@ -18,9 +18,9 @@ from sgrun.models.llama import first_block, inner_block, layer_tail
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model, load_model_files
 from paged_batch import segments_over_tables
-from sgrun.cpu_kernels import paged_decode as paged_decode_cpp
-from sgrun.engine.attention.cpp_backend import CppPagedAttention
-from sgrun.engine.page_pool import PagePool
+from sgrun.kernels.cpu import paged_decode as paged_decode_cpp
+from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.state.page_pool import PagePool
 
 
 @pytest.fixture(scope="module")

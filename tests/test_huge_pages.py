@@ -80,7 +80,7 @@ def test_default_engine_streams_weights_from_huge_pages(engine):
 
 
 def test_the_kv_pool_faults_in_on_huge_pages():
-    from sgrun.engine.page_pool import PagePool
+    from sgrun.engine.state.page_pool import PagePool
     pool = PagePool(num_layers=1, num_pages=8191, page_size=16, kv_heads=3, head_dim=64, dtype=torch.bfloat16)
     k = pool.k[0]
     assert k.shape == (3, 8192, 16, 64) and k.dtype == torch.bfloat16 and not k.any(), "a pool starts zeroed"

@@ -12,7 +12,7 @@ from engine_numerics import logprob_tolerance
 
 from sgrun.constrain import compile_constraint
 from sgrun.constrain.shortest_completion import shortest_completion
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.sampling_params import SamplingParams
 
 SCHEMA = {"type": "object", "properties": {"a_rather_long_property_name": {"type": "integer"},
                                            "another_quite_long_property_name": {"enum": ["yes", "no"]}},

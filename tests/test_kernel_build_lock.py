@@ -8,7 +8,7 @@ import multiprocessing
 import os
 import time
 
-from sgrun.cpu_kernels.build import _build_lock
+from sgrun.kernels.cpu.build import _build_lock
 
 
 def test_a_stale_torch_lock_is_removed_under_the_build_lock(tmp_path):

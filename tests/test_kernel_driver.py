@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-KERNELS = ROOT / "sgrun" / "cpu_kernels"
+KERNELS = ROOT / "sgrun" / "kernels" / "cpu"
 DRIVER = ROOT / "tests" / "kernel_driver" / "matmul_driver.cpp"
 ATTENTION_DRIVER = ROOT / "tests" / "kernel_driver" / "attention_driver.cpp"
 TORCH_SHIM = ROOT / "tests" / "kernel_driver" / "torch_shim"
@@ -89,7 +89,7 @@ def test_the_torch_facing_modules_compile_for_every_arm_level(tmp_path):
 
     from torch.utils.cpp_extension import include_paths
 
-    from sgrun.cpu_kernels import isa, matmul, paged_decode, prefill_attention
+    from sgrun.kernels.cpu import isa, matmul, paged_decode, prefill_attention
     compiler = "g++" if NATIVE_ARM else "aarch64-linux-gnu-g++"
     if shutil.which(compiler) is None:
         pytest.fail(f"{compiler} is missing: the ARM builds cannot be checked; install it with `{APT}`")

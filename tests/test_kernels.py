@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402  (an ImportError here is the loud failure we want)
 
-import sgrun.kernels.decode_attention as decode_kernels  # noqa: E402
+import sgrun.kernels.triton.decode_attention as decode_kernels  # noqa: E402
 
 if _saved_flag is None:
     del os.environ["TRITON_INTERPRET"]
@@ -33,12 +33,12 @@ for _fn in (tl.zeros, decode_kernels._decode_split_kernel):
 
 from sgrun.constrain.bitmask import apply_bitmask as torch_apply_bitmask  # noqa: E402
 from paged_batch import segments_over_tables  # noqa: E402
-from sgrun.engine.attention.choice import make_attention_backend  # noqa: E402
-from sgrun.engine.attention.torch_backend import TorchPagedAttention  # noqa: E402
-from sgrun.engine.attention.triton_backend import TritonPagedAttention  # noqa: E402
-from sgrun.engine.page_pool import PagePool  # noqa: E402
+from sgrun.engine.parts.attention.choice import make_attention_backend  # noqa: E402
+from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention  # noqa: E402
+from sgrun.engine.parts.attention.triton_backend import TritonPagedAttention  # noqa: E402
+from sgrun.engine.state.page_pool import PagePool  # noqa: E402
 from sgrun.errors import InvalidRequestError  # noqa: E402
-from sgrun.kernels import (  # noqa: E402
+from sgrun.kernels.triton import (  # noqa: E402
     apply_bitmask,
     apply_bitmask_reference,
     decode_num_splits,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine.device import resolve_kv_dtype
+from sgrun.engine.parts.device import resolve_kv_dtype
 from sgrun.errors import InvalidRequestError
 from sgrun.engine.startup_report import startup_line
 
@@ -50,7 +50,7 @@ def test_auto_keeps_narrower_pages_under_a_float32_model(shared_engine, narrow_k
     assert report["dtype"] == "float32" and report["kv_cache_dtype"] == name
     assert f"dtype float32, kv cache {name}," in startup_line(engine.startup_report())
     # the prefill chunks keep the C++ kernel (a narrower pool under float32 queries has its vector paths)
-    from sgrun.cpu_kernels.prefill_attention import prefill_kernel_for
+    from sgrun.kernels.cpu.prefill_attention import prefill_kernel_for
     assert engine.runner.attn.prefill_op is prefill_kernel_for(narrow, engine.runner.attn.D, torch.float32)
     assert (engine.runner.attn.prefill_op is None) == (prefill_kernel_for(torch.float32, engine.runner.attn.D) is None)
     assert float32_kv_engine.pool.k[0].dtype == torch.float32
@@ -117,7 +117,7 @@ def test_decodes_on_a_narrower_pool_keep_the_one_call_forward(narrow_kv_engine):
     write rounds K and V, the attention reads them widened), not the per-layer loop."""
     engine = narrow_kv_engine
     fused = engine.runner.fused
-    from sgrun.cpu_kernels import matmul
+    from sgrun.kernels.cpu import matmul
     assert fused is not None or not matmul.has_tiles()
     if fused is None:   # no matmul tiles at this level: no C++ blocks to run, the loop is torch's
         return

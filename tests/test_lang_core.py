@@ -11,8 +11,8 @@ from typing import Literal, Optional
 import pytest
 
 import sgrun
-from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.outputs import TokenLogprob
+from sgrun.engine.state.sampling_params import SamplingParams
+from sgrun.engine.state.outputs import TokenLogprob
 from sgrun.lang.backend import Backend, GenerationResult, ScoreResult
 from sgrun.lang.chat_roles import ChatRoles
 from sgrun.lang.prefix_tracer import constant_prefix

@@ -1,7 +1,8 @@
 """The layering the package docstrings promise, read from the source with `ast` (nothing is
-imported): no import runs upward between packages, none runs upward between the engine's rooms,
-and there is no run-time import circle inside sgrun/engine/. A new module or package must be
-placed in the maps below (docs/architecture.md draws the same map)."""
+imported): no import runs upward between packages, none runs upward between the engine's levels,
+and there is no run-time import circle inside sgrun/engine/. A new package must be placed in
+PACKAGE_DEPS below, and a new engine module in a level folder (docs/architecture.md draws the
+same map)."""
 
 from __future__ import annotations
 
@@ -16,19 +17,22 @@ SGRUN = Path(__file__).resolve().parent.parent / "sgrun"
 PACKAGE_DEPS: dict[str, set[str]] = {
     "sgrun.errors": set(),
     "sgrun.cache_paths": set(),   # the one cache folder every package may ask for
-    "sgrun.kernels": set(),   # the Triton kernels (sgrun/kernels/)
+    "sgrun.kernels": set(),   # the kernels' home (sgrun/kernels/): a docstring over its backend folders
+    "sgrun.kernels.triton": set(),   # the Triton GPU kernels (sgrun/kernels/triton/)
     "sgrun.grammars": set(),  # the shipped grammar files (data only)
     "sgrun.child_process": set(),
-    "sgrun.models": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.cpu_kernels",
+    "sgrun.models": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.kernels.cpu",
                      "sgrun.models.arch"},
     "sgrun.models.arch": {"sgrun.errors", "sgrun.models"},   # the architectures' readers and registry
-    "sgrun.cpu_kernels": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process"},
+    # the C++ CPU kernels, their build helper and the CPU level (sgrun/kernels/cpu/)
+    "sgrun.kernels.cpu": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process"},
     "sgrun.constrain": {"sgrun.errors", "sgrun.child_process", "sgrun.constrain.tool_calls",
-                        "sgrun.cpu_kernels"},   # (its build helper, for the C++ lazy DFA)
+                        "sgrun.kernels.cpu"},   # (its build helper, for the C++ lazy DFA)
     "sgrun.constrain.tool_calls": {"sgrun.errors", "sgrun.constrain"},
-    "sgrun.engine.attention": {"sgrun.errors", "sgrun.kernels", "sgrun.cpu_kernels", "sgrun.engine"},
+    "sgrun.engine.parts.attention": {"sgrun.errors", "sgrun.kernels.triton", "sgrun.kernels.cpu", "sgrun.engine"},
     "sgrun.engine": {"sgrun.cache_paths", "sgrun.errors", "sgrun.child_process", "sgrun.models", "sgrun.constrain",
-                     "sgrun.constrain.tool_calls", "sgrun.kernels", "sgrun.cpu_kernels", "sgrun.engine.attention"},
+                     "sgrun.constrain.tool_calls", "sgrun.kernels.triton", "sgrun.kernels.cpu",
+                     "sgrun.engine.parts.attention"},
     "sgrun": {"sgrun.errors", "sgrun.engine"},   # the package root (the DSL is loaded by name)
     "sgrun.lang": {"sgrun.cache_paths", "sgrun.errors", "sgrun.models", "sgrun.constrain", "sgrun.constrain.tool_calls",
                    "sgrun.engine"},
@@ -40,23 +44,19 @@ PACKAGE_DEPS: dict[str, set[str]] = {
     "sgrun.cli": {"sgrun.cache_paths", "sgrun", "sgrun.errors", "sgrun.models", "sgrun.engine", "sgrun.server", "sgrun.bench",
                   "sgrun.cli_flags", "sgrun.constrain"},
 }
-# Of the engine, sgrun.engine.attention may use only these rooms (it sits below the runner).
-ATTENTION_MAY_USE = {"sgrun.engine.page_pool"}
+# Of the engine, sgrun.engine.parts.attention may use only these modules (it sits below the runner).
+ATTENTION_MAY_USE = {"sgrun.engine.state.page_pool"}
 
-# The engine's rooms, lowest first: a room imports only rooms of its own level or below.
-ENGINE_ROOMS: dict[str, int] = {
-    # data and small mechanisms
-    **dict.fromkeys(["sampling_params", "outputs", "detokenizer", "sequence", "scoring", "counter_rng",
-                     "page_pool", "request_handle", "prompt_ids", "prompt_logprobs", "radix_cache",
-                     "radix_snapshot", "isolation", "model_like", "sampled"], 0),
-    # parts the stages are made of
-    **dict.fromkeys(["sampler", "sampling_rows", "ngram_draft", "attention", "cuda_graph_runner", "device",
-                     "request_constraint", "step_broadcast", "compile_policy", "intake"], 1),
-    # the stages
-    **dict.fromkeys(["scheduler", "stats", "speculative", "model_runner", "postprocess", "consistency",
-                     "tp_worker"], 2),
-    # the step pipeline, and rank 0's tensor-parallel group
-    **dict.fromkeys(["step", "tp_group"], 3),
+# The engine's levels are its folders, lowest first: a module imports only modules of its own
+# level or below. Every engine module lives in one of these folders...
+ENGINE_LEVEL_FOLDERS: dict[str, int] = {
+    "state": 0,      # data and small mechanisms
+    "parts": 1,      # parts the stages are made of (attention/ among them)
+    "stages": 2,     # the stages
+    "pipeline": 3,   # the step pipeline, and rank 0's tensor-parallel group
+}
+# ...except the three files on top, in this order.
+ENGINE_TOP_FILES: dict[str, int] = {
     "engine_builder": 4,
     "startup_report": 5,
     "engine": 6,   # the facade
@@ -98,22 +98,41 @@ def _package(module: str) -> str:
     return best
 
 
-def _engine_room(module: str) -> str | None:
-    if not module.startswith("sgrun.engine."):
+def engine_level(module: str) -> int | None:
+    """The level of an engine module: its level folder's, or a top file's own; None when it is
+    not in the engine or sits outside the level folders (a misplaced module)."""
+    parts = module.split(".")
+    if parts[:2] != ["sgrun", "engine"] or len(parts) < 3:
         return None
-    return module.split(".")[2]
+    if len(parts) == 3 and parts[2] in ENGINE_TOP_FILES:
+        return ENGINE_TOP_FILES[parts[2]]
+    return ENGINE_LEVEL_FOLDERS.get(parts[2])
 
 
 SOURCES = {_module_name(p): ast.parse(p.read_text(), filename=str(p)) for p in sorted(SGRUN.rglob("*.py"))}
 
 
-def test_every_package_and_engine_room_is_placed():
+def unplaced_engine_modules() -> list[str]:
+    """Engine modules outside the level folders and not one of the top files."""
+    return sorted(m for m in SOURCES if m.startswith("sgrun.engine.") and engine_level(m) is None)
+
+
+def test_every_package_and_engine_module_is_placed():
+    engine_levels = {f"sgrun.engine.{folder}" for folder in ENGINE_LEVEL_FOLDERS}
     packages = {m for m in SOURCES if (SGRUN.parent / m.replace(".", "/") / "__init__.py").exists()}
-    assert packages - set(PACKAGE_DEPS) - {"sgrun.constrain"} <= set(), sorted(packages - set(PACKAGE_DEPS))
+    unplaced = packages - set(PACKAGE_DEPS) - engine_levels
+    assert unplaced == set(), f"place these packages in PACKAGE_DEPS: {sorted(unplaced)}"
     top = {m for m in SOURCES if m.count(".") == 1}
     assert top <= set(PACKAGE_DEPS), f"place these in PACKAGE_DEPS: {sorted(top - set(PACKAGE_DEPS))}"
-    rooms = {_engine_room(m) for m in SOURCES if _engine_room(m)}
-    assert rooms <= set(ENGINE_ROOMS), f"place these engine rooms in ENGINE_ROOMS: {sorted(rooms - set(ENGINE_ROOMS))}"
+    assert unplaced_engine_modules() == [], (
+        f"move these into a level folder of sgrun/engine/ ({', '.join(ENGINE_LEVEL_FOLDERS)}): {unplaced_engine_modules()}")
+
+
+def test_the_level_folders_are_what_the_map_says():
+    folders = {p.name for p in (SGRUN / "engine").iterdir() if (p / "__init__.py").exists()}
+    assert folders == set(ENGINE_LEVEL_FOLDERS)
+    tops = {p.stem for p in (SGRUN / "engine").glob("*.py")} - {"__init__"}
+    assert tops == set(ENGINE_TOP_FILES)
 
 
 def upward_imports() -> list[str]:
@@ -124,13 +143,11 @@ def upward_imports() -> list[str]:
             dst_pkg = _package(target)
             if dst_pkg != src_pkg and dst_pkg not in PACKAGE_DEPS[src_pkg]:
                 bad.append(f"{module} imports {target} ({src_pkg} may not use {dst_pkg})")
-            if src_pkg == "sgrun.engine.attention" and dst_pkg == "sgrun.engine" and target not in ATTENTION_MAY_USE:
+            if src_pkg == "sgrun.engine.parts.attention" and dst_pkg == "sgrun.engine" and target not in ATTENTION_MAY_USE:
                 bad.append(f"{module} imports {target} (attention may use only {sorted(ATTENTION_MAY_USE)})")
-            src_room, dst_room = _engine_room(module), _engine_room(target)
-            if (src_room and dst_room and src_room != dst_room and src_pkg == "sgrun.engine"
-                    and ENGINE_ROOMS[dst_room] > ENGINE_ROOMS[src_room]):
-                bad.append(f"{module} imports {target}: room {dst_room} (level {ENGINE_ROOMS[dst_room]}) is "
-                           f"above {src_room} (level {ENGINE_ROOMS[src_room]})")
+            src_level, dst_level = engine_level(module), engine_level(target)
+            if src_level is not None and dst_level is not None and dst_level > src_level:
+                bad.append(f"{module} imports {target}: level {dst_level} is above {module}'s level {src_level}")
     return bad
 
 
@@ -178,7 +195,7 @@ def test_no_circle_inside_the_engine_even_for_type_names():
 
 
 def test_no_engine_module_imports_a_private_name_of_another():
-    # speculative.py used sampler._filter once: a room's private names stay in it.
+    # speculative.py used sampler._filter once: a module's private names stay in it.
     bad = [f"{m} imports {node.module}.{a.name}" for m, tree in SOURCES.items() if m.startswith("sgrun.engine")
            for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sgrun.engine")
            for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
@@ -193,24 +210,36 @@ def test_no_runtime_import_circle_anywhere():
 
 @pytest.mark.parametrize("source, expect", [
     ("from sgrun.engine.engine import Engine\n", "sgrun.models may not use sgrun.engine"),
-    ("from sgrun.engine.step import StepPipeline\n", None),
+    ("from sgrun.engine.pipeline.step import StepPipeline\n", None),
 ])
 def test_the_checks_catch_an_upward_import(source, expect, monkeypatch):
-    # The checker itself: an import from models up into the engine is reported; a module of a
-    # low engine room importing the step pipeline is reported as running upward too.
+    # The checker itself: an import from models up into the engine is reported; a module of the
+    # lowest level folder (state/) importing the step pipeline is reported as running upward too.
     monkeypatch.setitem(SOURCES, "sgrun.models.fake", ast.parse(source))
-    monkeypatch.setitem(SOURCES, "sgrun.engine.sampler_fake_probe", ast.parse(source))
-    monkeypatch.setitem(ENGINE_ROOMS, "sampler_fake_probe", 0)
+    monkeypatch.setitem(SOURCES, "sgrun.engine.state.sampler_fake_probe", ast.parse(source))
     bad = upward_imports()
     if expect:
         assert any(expect in b for b in bad)
     assert any("sampler_fake_probe imports sgrun.engine." in b for b in bad)
 
 
+def test_a_stage_may_import_its_own_level_and_below(monkeypatch):
+    monkeypatch.setitem(SOURCES, "sgrun.engine.stages.fake_probe", ast.parse(
+        "from sgrun.engine.stages.scheduler import Scheduler\nfrom sgrun.engine.state.sequence import Sequence\n"))
+    assert not any("fake_probe" in b for b in upward_imports())
+
+
+def test_a_module_outside_the_level_folders_is_refused(monkeypatch):
+    # A new sgrun/engine/loose.py (or a folder that is not a level) has no level: it must move.
+    monkeypatch.setitem(SOURCES, "sgrun.engine.loose_probe", ast.parse("import torch\n"))
+    monkeypatch.setitem(SOURCES, "sgrun.engine.misc.probe", ast.parse("import torch\n"))
+    assert unplaced_engine_modules() == ["sgrun.engine.loose_probe", "sgrun.engine.misc.probe"]
+
+
 def test_the_cycle_check_finds_a_circle(monkeypatch):
-    monkeypatch.setitem(SOURCES, "sgrun.engine.page_pool", ast.parse(
-        "from sgrun.engine.scheduler import Scheduler\n" + ast.unparse(SOURCES["sgrun.engine.page_pool"])))
-    assert any("sgrun.engine.page_pool" in c and "sgrun.engine.scheduler" in c for c in engine_cycles())
+    monkeypatch.setitem(SOURCES, "sgrun.engine.state.page_pool", ast.parse(
+        "from sgrun.engine.stages.scheduler import Scheduler\n" + ast.unparse(SOURCES["sgrun.engine.state.page_pool"])))
+    assert any("sgrun.engine.state.page_pool" in c and "sgrun.engine.stages.scheduler" in c for c in engine_cycles())
 
 
 def test_the_cycle_check_finds_a_lazy_circle_outside_the_engine(monkeypatch):
@@ -223,14 +252,14 @@ def test_the_cycle_check_finds_a_lazy_circle_outside_the_engine(monkeypatch):
 
 def test_the_engine_facade_stays_a_facade():
     # engine.py runs the loop and takes requests; building Sequences (intake.py), options
-    # (engine_builder.py) and warm-ups (request_constraint.py) live in the rooms below it.
+    # (engine_builder.py) and warm-ups (request_constraint.py) live in the levels below it.
     lines = (SGRUN / "engine" / "engine.py").read_text().count("\n")
-    assert lines <= 300, f"engine.py has {lines} lines: move what is not the facade's into a room below"
+    assert lines <= 300, f"engine.py has {lines} lines: move what is not the facade's into a level folder below"
 
 
 def test_postprocess_takes_its_types_from_below_not_from_the_runner():
     # SampledTokens and Scores live in sampled.py (level 0): the runner makes them, postprocess
     # takes them, and neither stage imports the other.
-    stages = {r for r, level in ENGINE_ROOMS.items() if level == ENGINE_ROOMS["postprocess"]} - {"postprocess"}
-    reached = {_engine_room(t) for t, _ in _imports(SOURCES["sgrun.engine.postprocess"])}
-    assert reached & stages == set()
+    postprocess = "sgrun.engine.stages.postprocess"
+    reached = {t for t, _ in _imports(SOURCES[postprocess])}
+    assert {t for t in reached if engine_level(t) == engine_level(postprocess) and t != postprocess} == set()

@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import torch
 
-from sgrun.engine.model_runner import ModelRunner
-from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.sampling_rows import SamplingInputs
+from sgrun.engine.stages.model_runner import ModelRunner
+from sgrun.engine.state.sampling_params import SamplingParams
+from sgrun.engine.parts.sampling_rows import SamplingInputs
 
 EOS = [2, 7]
 

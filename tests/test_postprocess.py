@@ -1,4 +1,4 @@
-"""Postprocess (engine/postprocess.py) without a model: a step that hands a sequence several
+"""Postprocess (engine/stages/postprocess.py) without a model: a step that hands a sequence several
 tokens (as a verified speculative draft will) accepts them one by one and stops at the first
 that finishes the sequence; events and finish reasons are as for one token per step. `accept`
 returns the event and calls nothing back: the step pipeline emits it and frees what finished."""
@@ -6,10 +6,10 @@ returns the event and calls nothing back: the step pipeline emits it and frees w
 from __future__ import annotations
 
 import sgrun
-from sgrun.engine.detokenizer import IncrementalDetokenizer
-from sgrun.engine.sampled import SampledTokens
-from sgrun.engine.postprocess import Postprocessor
-from sgrun.engine.sequence import Sequence
+from sgrun.engine.state.detokenizer import IncrementalDetokenizer
+from sgrun.engine.state.sampled import SampledTokens
+from sgrun.engine.stages.postprocess import Postprocessor
+from sgrun.engine.state.sequence import Sequence
 
 
 class Collecting:

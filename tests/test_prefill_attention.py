@@ -1,4 +1,4 @@
-"""The C++ causal prefill attention (cpu_kernels/prefill_attention.py): the kernel against a float64
+"""The C++ causal prefill attention (kernels/cpu/prefill_attention.py): the kernel against a float64
 reference at every CPU level the machine runs (its AMX path where the CPU has the tiles, its
 AVX512-BF16 path, its AVX2 path on bf16 and
 float32 pools, its portable path; chunks with and without earlier context in the pages), a row's
@@ -17,13 +17,13 @@ import torch.nn.functional as F
 import sgrun
 from paged_batch import segments_over_tables
 from cpu_levels import LEVELS, op_level  # noqa: F401  (op_level is a fixture)
-from sgrun.cpu_kernels import isa
-from sgrun.cpu_kernels import prefill_attention as prefill_attention_cpp
-from sgrun.cpu_kernels.prefill_attention import dtype_name
-from sgrun.engine.attention.choice import make_attention_backend
-from sgrun.engine.attention.cpp_backend import CppPagedAttention
-from sgrun.engine.attention.torch_backend import TorchPagedAttention
-from sgrun.engine.page_pool import PagePool
+from sgrun.kernels.cpu import isa
+from sgrun.kernels.cpu import prefill_attention as prefill_attention_cpp
+from sgrun.kernels.cpu.prefill_attention import dtype_name
+from sgrun.engine.parts.attention.choice import make_attention_backend
+from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.parts.attention.torch_backend import TorchPagedAttention
+from sgrun.engine.state.page_pool import PagePool
 
 
 # The vector path each level's build takes for (bf16, float32) pools of head dim 64 and 16: a

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sgrun.engine.page_pool import PagePool
-from sgrun.engine.radix_cache import RadixCache
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.engine.state.radix_cache import RadixCache
 
 PS = 4
 

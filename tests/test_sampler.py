@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from sgrun.engine.counter_rng import gumbel, uniform
-from sgrun.engine.sampler import apply_logit_bias, apply_penalties, sample_tokens, token_logprobs
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.counter_rng import gumbel, uniform
+from sgrun.engine.parts.sampler import apply_logit_bias, apply_penalties, sample_tokens, token_logprobs
+from sgrun.engine.state.sampling_params import SamplingParams
 
 
 def test_noise_is_a_function_of_seed_and_step_alone():
@@ -102,7 +102,7 @@ def test_extreme_hashes_stay_inside_the_unit_interval_and_never_beat_a_mask():
     # The top 24-bit value rounds to exactly 1.0 in float32 unless clamped; its Gumbel noise was
     # +inf, -inf + inf is NaN, and argmax picked the masked column (a constrained request then
     # sampled a token its constraint rejects).
-    from sgrun.engine.counter_rng import bits_to_unit
+    from sgrun.engine.state.counter_rng import bits_to_unit
     bits = torch.tensor([[0, 1 << 8, 0xFFFFFF00, 0xFFFFFFFF]], dtype=torch.int64)
     u = bits_to_unit(bits)
     assert bool(((u > 0) & (u < 1)).all())
@@ -115,7 +115,7 @@ def test_extreme_hashes_stay_inside_the_unit_interval_and_never_beat_a_mask():
 def test_row_argmax_is_torchs_argmax_ties_nan_and_masked_rows_included():
     """The CPU fast path (numpy's argmax) picks what torch's does: the first maximum, a NaN as the
     maximum, index 0 for a row masked to -inf; on strided rows too; int64 either way."""
-    from sgrun.engine.sampler import row_argmax
+    from sgrun.engine.parts.sampler import row_argmax
     g = torch.Generator().manual_seed(0)
     rows = torch.randn(6, 49152, generator=g)
     rows[1, 100] = rows[1, 7] = rows[1].max() + 1.0          # a tie: the first index wins

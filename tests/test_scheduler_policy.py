@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from sgrun.engine.page_pool import PagePool
-from sgrun.engine.radix_cache import RadixCache
-from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.scheduler import CACHE_AWARE_QUEUE_LEN, MAX_PASSED_OVER, Scheduler
-from sgrun.engine.sequence import Sequence
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.engine.state.radix_cache import RadixCache
+from sgrun.engine.state.sampling_params import SamplingParams
+from sgrun.engine.stages.scheduler import CACHE_AWARE_QUEUE_LEN, MAX_PASSED_OVER, Scheduler
+from sgrun.engine.state.sequence import Sequence
 
 
 def seq(i: int, tokens: list[int]) -> Sequence:

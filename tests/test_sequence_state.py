@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.scoring import ScoringSequence
-from sgrun.engine.sequence import ConstraintState, DraftState, OutputState, Sequence
+from sgrun.engine.state.sampling_params import SamplingParams
+from sgrun.engine.state.scoring import ScoringSequence
+from sgrun.engine.state.sequence import ConstraintState, DraftState, OutputState, Sequence
 
 
 def _seq(i: int) -> Sequence:

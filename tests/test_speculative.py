@@ -1,4 +1,4 @@
-"""N-gram speculative decoding (engine/ngram_draft.py, engine/speculative.py) on the real SmolLM2
+"""N-gram speculative decoding (engine/parts/ngram_draft.py, engine/stages/speculative.py) on the real SmolLM2
 weights: greedy outputs are token for token those without speculation (copying prompts, stops,
 length limits, a JSON-schema constraint with jump-forward, logprobs), seeded sampling is
 reproducible and keeps its distribution (the rejection sampler against the exact p, and the
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine.consistency import check_consistency
-from sgrun.engine.ngram_draft import SpeculativeConfig, propose
-from sgrun.engine.sampler import accept_drafts, filter_rows
-from sgrun.engine.sampling_rows import SamplingInputs
+from sgrun.engine.stages.consistency import check_consistency
+from sgrun.engine.parts.ngram_draft import SpeculativeConfig, propose
+from sgrun.engine.parts.sampler import accept_drafts, filter_rows
+from sgrun.engine.parts.sampling_rows import SamplingInputs
 from sgrun.errors import InvalidRequestError
 
 TOOL_RESULT = '{"name": "Alice Smith", "city": "Paris", "age": 31, "tags": ["admin", "ops"]}'
@@ -260,7 +260,7 @@ def test_overlap_scheduling_turns_speculation_off():
 
 
 def test_draft_length_adapts_to_acceptance():
-    from sgrun.engine.ngram_draft import next_draft_limit
+    from sgrun.engine.parts.ngram_draft import next_draft_limit
     assert next_draft_limit(None, 6, 6, 6) == 6          # all accepted at the cap: stays
     assert next_draft_limit(2, 2, 2, 6) == 4             # all accepted: doubles
     assert next_draft_limit(4, 1, 1, 6) == 6             # a short continuation accepted: grows to the cap

@@ -16,9 +16,9 @@ import sgrun
 from sgrun.constrain import compile_constraint
 from sgrun.constrain.budget import budgeted_matcher
 from sgrun.constrain.shortest_completion import shortest_completion
-from sgrun.engine.ngram_draft import allowed_prefix
-from sgrun.engine.sequence import ConstraintState, DraftState
-from sgrun.engine.sampling_rows import _fill_masks   # the verify rows' masks (one builder for every step)
+from sgrun.engine.parts.ngram_draft import allowed_prefix
+from sgrun.engine.state.sequence import ConstraintState, DraftState
+from sgrun.engine.parts.sampling_rows import _fill_masks   # the verify rows' masks (one builder for every step)
 from test_speculative import _both, _chi2_critical   # the same request off and on; the chi-square bound
 
 ORDER = {"order_id": "A-1042", "customer": "Alice Smith", "email": "alice.smith@example.com",

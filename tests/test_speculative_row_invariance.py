@@ -3,7 +3,7 @@ only in float32: a verify forward gives each draft position bitwise the logits t
 decode at that position gets. Its rows are decode rows of the paged kernel (model_runner.py),
 whose result depends on a row's own query and context alone (paged_decode.cpp: fixed chunks
 folded in order, whatever the batch, the threads or a cascade), and the int4 linears compute
-every row alike at any row count (sgrun/cpu_kernels/matmul.py).
+every row alike at any row count (sgrun/kernels/cpu/matmul.py).
 
 Real SmolLM2 weights, int4 with bf16 activations, compiled forward (the CPU default), and dense
 bf16 weights (eager, to keep the test short). With dense weights the layers are row-invariant too
@@ -21,8 +21,8 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.engine.attention.backend import Segment
-from sgrun.cpu_kernels import matmul as cpu_matmul
+from sgrun.engine.parts.attention.backend import Segment
+from sgrun.kernels.cpu import matmul as cpu_matmul
 
 # Truly absent only at the scalar level (SGRUN_CPU_ISA=scalar, or a CPU without SIMD): there torch's
 # kernels run and promise nothing of the kind. Where the level has tiles they must have built

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import sgrun
-from sgrun.cpu_kernels import isa
-from sgrun.engine import compile_policy
+from sgrun.kernels.cpu import isa
+from sgrun.engine.parts import compile_policy
 from sgrun.engine.startup_report import startup_line
 from sgrun.models import auto_config, model_cache
 from sgrun.models.loader import load_model, resolve_dtype

@@ -1,4 +1,4 @@
-"""The step pipeline (engine/step.py) end to end on a tiny random model: one turn visits the
+"""The step pipeline (engine/pipeline/step.py) end to end on a tiny random model: one turn visits the
 scheduler (which first settles what the turn before computed and finished), the runner and the
 postprocessor once each, in that order; no stage holds the Engine; depth 0 and depth 1 give the
 same tokens."""

@@ -135,10 +135,10 @@ def test_tp2_starts_from_stdin_and_from_a_script_without_a_main_guard(tmp_path):
 
 
 def test_a_worker_rank_is_started_as_a_module_with_its_arguments():
-    from sgrun.engine.tp_worker import WorkerSpec, parse_spec
+    from sgrun.engine.stages.tp_worker import WorkerSpec, parse_spec
     spec = WorkerSpec("random:tiny", torch.bfloat16, "none", 1, 2, "tcp://127.0.0.1:1234", 3, 20.0, "gloo", "cpu")
     assert parse_spec(spec.argv() + ["--ready-fd", "7"]) == (spec, 7)
-    run = subprocess.run([sys.executable, "-m", "sgrun.engine.tp_worker", "--help"], capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "sgrun.engine.stages.tp_worker", "--help"], capture_output=True, text=True,
                          timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert run.returncode == 0 and "--ready-fd" in run.stdout
 

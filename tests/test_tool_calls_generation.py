@@ -12,7 +12,7 @@ import pytest
 
 import sgrun
 from sgrun.constrain.tool_calls import FORMATS, ToolCallConstraint, ToolSpec
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.server.app import build_app
 from server_thread import ServerThread
 

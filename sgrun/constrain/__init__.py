@@ -1,7 +1,7 @@
 """Constraints -> token-level automata over a model's vocabulary: regex, JSON Schema, grammars
 (Lark / GBNF), choices; packed token bitmasks; jump-forward; the compiled-constraint cache.
 
-May import: sgrun.errors, sgrun.child_process (its compile worker), sgrun.cpu_kernels (the build helper of
+May import: sgrun.errors, sgrun.child_process (its compile worker), sgrun.kernels.cpu (the build helper of
 its C++ lazy DFA). Never the engine or above:
 the engine sees a constraint only through sequence.py's TokenMatcher / CompiledConstraint."""
 

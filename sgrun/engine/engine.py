@@ -23,19 +23,19 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
-from sgrun.engine.consistency import check_consistency
+from sgrun.engine.stages.consistency import check_consistency
 from sgrun.engine.engine_builder import EngineOptions, EngineParts, build_engine_parts, options_signature, options_with
-from sgrun.engine.intake import Intake
-from sgrun.engine.outputs import RequestOutput, StreamEvent
-from sgrun.engine.postprocess import Postprocessor
-from sgrun.engine.request_constraint import compile_for_request, constraint_of, warm_constraint_index
-from sgrun.engine.request_handle import RequestHandle
-from sgrun.engine.sampling_params import SamplingParams
-from sgrun.engine.scoring import scored_token_ids
-from sgrun.engine.sequence import CompiledConstraint
+from sgrun.engine.parts.intake import Intake
+from sgrun.engine.state.outputs import RequestOutput, StreamEvent
+from sgrun.engine.stages.postprocess import Postprocessor
+from sgrun.engine.parts.request_constraint import compile_for_request, constraint_of, warm_constraint_index
+from sgrun.engine.state.request_handle import RequestHandle
+from sgrun.engine.state.sampling_params import SamplingParams
+from sgrun.engine.state.scoring import scored_token_ids
+from sgrun.engine.state.sequence import CompiledConstraint
 from sgrun.engine.startup_report import startup_report
-from sgrun.engine.stats import engine_stats, request_pages
-from sgrun.engine.step import StepOutcome, StepPipeline
+from sgrun.engine.stages.stats import engine_stats, request_pages
+from sgrun.engine.pipeline.step import StepOutcome, StepPipeline
 from sgrun.errors import EngineFatalError, InvalidRequestError
 
 log = logging.getLogger("sgrun.engine")

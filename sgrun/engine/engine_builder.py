@@ -19,27 +19,27 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from sgrun.engine.attention.choice import default_backend
-from sgrun.engine.compile_policy import start_compile
-from sgrun.engine.device import PoolBudget, plan_pool, resolve_device, resolve_kv_dtype, wants_cuda_graphs
-from sgrun.engine.model_like import ModelLike
-from sgrun.engine.model_runner import ModelRunner
-from sgrun.engine.ngram_draft import SpeculativeConfig
-from sgrun.engine.page_pool import PagePool
-from sgrun.engine.radix_cache import RadixCache
-from sgrun.engine.scheduler import Scheduler
-from sgrun.engine.speculative import Speculation
-from sgrun.engine.step import drafts_possible
+from sgrun.engine.parts.attention.choice import default_backend
+from sgrun.engine.parts.compile_policy import start_compile
+from sgrun.engine.parts.device import PoolBudget, plan_pool, resolve_device, resolve_kv_dtype, wants_cuda_graphs
+from sgrun.engine.state.model_like import ModelLike
+from sgrun.engine.stages.model_runner import ModelRunner
+from sgrun.engine.parts.ngram_draft import SpeculativeConfig
+from sgrun.engine.state.page_pool import PagePool
+from sgrun.engine.state.radix_cache import RadixCache
+from sgrun.engine.stages.scheduler import Scheduler
+from sgrun.engine.stages.speculative import Speculation
+from sgrun.engine.pipeline.step import drafts_possible
 from sgrun.errors import InvalidRequestError
-from sgrun.cpu_kernels.prebuild import start_builds
+from sgrun.kernels.cpu.prebuild import start_builds
 from sgrun.models.compiled_forward import CompiledForward
 from sgrun.models.fused_decode import FusedDecode, fused_decode_for
 from sgrun.models.llama import LlamaModel
 from sgrun.models.loader import load_model, resolve_dtype
 
 if TYPE_CHECKING:   # type names only: the CUDA-graph runner imports Triton, tp_group torch.distributed
-    from sgrun.engine.cuda_graph_runner import CaptureReport
-    from sgrun.engine.tp_group import TensorParallelGroup
+    from sgrun.engine.parts.cuda_graph_runner import CaptureReport
+    from sgrun.engine.pipeline.tp_group import TensorParallelGroup
     from sgrun.models.config import ModelConfig
     from sgrun.models.tokenizer import Tokenizer
 
@@ -165,7 +165,7 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
         model, tokenizer, model_path = load_model(o.model, dtype, quantization, device)
         cfg = model.cfg
     else:   # rank 0's shard; the pool below holds only its KV heads (tensor_parallel.py)
-        from sgrun.engine.tp_group import load_rank0_shard
+        from sgrun.engine.pipeline.tp_group import load_rank0_shard
         model, cfg, tokenizer, model_path, _ = load_rank0_shard(o.model, dtype, quantization, tp, device)
     kv_heads = model.cfg.num_kv_heads          # this rank's (all of them without tp)
     per_page = PagePool.bytes_per_page(cfg.num_layers, o.page_size, kv_heads, cfg.head_dim, kv_dtype)
@@ -175,7 +175,7 @@ def build_engine_parts(o: EngineOptions) -> EngineParts:
     quantization = model.quantization
     tp_group = None
     if tp > 1:
-        from sgrun.engine.tp_group import TensorParallelGroup, TensorParallelModel
+        from sgrun.engine.pipeline.tp_group import TensorParallelGroup, TensorParallelModel
         tp_group = TensorParallelGroup(model_path, dtype, quantization, tp, max_pages, o.page_size,
                                        o.num_threads, o.tp_timeout, device=str(device))
         model = TensorParallelModel(model, tp_group)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sgrun.engine.attention.cpp_backend import CppPagedAttention
+from sgrun.engine.parts.attention.cpp_backend import CppPagedAttention
 from sgrun.engine.engine_builder import EngineParts
 from sgrun.models.auto_config import cpu_level, weight_format
 

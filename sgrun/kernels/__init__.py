@@ -1,27 +1,13 @@
-"""Triton kernels, each with a pure-torch reference (see docs/kernels.md).
+"""sgrun's kernels, one home with a folder per backend.
 
-Importing this package never needs triton: the kernels are defined only when it is installed,
-and calling one without it raises a RuntimeError that says what to install.
+- `cpu/` (`sgrun.kernels.cpu`): the C++ CPU kernels (the weight-only matmuls, the paged decode and
+  prefill attention, the decode blocks), their one build-and-dispatch helper (build.py), the CPU
+  level they run at (isa.py) and the Python loader of each kernel; built at first use per CPU level
+  (docs/cpu_kernels.md).
+- `triton/` (`sgrun.kernels.triton`): the Triton GPU kernels (paged attention, KV writes, the
+  constraint bitmask), each with a pure-torch reference (docs/kernels.md).
+
+Importing this package imports neither backend: no triton, no C++ build. Each backend may import
+only sgrun.cache_paths, sgrun.errors and sgrun.child_process (tests/test_layering.py); the models
+and the engine import the kernels, never the other way round.
 """
-
-from sgrun.kernels.attention_reference import (
-    paged_decode_attention_reference,
-    paged_prefill_attention_reference,
-    write_kv_reference,
-)
-from sgrun.kernels.bitmask import apply_bitmask, apply_bitmask_reference
-from sgrun.kernels.decode_attention import decode_num_splits, paged_decode_attention
-from sgrun.kernels.extend_attention import paged_prefill_attention
-from sgrun.kernels.kv_write import write_kv
-
-__all__ = [
-    "apply_bitmask",
-    "apply_bitmask_reference",
-    "decode_num_splits",
-    "paged_decode_attention",
-    "paged_decode_attention_reference",
-    "paged_prefill_attention",
-    "paged_prefill_attention_reference",
-    "write_kv",
-    "write_kv_reference",
-]

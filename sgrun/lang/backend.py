@@ -11,8 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Callable
 
-from sgrun.engine.outputs import TokenLogprob
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.outputs import TokenLogprob
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.errors import SgrunError
 from sgrun.models.chat_template import ChatTemplate
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sgrun.engine.outputs import TokenLogprob
+from sgrun.engine.state.outputs import TokenLogprob
 from sgrun.lang.backend import GenerationResult
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from sgrun.engine.outputs import TokenLogprob
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.outputs import TokenLogprob
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.errors import ConstraintError, InvalidRequestError, SgrunError
 from sgrun.lang.backend import Backend, GenerationResult, ScoreResult, TextCallback
 from sgrun.models.chat_template import ChatTemplate

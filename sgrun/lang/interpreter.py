@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.errors import SgrunError
 from sgrun.lang.backend import Backend
 from sgrun.lang.chat_roles import ChatRoles

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.lang.backend import Backend, GenerationResult, ScoreResult, TextCallback
 from sgrun.lang.chat_roles import ChatRoles
 from sgrun.lang.interpreter import ProgramExecutor

@@ -5,11 +5,11 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from sgrun.engine.outputs import RequestOutput
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.outputs import RequestOutput
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.errors import SgrunError
 from sgrun.lang.backend import Backend, GenerationResult, ScoreResult, TextCallback
-from sgrun.engine.prompt_logprobs import prompt_logprobs
+from sgrun.engine.state.prompt_logprobs import prompt_logprobs
 from sgrun.models.chat_template import ChatTemplate
 
 

@@ -1,6 +1,6 @@
 """What `dtype="auto"` and `quantization="auto"` mean on this CPU, and the line that says what runs.
 
-The choice is a table keyed by the CPU level the kernels run at (cpu_kernels/isa.py: the CPU's
+The choice is a table keyed by the CPU level the kernels run at (kernels/cpu/isa.py: the CPU's
 best, or $SGRUN_CPU_ISA), each row the configuration that measured fastest at that level for
 single-stream decode and prefill on SmolLM2 Q4_1 with 2 threads. The measurements behind every
 row are in docs/benchmarks.md ("auto: the measurements behind the choice"), printed by
@@ -78,8 +78,8 @@ AUTO_TABLE: dict[str, AutoChoice] = {
 
 
 def cpu_level() -> str:
-    """The name of the CPU level in force (cpu_kernels/isa.py), e.g. "avx2" or "amx"."""
-    from sgrun.cpu_kernels import isa
+    """The name of the CPU level in force (kernels/cpu/isa.py), e.g. "avx2" or "amx"."""
+    from sgrun.kernels.cpu import isa
     return isa.active_level().name
 
 
@@ -99,7 +99,7 @@ def auto_dtype(device: torch.device | None) -> torch.dtype:
 # float32:int4:bfloat16 --depth 3000, measured on Zen 4, 6 December 2026, docs/cpu_kernels.md). Either halves the bytes a
 # decode step reads per context token (and doubles the context the same memory holds); every CPU
 # path reads a narrower pool under float32 queries with float32 products and sums
-# (cpu_kernels/paged_chunk_attention.cpp, prefill_attention.cpp), so only the write rounds.
+# (kernels/cpu/paged_chunk_attention.cpp, prefill_attention.cpp), so only the write rounds.
 # - avx512_bf16 (Zen 4 native): bf16, whose decode reads the keys with dpbf16ps, 84.2 tok/s after
 #   3,000 tokens against 80.3 on float16 and 69.7 on float32 pages; its drift stays inside the
 #   target (bench_drift: KL 0.00266 vs llama.cpp's 0.00303, top-1 97.0% vs 96.6%).

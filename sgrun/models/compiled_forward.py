@@ -11,7 +11,7 @@ Attention stays eager between the graphs: its backends do per-batch Python work.
 
 The lm_head (an int8 table with float32 activations: logits are never rounded to bf16) has no
 fast ATen kernel -- `_weight_int8pack_mm` in float32 takes ~9 ms at batch 1 for SmolLM2's
-49152x576 head. Where sgrun's C++ kernel serves (cpu_kernels/matmul.py) the head calls it; elsewhere the
+49152x576 head. Where sgrun's C++ kernel serves (kernels/cpu/matmul.py) the head calls it; elsewhere the
 same dot products are written as a reduction, which inductor turns into one vectorised pass over
 the int8 bytes (~0.6 ms at batch 1, but it converts the table once per row, so it grows fast).
 

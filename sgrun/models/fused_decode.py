@@ -1,4 +1,4 @@
-"""The CPU decode forward with its blocks between attention calls in C++ (cpu_kernels/decode_block.cpp).
+"""The CPU decode forward with its blocks between attention calls in C++ (kernels/cpu/decode_block.cpp).
 
 LlamaModel.forward's twin for batches of at most `max_rows` tokens, as compiled_forward.py's, but
 with no torch.compile: each block (o projection + residual, MLP, the next layer's norm, q/k/v and

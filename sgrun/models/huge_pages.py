@@ -16,7 +16,7 @@ memory is merged whole; that only changes how it is backed. Ubuntu and Debian sh
 `madvise`, where nothing is huge without this; where THP is `never`, or the kernel refuses, the
 weights stay on 4 KB pages and the report says so. `SGRUN_HUGE_PAGES=0` turns it off.
 
-The KV pool (`zeros_on_huge_pages`, engine/page_pool.py) gets a mapping of its own, marked before it
+The KV pool (`zeros_on_huge_pages`, engine/state/page_pool.py) gets a mapping of its own, marked before it
 is first written, so its pages fault in huge as they are first used: a decode deep in a context reads as many KV bytes a step as weights
 (~70 MB at 3,000 tokens of SmolLM2 in bf16), and collapsing a pool of gigabytes after the fact
 would cost seconds at start-up.

@@ -127,7 +127,7 @@ def _build_model(path: str, dtype: torch.dtype, quantization: str,
     # and the small ones to keep (a dense float32 copy would be 4x the int4 file's size).
     if device.type != "cpu" or Path(path).is_dir() or quantization == "none":
         return (*build(), path)
-    from sgrun.cpu_kernels import matmul
+    from sgrun.kernels.cpu import matmul
     from sgrun.models import model_cache
     key = model_cache.model_key(path, dtype, quantization, device, matmul.available())
     model = model_cache.cached_build(Path(path).stem, key, lambda: build()[0])

@@ -10,7 +10,7 @@ quantized models here (the slow ones to build, and the small ones to keep).
 
 The key covers all of that: the file's path, size and mtime; dtype, quantization, device;
 torch's version; the CPU's flags and $SGRUN_CPU_ISA; a hash of every source file under
-sgrun/models and sgrun/cpu_kernels (the classes and the packing); and the availability of the
+sgrun/models and sgrun/kernels/cpu (the classes and the packing); and the availability of the
 C++ matmul kernel (a process whose build failed packs for torch's kernels instead). A stale or
 unreadable entry is rebuilt, never trusted. At most KEEP entries stay; the least recently used
 go first. `SGRUN_MODEL_CACHE=0` turns the cache off.
@@ -43,7 +43,7 @@ def source_hash() -> str:
     """Every source file that decides how a model is built and packed."""
     pkg = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for folder in (pkg / "models", pkg / "cpu_kernels"):
+    for folder in (pkg / "models", pkg / "kernels" / "cpu"):
         if folder.is_dir():
             for path in sorted(folder.rglob("*")):
                 if path.suffix in (".py", ".cpp", ".h", ".hpp") and path.is_file():
@@ -54,7 +54,7 @@ def source_hash() -> str:
 
 def model_key(path: str, dtype: torch.dtype, quantization: str, device: torch.device,
               kernels_available: bool) -> str:
-    from sgrun.cpu_kernels.isa import cpu_features
+    from sgrun.kernels.cpu.isa import cpu_features
     st = os.stat(path)
     parts = [os.path.realpath(path), str(st.st_size), str(st.st_mtime_ns), str(dtype), quantization, str(device),
              torch.__version__, platform.machine(), " ".join(sorted(cpu_features())), os.environ.get("SGRUN_CPU_ISA", ""),
@@ -102,7 +102,7 @@ def _register_kernel_pickling() -> None:
     name and looked up again on load, where the key guarantees the same level and build."""
     import copyreg
 
-    from sgrun.cpu_kernels import matmul
+    from sgrun.kernels.cpu import matmul
     copyreg.pickle(matmul.MatmulKernels, lambda k: (matmul.kernels, (k.level,)))
 
 

@@ -1,7 +1,7 @@
 """Linear layers whose weights stay quantized in memory (int8 per row, int4 in groups of 32).
 
 Small batches (decode) multiply with weight-only kernels that read the int8/int4 weights
-directly: sgrun's own C++ kernels for the CPU's level (cpu_kernels/matmul.py: ~2x torch's with
+directly: sgrun's own C++ kernels for the CPU's level (kernels/cpu/matmul.py: ~2x torch's with
 AVX512-BF16, int8 x int4 integer dot products on AVX2 and NEON; rows bit-identical at any batch
 size), otherwise torch's CPU kernels. At batch 1 that is ~4-10x
 faster than a bf16 `F.linear` on this model's shapes (measured 1 December 2026, c8e2c44), because the step is
@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 import torch
 import torch.nn.functional as F
 
-from sgrun.cpu_kernels import matmul as cpu_matmul
+from sgrun.kernels.cpu import matmul as cpu_matmul
 
 QuantMode = Literal["none", "int8", "int4"]
 QUANT_MODES: tuple[str, ...] = ("none", "int8", "int4")

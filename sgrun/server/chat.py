@@ -14,7 +14,7 @@ from starlette.requests import Request
 
 from sgrun.constrain import Constraint
 from sgrun.constrain.tool_calls import ToolCallConstraint
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.server.chat_prompt import render_prompt
 from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint, structural_tag_of
 from sgrun.server.engine_bridge import RunningRequest, submit

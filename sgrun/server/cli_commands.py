@@ -76,7 +76,7 @@ def run_serve(args: argparse.Namespace) -> int:
     if args.dp < 1:
         raise SgrunError(f"--dp must be at least 1, got {args.dp}")
     if args.tp > 1:
-        from sgrun.engine.tp_worker import torchrun_spec, worker_main
+        from sgrun.engine.stages.tp_worker import torchrun_spec, worker_main
         spec = torchrun_spec(args.model, args.dtype, args.quantization, args.tp, args.num_threads)
         if spec is not None:        # a torchrun rank other than 0: run forwards for rank 0, serve nothing
             worker_main(spec)

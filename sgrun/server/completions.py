@@ -11,7 +11,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
 from sgrun.server.engine_bridge import RunningRequest, merged_events, submit_all
 from sgrun.server.errors import bad_request

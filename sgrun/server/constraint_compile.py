@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sgrun.constrain import Constraint
 from sgrun.constrain.compile_budget import DEFAULT_COMPILE_BUDGET_S
 from sgrun.constrain.tool_calls import ToolSchemaError
-from sgrun.engine.request_constraint import compile_for_request
+from sgrun.engine.parts.request_constraint import compile_for_request
 from sgrun.errors import ConstraintError
 from sgrun.server.errors import APIError
 from sgrun.server.metrics import ServerMetrics

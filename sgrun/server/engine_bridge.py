@@ -13,15 +13,15 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 
 from sgrun.constrain import Constraint
-from sgrun.engine.outputs import CompletionOutput, StreamEvent
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.outputs import CompletionOutput, StreamEvent
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.server.errors import APIError, from_exception, generation_failed
 from sgrun.server.field_mapping import FieldNames
 from sgrun.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:
     from sgrun.engine.engine import Engine
-    from sgrun.engine.request_handle import RequestHandle
+    from sgrun.engine.state.request_handle import RequestHandle
 
 log = logging.getLogger("sgrun.server")
 

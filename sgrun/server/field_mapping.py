@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sgrun.engine.sampling_params import MAX_LOGPROBS, SamplingParams
+from sgrun.engine.state.sampling_params import MAX_LOGPROBS, SamplingParams
 from sgrun.errors import InvalidRequestError
 from sgrun.server.errors import bad_request, from_exception
 

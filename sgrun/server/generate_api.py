@@ -12,9 +12,9 @@ from typing import Any
 
 from starlette.requests import Request
 
-from sgrun.engine.outputs import StreamEvent, TokenLogprob
-from sgrun.engine.prompt_logprobs import prompt_logprobs
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.outputs import StreamEvent, TokenLogprob
+from sgrun.engine.state.prompt_logprobs import prompt_logprobs
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.constrain.tool_calls import ToolCallConstraint
 from sgrun.errors import ConstraintError, SgrunError
 from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint

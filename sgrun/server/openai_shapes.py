@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sgrun.engine.outputs import TokenLogprob
+from sgrun.engine.state.outputs import TokenLogprob
 from sgrun.server.protocol import (ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptTokensDetails, TopLogprob,
                                    Usage)
 

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sgrun.engine.request_constraint import compile_for_request
+from sgrun.engine.parts.request_constraint import compile_for_request
 from sgrun.errors import ConstraintError
 from sgrun.server.errors import APIError
 from sgrun.server.request_body import decode_body
@@ -88,7 +88,7 @@ def _recommended(state: Any) -> dict[str, Any]:
 async def _tree(engine: Any) -> dict[str, Any] | None:
     if not hasattr(engine, "run_on_loop") or not engine.is_alive():
         return None  # e.g. a multi-replica front: no single tree to draw
-    from sgrun.engine.radix_snapshot import describe, take_snapshot
+    from sgrun.engine.state.radix_snapshot import describe, take_snapshot
     snap = await asyncio.wait_for(asyncio.to_thread(engine.run_on_loop, lambda: take_snapshot(engine.cache)),
                                   SNAPSHOT_TIMEOUT_S)
     return await asyncio.to_thread(describe, snap, engine.tokenizer)

@@ -8,7 +8,7 @@ import asyncio
 import re
 from typing import Any
 
-from sgrun.engine.sampling_params import SamplingParams
+from sgrun.engine.state.sampling_params import SamplingParams
 from sgrun.server.errors import bad_request
 from sgrun.server.state import ServerState
 

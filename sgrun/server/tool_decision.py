@@ -29,7 +29,7 @@ import os
 from typing import Any
 
 from sgrun.constrain.tool_calls import ToolCallConstraint
-from sgrun.engine.sampling_params import MAX_SEED, SamplingParams
+from sgrun.engine.state.sampling_params import MAX_SEED, SamplingParams
 from sgrun.server.constraint_compile import ConstraintSpec, compile_request_constraint
 from sgrun.server.errors import from_exception
 from sgrun.server.field_mapping import FieldNames

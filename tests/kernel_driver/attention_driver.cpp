@@ -1,4 +1,4 @@
-// A torch-free test driver for the attention kernels' `simd` paths (sgrun/cpu_kernels/
+// A torch-free test driver for the attention kernels' `simd` paths (sgrun/kernels/cpu/
 // paged_chunk_<isa>.cpp for decode, prefill_attention_<isa>.cpp for prefill), so an ISA this
 // machine cannot run is still tested: tests/test_kernel_driver.py cross-compiles it for aarch64
 // (NEON) and runs it under qemu-aarch64, and compiles it natively for avx2. The sources' few

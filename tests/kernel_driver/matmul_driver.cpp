@@ -1,4 +1,4 @@
-// A torch-free test driver for the `simd` matmul tiles (sgrun/cpu_kernels/matmul_*.cpp), so a
+// A torch-free test driver for the `simd` matmul tiles (sgrun/kernels/cpu/matmul_*.cpp), so a
 // level this machine cannot run natively is still tested: tests/test_kernel_driver.py
 // cross-compiles it for aarch64 (neon, neon_dotprod) and runs it under qemu-aarch64, and
 // compiles it natively for avx2. It draws random int4 / int8 / bf16 weights and activations
