@@ -80,7 +80,7 @@ else:
                     ks, vs = (c[:, table[0]].reshape(KV, -1, D)[:, :length][None] for c in (kc, vc))
                     return F.scaled_dot_product_attention(q.transpose(0, 1)[None], ks, vs, is_causal=True, enable_gqa=True)
                 kern = lambda: op.prefill_attention(q, kc, vc, table, *meta, D ** -0.5, out, False, pa.bf16_from(),
-                                                    level == "amx" and op.amx_ready())
+                                                    level == "amx" and op.amx_ready(), 0)
                 n = 20 if length <= 256 else 6
                 res = {}
                 for name, fn in (("sdpa", sdpa), ("kernel", kern), ("sdpa", sdpa), ("kernel", kern)):

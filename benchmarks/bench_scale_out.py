@@ -7,7 +7,9 @@ Workload: --agents agents, each with its own system prompt of --prefix-words wor
 agents run interleaved: a pool of --concurrency clients takes whichever agent is ready next, in a
 seeded random order.
 
-Each replica's KV pool is --replica-tokens tokens (default 8,000: room for about 4 of the 8
+`sgrun serve --dp 2` passes smg the settings sgrun chooses (gateway.DEFAULT_SMG_ARGS, printed
+at the top; docs/scale-out.md says why each), the same for both policies; --gateway-arg adds to
+or overrides them. Each replica's KV pool is --replica-tokens tokens (default 8,000: room for about 4 of the 8
 prefixes plus working space), so where the requests land decides what stays cached. DP=1 gets
 twice that, the same total cache as two replicas. Size it so that half the agents' whole
 conversations fit in one replica (with --prefix-words 500, about 750 tokens each by the 4th
@@ -230,6 +232,15 @@ def step_wire(batch: int, ctx: int, iters: int) -> dict:
     return {"pickled_ms": ms["pickled"], "tensors_ms": ms["tensors"], "batch": batch, "ctx": ctx, "iters": iters}
 
 
+def _sgrun_smg_settings() -> str:
+    """What `sgrun serve --dp` sets for smg and its replicas (sgrun/server/gateway.py)."""
+    try:
+        from sgrun.server.gateway import DEFAULT_SMG_ARGS, REPLICA_LOAD_KV_USAGE
+        return f"{' '.join(DEFAULT_SMG_ARGS)}, replicas --load-kv-usage {REPLICA_LOAD_KV_USAGE}"
+    except ImportError:  # an sgrun from before these settings
+        return "none"
+
+
 def _smg_version() -> str:
     try:
         from importlib.metadata import version
@@ -269,7 +280,8 @@ def main() -> None:
     print(machine_line(args.threads), flush=True)
     print(f"workload: {args.agents} agents x {args.turns} turns, {args.prefix_words}-word system prompts, "
           f"{args.max_tokens} output tokens, {args.concurrency} clients; {args.replica_tokens} KV tokens a replica; "
-          f"gateway: smg {_smg_version()} {' '.join(args.gateway_arg)}", flush=True)
+          f"gateway: smg {_smg_version()} {' '.join(args.gateway_arg)}; sgrun's settings for smg: "
+          f"{_sgrun_smg_settings()}", flush=True)
 
     results = {}
     for name in args.configs.split(","):

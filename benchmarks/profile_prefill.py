@@ -130,10 +130,10 @@ def time_kernel(length: int, threads: int, heads: tuple[int, int, int] = (9, 3, 
                                                             enable_gqa=True)}
     if op is not None:
         calls["C++ prefill kernel"] = lambda: op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5,
-                                                                   out, False, prefill_cpp_bf16_from(), False)
+                                                                   out, False, prefill_cpp_bf16_from(), False, 0)
         if use_amx(op):   # the same walk with its products on AMX tiles, as the amx level runs it
             calls["C++ prefill kernel, AMX tiles"] = lambda: op.prefill_attention(
-                q, k_cache, v_cache, table, *meta, D ** -0.5, out, False, prefill_cpp_bf16_from(), True)
+                q, k_cache, v_cache, table, *meta, D ** -0.5, out, False, prefill_cpp_bf16_from(), True, 0)
     flop = H * length * (length + 1) / 2 * D * 4
     for name, call in calls.items():
         call()

@@ -2,10 +2,13 @@
 (SmolLM2, the default weights) and smg with its cache-aware policy, all on loopback; the
 official openai client streams through smg, and a shared prompt prefix sticks to one worker,
 whose radix cache serves it (cached tokens there, none on the other worker). smg also reads
-each worker's load report (/v1/loads), which its load-aware policies act on."""
+each worker's load report (/v1/loads), which its load-aware policies act on; with the settings
+`--dp` passes it (gateway.DEFAULT_SMG_ARGS), a conversation's next turn goes to the worker that
+holds its prefix although that worker's KV is over smg's default overload mark of 0.8."""
 
 import subprocess
 import sys
+import threading
 import time
 
 import httpx
@@ -17,6 +20,8 @@ from sgrun.child_process import free_port
 from sgrun.server import gateway
 from sgrun.server.loads import GenerationRate, load_snapshot
 
+# Each worker's KV pool: about 1,200 tokens, so that one long conversation holds over 80% of it.
+POOL_GB = "0.026"
 SYSTEM = "You are a terse assistant for a shipping company. Answer in one short sentence. " * 10
 QUESTIONS = ("Name a colour.", "Name a port city.", "Name a ship.", "Name a cargo.")
 
@@ -26,7 +31,10 @@ def gateway_url(tmp_path_factory):
     port = free_port()
     log = open(tmp_path_factory.mktemp("smg") / "serve.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "sgrun.cli", "serve", "--dp", "2", "--host", "127.0.0.1",
-                             "--port", str(port), "--max-running", "8", "--log-level", "warning"],
+                             "--port", str(port), "--max-running", "8", "--memory-gb", POOL_GB,
+                             "--log-level", "warning",
+                             # smg polls the loads every second instead of every 10 (the test waits on it)
+                             "--gateway-arg=--load-monitor-interval", "--gateway-arg=1"],
                             stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -49,13 +57,22 @@ def gateway_url(tmp_path_factory):
         proc.wait()
 
 
-def _cached_tokens(worker_url: str) -> float:
+def _metric(worker_url: str, name: str) -> float:
     text = httpx.get(f"{worker_url}/metrics", timeout=10).text
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            if s.name == "sgrun_cached_prompt_tokens_total":
+            if s.name == name:
                 return s.value
-    raise AssertionError("sgrun_cached_prompt_tokens_total missing from the worker's /metrics")
+    raise AssertionError(f"{name} missing from the worker's /metrics")
+
+
+def _cached_tokens(worker_url: str) -> float:
+    return _metric(worker_url, "sgrun_cached_prompt_tokens_total")
+
+
+def _agent_prompt(agent: int) -> str:
+    words = "cargo manifest vessel harbour customs invoice pallet freight route tariff".split()
+    return f"You are agent {agent}. " + " ".join(words[(i * agent) % len(words)] + str(i % 7) for i in range(120))
 
 
 def test_a_shared_prefix_streams_through_smg_and_sticks_to_one_worker(gateway_url):
@@ -101,6 +118,65 @@ def test_smg_reads_each_workers_load_report(gateway_url):
         time.sleep(1)
 
 
+def test_new_conversations_go_to_the_replica_with_cache_room(gateway_url):
+    """--dp replicas report KV usage counting their cached prefixes (loads.py, "cache") and smg
+    polls it every second: a prompt no replica holds goes where the cache has room. After the
+    first test one worker holds the shared system prompt; two new conversations then land one on
+    each worker (reporting usage held by requests only, both read 0 when idle and smg picks at
+    random)."""
+    workers = [w["url"] for w in httpx.get(f"{gateway_url}/workers", timeout=10).json()["workers"]]
+    client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="none", max_retries=0, timeout=120)
+    landed = []
+    for agent in (3, 4):
+        time.sleep(1.5)      # smg has polled since the last request finished: no since-poll work either side
+        before = [_metric(w, "sgrun_engine_prompt_tokens_total") for w in workers]
+        client.chat.completions.create(model="SmolLM2-135M-Instruct", max_tokens=2, temperature=0,
+                                       messages=[{"role": "user", "content": _agent_prompt(agent)}])
+        grew = [i for i, w in enumerate(workers) if _metric(w, "sgrun_engine_prompt_tokens_total") > before[i]]
+        assert len(grew) == 1, grew
+        landed.append(grew[0])
+    assert landed[0] != landed[1], landed
+
+
+def _smg_held_share(gateway_url: str) -> dict[str, float]:
+    """The share of each worker's KV its requests hold, as smg last polled it (/get_loads)."""
+    loads = httpx.get(f"{gateway_url}/get_loads", timeout=10).json().get("loads", [])
+    return {e["worker"]: e.get("num_used_tokens", 0) / max(1, e.get("max_total_num_tokens", 0)) for e in loads}
+
+
+def test_a_worker_over_smgs_default_kv_mark_still_gets_the_next_turn_of_its_conversation(gateway_url):
+    """smg's overload protection leaves out a worker whose KV usage is >= 0.8 by default; `--dp`
+    raises that mark to 1.0, so a second turn sharing the first's long prefix lands on the worker
+    that holds it (and reuses it) while the first turn still holds over 80% of that worker's KV."""
+    workers = [w["url"] for w in httpx.get(f"{gateway_url}/workers", timeout=10).json()["workers"]]
+    pool = httpx.get(f"{workers[0]}/server_info", timeout=10).json()["max_total_num_tokens"]
+    assert 1000 <= pool <= 1400, pool
+    words = "cargo manifest vessel harbour customs invoice pallet freight route tariff".split()
+    long_system = "You are agent 7. " + " ".join(words[i % len(words)] + str(i % 7) for i in range(460))
+    client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="none", max_retries=0, timeout=120)
+
+    def turn(question: str, max_tokens: int):
+        return client.chat.completions.create(
+            model="SmolLM2-135M-Instruct", max_tokens=max_tokens, temperature=0, extra_body={"ignore_eos": True},
+            messages=[{"role": "system", "content": long_system}, {"role": "user", "content": question}])
+
+    first: dict = {}
+    runner = threading.Thread(target=lambda: first.update(r=turn("Which berth is free?", 60)))
+    runner.start()
+    try:
+        deadline = time.monotonic() + 60
+        while max(_smg_held_share(gateway_url).values(), default=0.0) < 0.8:     # smg has seen it over 0.8
+            assert runner.is_alive() and time.monotonic() < deadline, _smg_held_share(gateway_url)
+            time.sleep(0.2)
+        second = turn("Which crane is free?", 4)
+    finally:
+        runner.join(120)
+    prompt = first["r"].usage.prompt_tokens
+    assert 0.75 * pool <= prompt < pool, (prompt, pool)
+    # The second turn reused the first's prefix: it went to the same worker.
+    assert second.usage.prompt_tokens_details.cached_tokens >= prompt - 32, second.usage
+
+
 def test_load_snapshot_reports_queue_and_kv_pressure():
     stats = {"running": 3, "waiting": 2, "waiting_tokens": 900, "pages_total": 100, "pages_in_use": 25,
              "page_size": 16, "cache_hit_rate": 0.5}
@@ -108,6 +184,19 @@ def test_load_snapshot_reports_queue_and_kv_pressure():
     assert load["num_total_reqs"] == 5 and load["num_waiting_uncached_tokens"] == 900
     assert load["max_total_num_tokens"] == 1600 and load["num_used_tokens"] == 400
     assert load["token_usage"] == 0.25 and load["gen_throughput"] == 12.5 and load["max_running_requests"] == 8
+
+
+def test_the_cache_reading_counts_cached_prefixes_in_kv_usage_and_queued_work():
+    # 25 pages held by requests, 65 kept by the radix cache, 10 free; 300 tokens queued for prefill.
+    stats = {"pages_total": 100, "pages_in_use": 25, "pages_free": 10, "page_size": 16, "waiting_tokens": 300}
+    load = load_snapshot(stats, max_running=8, gen_throughput=0.0, kv_usage="cache")
+    assert load["token_usage"] == pytest.approx(0.9) and load["num_used_tokens"] == 400   # used: still held only
+    # smg weighs a new prompt against the queued prefill plus the footprint it would evict into.
+    assert load["num_waiting_uncached_tokens"] == 300 + 90 * 16
+    full = load_snapshot({**stats, "pages_free": 0}, max_running=8, gen_throughput=0.0, kv_usage="cache")
+    assert full["token_usage"] == 0.999      # a pool full of cache is not what smg's overload mark 1.0 means
+    held = load_snapshot(stats, max_running=8, gen_throughput=0.0)          # held, the default
+    assert held["token_usage"] == 0.25 and held["num_waiting_uncached_tokens"] == 300
 
 
 def test_generation_rate_is_tokens_per_second_over_its_window():
@@ -137,4 +226,7 @@ def test_the_smg_command_line_carries_policy_metrics_host_aliases_and_body_limit
     assert "--worker-urls http://127.0.0.1:1 http://127.0.0.1:2 --policy round_robin" in line
     assert "--prometheus-host 127.0.0.1 --prometheus-port 4" in line and "--log-level warn" in line
     assert "--model-alias short=short.Q4_1" in line and "--max-payload-size 1024" in line
+    # sgrun's settings for smg come before --gateway-arg, so a user's value (smg takes the last) wins.
+    defaults = cmd.index("--worker-overload-token-usage")
+    assert cmd[defaults:defaults + 2] == list(gateway.DEFAULT_SMG_ARGS[:2]) == ["--worker-overload-token-usage", "1.0"]
     assert cmd[-2:] == ["--worker-overload-token-usage", "0.95"]     # --gateway-arg, last

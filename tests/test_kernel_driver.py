@@ -2,7 +2,8 @@
 machine cannot run: torch-free drivers (tests/kernel_driver/matmul_driver.cpp,
 attention_driver.cpp, the latter with the few torch names from tests/kernel_driver/torch_shim)
 are compiled per level and check the code against a float64 reference and bitwise invariances
-(a matmul row alone = batched; a decode head alone = in a pass; prefill rows whole = chunked).
+(a matmul row alone = batched; a decode head alone = in a pass; prefill rows whole = chunked,
+causal and under sliding windows).
 aarch64 (neon, neon_dotprod) is cross-compiled with Debian's g++-aarch64-linux-gnu and run under qemu-aarch64 (package
 qemu-user); on an aarch64 host the native compiler runs it directly. A missing cross compiler or
 emulator fails the test with the apt-get line that installs it (.ci/run installs both)."""
@@ -76,6 +77,10 @@ def test_attention_paths_at_every_isa(level, tmp_path):
     assert run.stdout.startswith(f"attention: decode {name}, prefill {name}\n"), run.stdout
     # float16 pools (a float32 model's fp16 KV cache) were checked too, decode and prefill
     assert "ok   decode float16 D=128" in run.stdout and "ok   prefill float16 pool D=128" in run.stdout, run.stdout
+    # and sliding windows (Gemma 3's local layers) on the prefill path, against float64 and chunked = whole
+    for window in (3, 40, 100, 500):
+        for line in (f"ok   prefill float32 D=64 window={window} vs float64", f"ok   prefill bf16 D=16 window={window} chunked"):
+            assert line in run.stdout, (line, run.stdout)
 
 
 def test_the_torch_facing_modules_compile_for_every_arm_level(tmp_path):

@@ -155,20 +155,27 @@ def test_decode_writes_only_its_rows_of_a_strided_batch():
     assert bool((out[[0, 2]] == 5.0).all())
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("kv_heads,group,page_size,head_dim", SHAPES)
-def test_prefill_matches_reference(dtype, kv_heads, group, page_size, head_dim):
-    gen = torch.Generator().manual_seed(kv_heads * 100 + group * 10 + page_size + 1)
-    # (q_len, ctx_len): a fresh prompt, chunks after a cached prefix (one longer than a query
-    # block), a single token, a chunk ending mid-page.
+def _prefill_batch(kv_heads: int, group: int, page_size: int, head_dim: int, dtype: torch.dtype,
+                   gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """(q, k, v, table, q_starts, q_lens, ctx_lens) of four prefill segments, (q_len, ctx_len): a
+    fresh prompt, chunks after a cached prefix (one longer than a query block), a single token, a
+    chunk ending mid-page; pages as _paged_kv lays them out."""
     segs = [(7, 7), (20, 37), (1, page_size + 1), (5, 2 * page_size + 1)]
     k, v, table = _paged_kv([c for _, c in segs], kv_heads, page_size, head_dim, dtype, gen)
     q_lens = torch.tensor([m for m, _ in segs], dtype=torch.int32)
     ctx_lens = torch.tensor([c for _, c in segs], dtype=torch.int32)
     q_starts = torch.cumsum(q_lens, 0, dtype=torch.int32) - q_lens
     q = torch.randn(int(q_lens.sum()), kv_heads * group, head_dim, generator=gen).to(dtype)
-    got = paged_prefill_attention(q, k, v, table, q_starts, q_lens, ctx_lens, max_q_len=int(q_lens.max()))
-    want = paged_prefill_attention_reference(q, k, v, table, q_starts, q_lens, ctx_lens)
+    return q, k, v, table, q_starts, q_lens, ctx_lens
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_heads,group,page_size,head_dim", SHAPES)
+def test_prefill_matches_reference(dtype, kv_heads, group, page_size, head_dim):
+    gen = torch.Generator().manual_seed(kv_heads * 100 + group * 10 + page_size + 1)
+    batch = _prefill_batch(kv_heads, group, page_size, head_dim, dtype, gen)
+    got = paged_prefill_attention(*batch, max_q_len=int(batch[5].max()))
+    want = paged_prefill_attention_reference(*batch)
     torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
 
 
@@ -282,20 +289,14 @@ def test_windowed_decode_matches_reference_and_never_reads_before_the_window():
 
 
 def test_windowed_prefill_matches_reference():
-    # Rows whose window starts past the first key block (a row that sees nothing in a block
-    # before its first visible key), chunks after a cached prefix, a window wider than the context.
+    # test_prefill_matches_reference's batch under windows: rows whose window starts past the first
+    # key block (a row that sees nothing in a block before its first visible key), chunks after a
+    # cached prefix, a window wider than the context.
     dtype = torch.float32
-    gen = torch.Generator().manual_seed(8)
-    segs = [(7, 7), (20, 37), (1, 17), (5, 33)]
-    k, v, table = _paged_kv([c for _, c in segs], 2, 4, 16, dtype, gen)
-    q_lens = torch.tensor([m for m, _ in segs], dtype=torch.int32)
-    ctx_lens = torch.tensor([c for _, c in segs], dtype=torch.int32)
-    q_starts = torch.cumsum(q_lens, 0, dtype=torch.int32) - q_lens
-    q = torch.randn(int(q_lens.sum()), 6, 16, generator=gen).to(dtype)
+    batch = _prefill_batch(2, 3, 16, 16, dtype, torch.Generator().manual_seed(8))
     for window in (3, 100):
-        got = paged_prefill_attention(q, k, v, table, q_starts, q_lens, ctx_lens, max_q_len=int(q_lens.max()),
-                                      window=window)
-        want = paged_prefill_attention_reference(q, k, v, table, q_starts, q_lens, ctx_lens, window=window)
+        got = paged_prefill_attention(*batch, max_q_len=int(batch[5].max()), window=window)
+        want = paged_prefill_attention_reference(*batch, window=window)
         torch.testing.assert_close(got.float(), want.float(), **TOL[dtype])
 
 

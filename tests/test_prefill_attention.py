@@ -47,8 +47,8 @@ class AtLevel:
     def __init__(self, module, level: str):
         self.module, self.amx = module, level == "amx"
 
-    def prefill_attention(self, *args):
-        return self.module.prefill_attention(*args, self.amx)
+    def prefill_attention(self, *args, window=0):
+        return self.module.prefill_attention(*args, self.amx, window)
 
     def __getattr__(self, name):
         return getattr(self.module, name)
@@ -81,26 +81,34 @@ def native_op():
     return kernel
 
 
-def reference(q, k_cache, v_cache, pages, ctx, scale):
+def allowed_keys(q_len, ctx, window=0):
+    """[q_len, ctx]: which keys each of the context's last q_len positions attends: every key up to
+    its own position, and under a sliding window only the last `window` of them (transformers'
+    sliding mask: p - window < j <= p)."""
+    key, pos = torch.arange(ctx)[None, :], torch.arange(ctx - q_len, ctx)[:, None]
+    return (key <= pos) & ((key > pos - window) if window else True)
+
+
+def reference(q, k_cache, v_cache, pages, ctx, scale, window=0):
     """float64 causal attention of q [q_len, H, D] (the context's last q_len positions) over the
-    first ctx tokens held in `pages`."""
+    first ctx tokens held in `pages`, under a sliding window of `window` tokens if not 0."""
     q_len, H, D = q.shape
     KV = k_cache.shape[0]
     k = k_cache[:, pages].reshape(KV, -1, D)[:, :ctx].double().repeat_interleave(H // KV, 0)
     v = v_cache[:, pages].reshape(KV, -1, D)[:, :ctx].double().repeat_interleave(H // KV, 0)
     s = torch.einsum("qhd,htd->hqt", q.double(), k) * scale
-    allowed = torch.arange(ctx)[None, :] <= torch.arange(ctx - q_len, ctx)[:, None]
+    allowed = allowed_keys(q_len, ctx, window)
     p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
     return torch.einsum("hqt,htd->qhd", p, v)
 
 
-def sdpa_bf16(q, k_cache, v_cache, pages, ctx, scale):
+def sdpa_bf16(q, k_cache, v_cache, pages, ctx, scale, window=0):
     """Today's path (attention/torch_backend.py) on the same inputs, for an error yardstick."""
     q_len, H, D = q.shape
     KV = k_cache.shape[0]
     k = k_cache[:, pages].reshape(KV, -1, D)[:, :ctx][None]
     v = v_cache[:, pages].reshape(KV, -1, D)[:, :ctx][None]
-    allowed = torch.arange(ctx)[None, :] <= torch.arange(ctx - q_len, ctx)[:, None]
+    allowed = allowed_keys(q_len, ctx, window)
     o = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k, v, attn_mask=allowed, enable_gqa=True, scale=scale)
     return o[0].transpose(0, 1)
 
@@ -124,20 +132,33 @@ def _shuffled_pages(seed, KV, D, page_size, dtype):
     return gen, k_cache, v_cache, segments, T
 
 
-@pytest.mark.parametrize("dtype,portable,head_dim,page_size,bf16_from", [
-    (torch.bfloat16, False, 64, 16, 0),       # the AVX512-BF16 path at avx512_bf16, the AVX2 one at avx2 / avx512
-    (torch.bfloat16, False, 128, 5, 0),       # the other register tiling; pages that split key blocks
-    (torch.bfloat16, False, 16, 7, 0),        # AVX2 at every x86 level (no bf16 tile for 16)
-    (torch.float32, False, 64, 16, 0),        # float32 pools: every row on the AVX512-BF16 path (bf16 products) ...
-    (torch.float32, False, 128, 5, 10 ** 9),  # ... none of them (float32 products, the AVX2 path) ...
-    (torch.float32, False, 64, 7, 100),       # ... rows from position 100 on; below avx512_bf16 the AVX2 path
-    (torch.bfloat16, True, 64, 16, 0),        # the portable path
-    (torch.float32, True, 24, 3, 0),          # portable, a head dim without a fast path
+@pytest.mark.parametrize("dtype,portable,head_dim,page_size,bf16_from,window", [
+    (torch.bfloat16, False, 64, 16, 0, 0),       # the AVX512-BF16 path at avx512_bf16, the AVX2 one at avx2 / avx512
+    (torch.bfloat16, False, 128, 5, 0, 0),       # the other register tiling; pages that split key blocks
+    (torch.bfloat16, False, 16, 7, 0, 0),        # AVX2 at every x86 level (no bf16 tile for 16)
+    (torch.float32, False, 64, 16, 0, 0),        # float32 pools: every row on the AVX512-BF16 path (bf16 products) ...
+    (torch.float32, False, 128, 5, 10 ** 9, 0),  # ... none of them (float32 products, the AVX2 path) ...
+    (torch.float32, False, 64, 7, 100, 0),       # ... rows from position 100 on; below avx512_bf16 the AVX2 path
+    (torch.bfloat16, True, 64, 16, 0, 0),        # the portable path
+    (torch.float32, True, 24, 3, 0, 0),          # portable, a head dim without a fast path
+    # Sliding windows (Gemma 3's local layers) on every path: narrower than a 16-key step, than a
+    # tile's span, than a 64-key block; wider than a block, than some contexts and than all of them.
+    (torch.bfloat16, False, 64, 16, 0, 100),
+    (torch.bfloat16, False, 128, 5, 0, 7),
+    (torch.bfloat16, False, 16, 7, 0, 70),
+    (torch.float32, False, 64, 7, 100, 50),
+    (torch.float32, False, 128, 5, 10 ** 9, 3),
+    (torch.float32, False, 32, 16, 0, 64),
+    (torch.bfloat16, False, 256, 16, 0, 130),    # Gemma-3-1B's head dim: the AVX2 path at every x86 level
+    (torch.float32, True, 24, 3, 0, 9),          # portable
+    (torch.bfloat16, False, 96, 9, 0, 5000),     # wider than every context: the causal result
 ])
-def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_size, bf16_from):
-    """Shuffled pages, GQA (3 query heads per kv head), several segments in one call; q rows
-    strided as the model's fused QKV leaves them. bf16 error stays within 2x SDPA's own; a float32
-    pool's rows keep float32 accuracy except those at or past `bf16_from` on the AVX512-BF16 path."""
+def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_size, bf16_from, window):
+    """Shuffled pages, GQA (3 query heads per kv head), several segments in one call (prompts that
+    are not a multiple of a tile, chunks after earlier context); q rows strided as the model's
+    fused QKV leaves them; causal (window 0) or under a sliding window. bf16 error stays within 2x
+    SDPA's own; a float32 pool's rows keep float32 accuracy except those at or past `bf16_from` on
+    the AVX512-BF16 path."""
     H, KV, D = 6, 2, head_dim
     gen, k_cache, v_cache, segments, T = _shuffled_pages(head_dim + page_size, KV, D, page_size, dtype)
     qkv = torch.randn(T, H + 2 * KV, D, generator=gen).to(dtype)
@@ -145,12 +166,13 @@ def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_si
     out = torch.full((T, H, D), float("nan"), dtype=dtype)
     meta = [torch.tensor([getattr(s, f) for s in segments]) for f in ("q_start", "q_len", "ctx_len")]
     table = torch.nn.utils.rnn.pad_sequence([s.pages for s in segments], batch_first=True)
-    op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, out, portable, bf16_from)
+    op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, out, portable, bf16_from, window=window)
+    assert not out.isnan().any()
     bf16_path = not portable and op.fast_path(dtype_name(dtype), D) == "avx512_bf16"
     checked = {"float32": 0, "bf16": 0}
     for s in segments:
         rows = slice(s.q_start, s.q_start + s.q_len)
-        want = reference(q[rows], k_cache, v_cache, s.pages, s.ctx_len, D ** -0.5)
+        want = reference(q[rows], k_cache, v_cache, s.pages, s.ctx_len, D ** -0.5, window)
         pos = torch.arange(s.ctx_len - s.q_len, s.ctx_len)
         # bf16 products: a bf16 pool's rows, a float32 pool's from bf16_from on the AVX512-BF16 path
         rounded = torch.full_like(pos, dtype == torch.bfloat16, dtype=torch.bool) | (bf16_path & (pos >= bf16_from))
@@ -160,17 +182,18 @@ def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_si
             checked["float32"] += 1
         if rounded.any():   # within 2x the error of SDPA on the bf16-rounded inputs
             bf = [t.to(torch.bfloat16) for t in (q[rows], k_cache, v_cache)]
-            yard = (sdpa_bf16(*bf, s.pages, s.ctx_len, D ** -0.5).double() - want).abs().amax(dim=(1, 2))
+            yard = (sdpa_bf16(*bf, s.pages, s.ctx_len, D ** -0.5, window).double() - want).abs().amax(dim=(1, 2))
             assert (err[rounded] <= 2 * yard[rounded] + 4e-3).all(), (s, err[rounded].max(), yard.max())
-            if dtype == torch.float32:   # and no output rounding: tighter than a bf16 pool's
-                assert err[rounded].max() < 2e-2, (s, err[rounded].max())
+            if dtype == torch.float32:   # and no output rounding: tighter than a bf16 pool's (a narrow
+                # window averages fewer values, so its outputs and their bf16-product errors are larger)
+                assert err[rounded].max() < (4e-2 if window else 2e-2), (s, err[rounded].max())
             checked["bf16"] += 1
     if dtype == torch.float32 and bf16_path and bf16_from == 100:
         assert checked["float32"] and checked["bf16"], checked   # the split crossed some segments
         # The rows below the split are bitwise the float32 path's; the rows past it are not (so
         # they did take bf16 products, not merely stay within their tolerance).
         plain = torch.full_like(out, float("nan"))
-        op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, plain, portable, 10 ** 9)
+        op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, plain, portable, 10 ** 9, window=window)
         for s in segments:
             pos = torch.arange(s.ctx_len - s.q_len, s.ctx_len)
             rows = torch.arange(s.q_start, s.q_start + s.q_len)
@@ -180,14 +203,19 @@ def test_kernel_matches_float64_reference(op, dtype, portable, head_dim, page_si
                 assert not torch.equal(out[high], plain[high]), s
 
 
-@pytest.mark.parametrize("dtype,head_dim,bf16_from", [(torch.bfloat16, 64, 0), (torch.float32, 64, 0),
-                                                      (torch.float32, 64, 100), (torch.bfloat16, 16, 0)])
-def test_rows_same_whole_or_chunked(op, dtype, head_dim, bf16_from):
+@pytest.mark.parametrize("dtype,head_dim,bf16_from,window", [
+    (torch.bfloat16, 64, 0, 0), (torch.float32, 64, 0, 0), (torch.float32, 64, 100, 0), (torch.bfloat16, 16, 0, 0),
+    # sliding windows: narrower than a tile's span of positions, than a block, wider than a block
+    (torch.bfloat16, 64, 0, 5), (torch.float32, 64, 100, 40), (torch.bfloat16, 16, 0, 100),
+    (torch.float32, 128, 0, 70),
+])
+def test_rows_same_whole_or_chunked(op, dtype, head_dim, bf16_from, window):
     """A prompt's rows come out bitwise the same from one call over the whole prompt and from
     calls over its chunks (a chunked prefill, each chunk attending the earlier ones in the
     pages), and from a call batched with another segment: a row's result depends on its own
     query, position and context only, not on the tiles it shares (nor, on a float32 pool split at
-    `bf16_from`, on whether its chunk starts before or after the split: the chunk 65-150 crosses 100)."""
+    `bf16_from`, on whether its chunk starts before or after the split: the chunk 65-150 crosses 100),
+    nor, under a sliding window, on which blocks its tile's other rows made the walk visit."""
     gen = torch.Generator().manual_seed(5)
     H, KV, D, ps, ctx = 6, 2, head_dim, 16, 203
     pages = -(-ctx // ps)
@@ -199,7 +227,8 @@ def test_rows_same_whole_or_chunked(op, dtype, head_dim, bf16_from):
     def run(q_start, q_len, rows_q):
         out = torch.empty_like(rows_q)
         meta = [torch.tensor([x]) for x in (0, q_len, q_start + q_len)]
-        op.prefill_attention(rows_q, k_cache, v_cache, table, *meta, D ** -0.5, out, False, bf16_from)
+        op.prefill_attention(rows_q, k_cache, v_cache, table, *meta, D ** -0.5, out, False, bf16_from,
+                             window=window)
         return out
 
     whole = run(0, ctx, q)
@@ -211,8 +240,36 @@ def test_rows_same_whole_or_chunked(op, dtype, head_dim, bf16_from):
     out = torch.empty_like(both)
     tables = torch.cat([table, table])
     meta = [torch.tensor(x) for x in ([0, 5], [5, ctx], [40, ctx])]
-    op.prefill_attention(both, k_cache, v_cache, tables, *meta, D ** -0.5, out, False, bf16_from)
+    op.prefill_attention(both, k_cache, v_cache, tables, *meta, D ** -0.5, out, False, bf16_from, window=window)
     assert torch.equal(out[5:], whole)
+    if window:   # and it is the windowed attention (a row alone, from the pages, as a decode-like chunk)
+        for p in (0, 3, 99, ctx - 1):
+            want = reference(q[p:p + 1], k_cache, v_cache, table[0], p + 1, D ** -0.5, window)
+            assert (whole[p:p + 1].double() - want).abs().max() < 2e-2, p
+
+
+def test_windowed_chunk_reads_no_key_before_its_windows_block(op):
+    """A chunk after a long cached prefix, under a sliding window: the kernel packs and reads the
+    context only from the 64-key block holding its first row's window start, so keys before it
+    may hold anything (NaN here, which any read would spread) and the result is still the
+    float64 reference's. Without the window the same keys are read (the output is NaN)."""
+    gen = torch.Generator().manual_seed(11)
+    H, KV, D, ps, ctx, q_len, window = 6, 2, 64, 16, 700, 37, 100
+    pages = -(-ctx // ps)
+    k_cache = torch.randn(KV, pages, ps, D, generator=gen).to(torch.bfloat16)
+    v_cache = torch.randn(KV, pages, ps, D, generator=gen).to(torch.bfloat16)
+    first_read = (ctx - q_len - window + 1) // 64 * 64
+    for cache in (k_cache, v_cache):
+        cache.view(KV, -1, D)[:, :first_read] = float("nan")
+    table = torch.arange(pages)[None]
+    q = torch.randn(q_len, H, D, generator=gen).to(torch.bfloat16)
+    meta = [torch.tensor([x]) for x in (0, q_len, ctx)]
+    out = torch.empty_like(q)
+    op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, out, False, 0, window=window)
+    want = reference(q, k_cache.nan_to_num(), v_cache.nan_to_num(), table[0], ctx, D ** -0.5, window)
+    assert (out.double() - want).abs().max() < 2e-2
+    op.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, out, False, 0, window=0)
+    assert out.isnan().any()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
@@ -231,7 +288,7 @@ def test_amx_tiles_run_where_the_kernel_has_them(op, dtype, head_dim):
     outs = {}
     for amx in (False, True):
         outs[amx] = torch.full((T, H, D), float("nan"), dtype=dtype)
-        op.module.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, outs[amx], False, 0, amx)
+        op.module.prefill_attention(q, k_cache, v_cache, table, *meta, D ** -0.5, outs[amx], False, 0, amx, 0)
     assert not outs[True].isnan().any()
     if op.amx_ready() and op.fast_path(dtype_name(dtype), D) == "avx512_bf16":
         assert not torch.equal(outs[True], outs[False])

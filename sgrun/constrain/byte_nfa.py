@@ -403,9 +403,11 @@ def _dfa_masks(dfa: Any) -> set[int]:
     return got
 
 
-def nfa_from_node(node: Node) -> tuple[ByteNFA, int]:
-    """A regular expression's AST as a fresh shared NFA and its root fragment."""
-    nfa = ByteNFA(share=True)
+def nfa_from_node(node: Node, nfa: ByteNFA | None = None) -> tuple[ByteNFA, int]:
+    """A regular expression's AST as a shared NFA (a fresh one, or `nfa`: e.g. a program NFA,
+    nfa_program) and its root fragment."""
+    nfa = nfa if nfa is not None else ByteNFA(share=True)
     root = nfa.new_fragment()
     nfa.define_fragment(root, node)
+    nfa.sealed = True
     return nfa, root

@@ -137,8 +137,9 @@ def build_nfa(kind: str, payload: Any, options: dict) -> tuple[Any, int, list[st
         nfa, root, warnings = schema_to_nfa(payload, **options)
     else:
         from sgrun.constrain.byte_nfa import nfa_from_node
+        from sgrun.constrain.native_nfa import new_program_nfa
         node = parse_regex(payload).fullmatch_node() if kind == "regex" else literal_choices(list(payload))
-        nfa, root = nfa_from_node(node)
+        nfa, root = nfa_from_node(node, new_program_nfa())
     if root not in nfa.trim():
         raise EmptyConstraintError(f"the {kind.replace('_', ' ')} constraint admits no output at all")
     return nfa, root, warnings

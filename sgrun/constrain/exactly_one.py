@@ -78,6 +78,11 @@ class Inliner:
     def marker(self, fid: int) -> Node:
         b = self.markers.get(fid)
         if b is None:
+            if getattr(self.nfa, "is_lists", True) is False:
+                # an opaque call: the product will need the built graph (first_bytes) and write
+                # states (embed_with_calls); say so now, before any DFA of this product is built
+                from sgrun.constrain.nfa_program import NeedsListNFA
+                raise NeedsListNFA("exactly-one product with calls")
             if len(self.markers) >= len(MARKER_BYTES):
                 raise NotBuildable(f"more than {len(MARKER_BYTES)} distinct recursive sub-schemas take part")
             b = self.markers[fid] = MARKER_BYTES[len(self.markers)]

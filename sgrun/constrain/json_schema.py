@@ -1416,6 +1416,18 @@ def schema_to_nfa(schema: Any, whitespace: str = "compact", lenient: bool = Fals
     if not isinstance(schema, (dict, bool)):
         raise InvalidSchemaError("a JSON Schema must be an object or a boolean")
     check_document_depth(schema)
+    from sgrun.constrain.native_nfa import new_program_nfa
+    from sgrun.constrain.nfa_program import NeedsListNFA
+    program = new_program_nfa()
+    if program is not None:
+        try:  # the NFA as a program, built in C++ (nfa_program)
+            compiler = SchemaCompiler(schema, whitespace=whitespace, lenient=lenient, key_order=key_order,
+                                      nfa=program)
+            root = compiler.compile_root()
+            compiler.nfa.sealed = True
+            return compiler.nfa, root, compiler.warnings
+        except NeedsListNFA:
+            pass  # (an exactly-one product with calls writes states itself: the list build below)
     compiler = SchemaCompiler(schema, whitespace=whitespace, lenient=lenient, key_order=key_order)
     root = compiler.compile_root()
     return compiler.nfa, root, compiler.warnings

@@ -71,6 +71,9 @@ class LazyDFA:
                  max_states: int = DEFAULT_MAX_DFA_STATES):
         self.nfa = nfa
         self.root = root
+        as_lists = getattr(nfa, "as_lists", None)
+        if as_lists is not None:  # a program NFA (nfa_program): its Python build
+            nfa = self.nfa = as_lists()
         self.root_end = nfa.frag_end[root]
         self.max_depth = max_depth
         self.max_states = max_states

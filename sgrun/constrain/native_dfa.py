@@ -28,12 +28,13 @@ import numpy as np
 from sgrun.constrain.byte_nfa import ByteNFA
 from sgrun.constrain.compile_budget import tick
 from sgrun.constrain.errors import ConstraintTooComplexError
+from sgrun.constrain.nfa_program import ProgramNFA
 from sgrun.constrain.lazy_dfa import _MAX_CLOSURE, DEFAULT_MAX_DEPTH, DEFAULT_MAX_DFA_STATES, LazyDFA, byte_classes
 
 log = logging.getLogger("sgrun.constrain")
 
 _NATIVE = Path(__file__).resolve().parent / "native"  # the constraint compiler's C++, shipped as package data
-SOURCES = (_NATIVE / "lazy_dfa_core.cpp", _NATIVE / "escape_lift.cpp")  # one library
+SOURCES = (_NATIVE / "lazy_dfa_core.cpp", _NATIVE / "escape_lift.cpp", _NATIVE / "nfa_build.cpp")  # one library
 _ERR_CLOSURE, _ERR_STATES = -2, -3
 _NON_UNIFORM = -4
 _MAX_SUCCESSORS = 4096
@@ -61,6 +62,15 @@ _SIGNATURES = {
     "sgrun_trie_free": (None, [_vp]),
     "sgrun_dfa_mask": (_i32, [_vp, _vp, _i32, _vp, _vp, _i32]),
     "sgrun_dfa_nfa_distances": (_i32, [_vp, _vp, _i32, _vp, _i32]),
+    "sgrun_dfa_new_nfa": (_vp, [_vp, _i32, _i32, _vp, _vp, _i32, _i32, _i32, _i32p]),
+    "sgrun_dfa_nfa_size": (None, [_vp, _i32p]),
+    "sgrun_nfa_build": (_i32, [_vp, ctypes.c_int64, _vp, ctypes.c_int64, _vp, _i32, _vp, _i32, _i32, _i32,
+                               ctypes.c_int64, ctypes.c_int64, _i32, ctypes.POINTER(_vp)]),
+    "sgrun_nfa_free": (None, [_vp]),
+    "sgrun_nfa_nonempty": (None, [_vp, _vp]),
+    "sgrun_nfa_byte_classes": (_i32, [_vp, _vp]),
+    "sgrun_nfa_sizes": (None, [_vp, _vp]),
+    "sgrun_nfa_export": (None, [_vp] * 9),
 }
 
 _NEW_PY = ("sgrun_dfa_new_py", _vp, [ctypes.py_object] * 6 + [_vp, _i32, _i32, _i32, _i32, _vp, _vp, _i32, _i32,
@@ -115,8 +125,11 @@ def native_escape_lift(edges: list, accepting: set[int], start: int) -> tuple[li
 
 
 def make_lazy_dfa(nfa: ByteNFA, root: int):
-    """The automaton a constraint runs on: the C++ one where it builds, else the Python one."""
-    return NativeLazyDFA(nfa, root) if native_enabled() else LazyDFA(nfa, root)
+    """The automaton a constraint runs on: the C++ one where it builds, else the Python one (over
+    the program NFA's Python build, nfa_program.ProgramNFA.build_lists)."""
+    if native_enabled():
+        return NativeLazyDFA(nfa, root)
+    return LazyDFA(nfa, root)
 
 
 def _ptr(a: np.ndarray) -> int:
@@ -250,7 +263,10 @@ class NativeLazyDFA:
         self.nfa, self.root, self.root_end = nfa, root, nfa.frag_end[root]
         self.max_depth, self._max_states = max_depth, max_states
         self.lock = threading.RLock()
-        classes = byte_classes(nfa.all_masks())
+        if isinstance(nfa, ProgramNFA) and not nfa.is_lists:
+            classes = nfa.native().byte_classes()  # (in C++, over the masks its edges read)
+        else:
+            classes = byte_classes(nfa.all_masks())
         self.class_masks = classes
         self.num_classes = len(classes)
         self.class_rep = [(m & -m).bit_length() - 1 for m in classes]
@@ -274,8 +290,19 @@ class NativeLazyDFA:
         self._build(nfa, root)
 
     def _build(self, nfa: ByteNFA, root: int) -> None:
-        self._h, initial = self._new(nfa, root, nfa.all_masks())  # (masks it did not record: read from the edges)
+        if isinstance(nfa, ProgramNFA) and not nfa.is_lists:  # built in C++: the NFA never is Python lists
+            initial = ctypes.c_int32(0)
+            self._h = self._lib.sgrun_dfa_new_nfa(
+                nfa.native().handle, root, self.num_classes, _ptr(np.ascontiguousarray(self.class_of, dtype=np.uint8)),
+                _ptr(np.array(self.class_rep, dtype=np.uint8)), self.max_depth, self.max_states, _MAX_CLOSURE,
+                ctypes.byref(initial))
+            initial = initial.value
+        else:
+            self._h, initial = self._new(nfa, root, nfa.all_masks())  # (masks it did not record: read from the edges)
         self.initial = self._check(initial)
+        size = _Frame()  # (a kept array type: [states, fragments] in its first two)
+        self._lib.sgrun_dfa_nfa_size(self._h, size)
+        self.nfa_states, self.nfa_fragments = size[0], size[1]
 
     def _new(self, nfa: ByteNFA, root: int, masks: set[int]) -> tuple[int, int]:
         mask_ids = {m: k for k, m in enumerate(masks)}
@@ -402,8 +429,8 @@ class NativeLazyDFA:
     def nfa_distances(self) -> tuple[list[float], list[float]]:
         """shortest_completion.NfaDistances' (dist per NFA state, shortest per fragment), computed
         in C++ over the NFA this automaton read (the same values; inf where none)."""
-        dist = np.empty(len(self.nfa.edges), dtype=np.float64)
-        shortest = np.empty(len(self.nfa.frag_start), dtype=np.float64)
+        dist = np.empty(self.nfa_states, dtype=np.float64)
+        shortest = np.empty(self.nfa_fragments, dtype=np.float64)
         with self.lock:
             got = self._lib.sgrun_dfa_nfa_distances(self._h, _ptr(dist), len(dist), _ptr(shortest), len(shortest))
         if got < 0:

@@ -136,7 +136,8 @@ async def metrics_endpoint(request: Request) -> Response:
 
 async def load_report(request: Request) -> Response:
     """What smg's load-aware policies read (loads.py); open like /metrics, which says as much."""
-    body = await asyncio.to_thread(loads.load_report, server_state(request), request.app.state.load_rate)
+    body = await asyncio.to_thread(loads.load_report, server_state(request), request.app.state.load_rate,
+                                   request.app.state.load_kv_usage)
     return json_response(body)
 
 
@@ -266,14 +267,18 @@ ROUTES = [
 def build_app(engine: Engine, *, served_model_names: list[str] | None = None, api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, close_engine_on_shutdown: bool = False,
               tool_call_parser: str | None = None, reasoning_parser: str | None = None,
-              constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S, strict_budget: bool = False) -> RequestGuard:
+              constraint_budget_s: float = DEFAULT_COMPILE_BUDGET_S, strict_budget: bool = False,
+              load_kv_usage: str = "held") -> RequestGuard:
     """The ASGI app serving `engine`. The first of `served_model_names` (else the model's name) is
     the id /v1/models lists; see ServerState for the names requests may use. tool_call_parser
     names the call format (default: detected from the chat template); reasoning_parser splits
     `<think>` sections into reasoning_content. constraint_budget_s bounds each constraint's compile
     time (past it the request gets a 400 saying the constraint is too complex). strict_budget
     refuses a constraint whose shortest output exceeds max_tokens for requests that do not say
-    (default: such a request runs and ends with finish "length", as OpenAI's API)."""
+    (default: such a request runs and ends with finish "length", as OpenAI's API). load_kv_usage:
+    how /v1/loads reads KV usage for smg, "held" or "cache" (loads.py)."""
+    if load_kv_usage not in loads.KV_USAGE_READINGS:
+        raise ValueError(f"load_kv_usage must be one of {loads.KV_USAGE_READINGS}, got {load_kv_usage!r}")
     metrics = ServerMetrics(engine)
     state = ServerState.for_engine(engine, served_model_names, metrics,
                                    tool_format=get_format(tool_call_parser) if tool_call_parser else None,
@@ -289,6 +294,7 @@ def build_app(engine: Engine, *, served_model_names: list[str] | None = None, ap
     app = Starlette(routes=ROUTES, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
     app.state.sgrun = state
     app.state.load_rate = loads.GenerationRate()
+    app.state.load_kv_usage = load_kv_usage
     guarded_app = RequestGuard(app, api_key, max_body_bytes, on_error=metrics.observe_error)
     guarded_app.state = state  # type: ignore[attr-defined]  # tests reach the engine through it
     return guarded_app

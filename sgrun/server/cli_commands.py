@@ -57,6 +57,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     p.add_argument("--tp", type=int, default=1,
                    help="tensor parallelism: shard the model over N processes (gloo on CPU, NCCL on CUDA); "
                         "under torchrun, the ranks torchrun started")
+    p.add_argument("--load-kv-usage", default=None, choices=["held", "cache"],
+                   help="KV usage in the load report SGLang's gateway smg polls (/v1/loads): held (by requests, "
+                        "SGLang's meaning; the default) or cache (held or kept by the prefix cache, which --dp "
+                        "replicas report; docs/scale-out.md)")
     p.add_argument("--dp", type=int, default=1,
                    help="data parallelism: run N engine replicas (each its own KV pool and radix cache, an equal "
                         "share of the threads) behind SGLang's gateway smg with its cache-aware policy on --port "
@@ -92,7 +96,8 @@ def run_serve(args: argparse.Namespace) -> int:
     app = build_app(engine, served_model_names=args.served_model_name, api_key=args.api_key,
                     max_body_bytes=args.max_body_bytes, close_engine_on_shutdown=True,
                     tool_call_parser=args.tool_call_parser, reasoning_parser=args.reasoning_parser,
-                    constraint_budget_s=args.constraint_budget, strict_budget=args.strict_budget)
+                    constraint_budget_s=args.constraint_budget, strict_budget=args.strict_budget,
+                    load_kv_usage=args.load_kv_usage or "held")
     # The details (backend, pool sizing, CUDA graphs) go to the log; a person reads the one line.
     report = engine.startup_report()
     logging.getLogger("sgrun.server").info("start-up: " + ", ".join(

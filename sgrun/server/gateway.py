@@ -25,6 +25,26 @@ from sgrun.errors import SgrunError
 INSTALL_HINT = 'pip install "sgrun[gateway]"   (or: pip install smg)'
 # smg's policies that suit sgrun workers over HTTP (the others need gRPC workers, PD or a manual key).
 GATEWAY_POLICIES = ("cache_aware", "round_robin", "least_load", "power_of_two", "prefix_hash", "random")
+# The smg settings `sgrun serve --dp N` passes ahead of --gateway-arg (smg takes the last value of an
+# option, so a user's --gateway-arg overrides each). Why each is what it is: docs/scale-out.md,
+# "The smg settings sgrun passes".
+#   --worker-overload-token-usage 1.0: smg's overload protection (on by default at 0.8) leaves a
+#     worker out of routing while its KV usage is at or over the mark. That moves a conversation's
+#     next turn off the replica that holds its prefix, to recompute it all on another and double
+#     its cache footprint, where on sgrun the turn would wait in the queue briefly and then reuse
+#     its prefix. At 1.0 only a pool wholly held by requests counts (with the replicas' "cache"
+#     reading, which stays under 1.0, never); the waiting-queue gate (8 requests) still moves
+#     work off a replica that falls behind.
+#   --load-monitor-interval 1: smg reads each replica's /v1/loads every second instead of every
+#     10. A prompt no replica holds goes to the lowest expected wait: the queued work a replica
+#     reports (with the "cache" reading, its cache footprint too), the work smg sent it since its
+#     last poll, and a barrier on its KV usage. With a 10 s poll the since-poll work decides (a
+#     turn that reuses its own prefix counts as much as a new prompt), and new conversations pile
+#     onto one replica by chance; polled every second, the footprint (cache room) decides. The
+#     poll is one engine.stats() call on loopback.
+DEFAULT_SMG_ARGS = ("--worker-overload-token-usage", "1.0", "--load-monitor-interval", "1")
+# How the replicas behind smg report KV usage unless --load-kv-usage says otherwise (loads.py).
+REPLICA_LOAD_KV_USAGE = "cache"
 _SMG_LOG_LEVELS = {"critical": "error", "error": "error", "warning": "warn", "info": "info", "debug": "debug"}
 
 
@@ -68,7 +88,7 @@ def smg_command(worker_urls: list[str], *, host: str, port: int, policy: str, me
         cmd += ["--max-payload-size", str(max_payload_bytes)]
     for alias, canonical in (aliases or {}).items():
         cmd += ["--model-alias", f"{alias}={canonical}"]
-    return cmd + list(extra or [])
+    return cmd + list(DEFAULT_SMG_ARGS) + list(extra or [])
 
 
 def wait_for_gateway(proc: subprocess.Popen, url: str, workers: int, timeout: float = 120.0) -> None:
@@ -108,6 +128,8 @@ def run_data_parallel(args: argparse.Namespace, serve_parser: argparse.ArgumentP
     from sgrun.server.replicas import argv_from_namespace, spawn_replicas
 
     require_smg()
+    if args.load_kv_usage is None:
+        args.load_kv_usage = REPLICA_LOAD_KV_USAGE
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     shared = argv_from_namespace(serve_parser, args, skip={"dp", "host", "port", "num_threads", "gateway_policy",
                                                          "gateway_metrics_port", "gateway_arg"})

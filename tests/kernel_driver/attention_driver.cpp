@@ -113,10 +113,11 @@ void check_chunk(const char* dtype) {
 }
 
 // Prefill: attend_packed with the simd path over 3 segments (a whole prompt, a chunk after
-// earlier context, one row), GQA 6 query heads over 2 kv heads, shuffled pages of 5 tokens.
+// earlier context, one row), GQA 6 query heads over 2 kv heads, shuffled pages of 5 tokens;
+// causal (window 0) or under a sliding window (the row at p attends keys p - window < j <= p).
 // E: q's and out's element; C: the pool's (E, or at::Half under float queries).
 template <class E, class C = E>
-void check_prefill(int64_t D, const char* dtype) {
+void check_prefill(int64_t D, const char* dtype, int64_t window = 0) {
   constexpr int64_t H = 6, KV = 2, ps = 5, S = 3;
   const int64_t q_len[S] = {37, 77, 1}, ctx_len[S] = {37, 203, 64};
   int64_t width = 0, total_pages = 0, T = 0;
@@ -142,7 +143,7 @@ void check_prefill(int64_t D, const char* dtype) {
   const int64_t head_stride = pages * ps * D, page_stride = ps * D;
   const Segments seg{table.data(), width, q_start.data(), q_len, ctx_len, S};
   attend_packed<simd::Path<E, C>>(q.data(), H * D, kc.data(), vc.data(), head_stride, page_stride, ps, seg, H, KV,
-                                  D, scale, out.data(), H * D);
+                                  D, scale, out.data(), H * D, window);
   const bool bf16 = sizeof(E) == 2;
   double err = 0.0;
   for (int64_t s = 0; s < S; ++s)
@@ -153,15 +154,16 @@ void check_prefill(int64_t D, const char* dtype) {
         auto at = [&](const std::vector<C>& c, int64_t key) {
           return c.data() + kvh * head_stride + table[s * width + key / ps] * page_stride + (key % ps) * D;
         };
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
         std::vector<double> sc(pos + 1), o(D, 0.0);
         double mx = -INFINITY, sum = 0.0;
-        for (int64_t c = 0; c <= pos; ++c) {
+        for (int64_t c = lo; c <= pos; ++c) {
           double dot = 0.0;
           for (int64_t d = 0; d < D; ++d) dot += static_cast<double>(as_float(qr[d])) * as_float(at(kc, c)[d]);
           sc[c] = dot * scale;
           mx = std::max(mx, sc[c]);
         }
-        for (int64_t c = 0; c <= pos; ++c) {
+        for (int64_t c = lo; c <= pos; ++c) {
           const double p = std::exp(sc[c] - mx);
           sum += p;
           for (int64_t d = 0; d < D; ++d) o[d] += p * as_float(at(vc, c)[d]);
@@ -172,15 +174,17 @@ void check_prefill(int64_t D, const char* dtype) {
           err = std::max(err, bf16 ? e / (1e-3 + std::abs(want)) : e);
         }
       }
-  const std::string what = std::string("prefill ") + dtype + " D=" + std::to_string(D);
+  const std::string what = std::string("prefill ") + dtype + " D=" + std::to_string(D) +
+                           (window > 0 ? " window=" + std::to_string(window) : std::string());
   check(err < (bf16 ? 5e-3 : 1e-5), what + " vs float64", err);
-  // Segment 1 again as two chunks (40 rows, then 37 attending them from the pages): bitwise equal.
+  // Segment 1 again as two chunks (41 rows, then 36 attending them from the pages; tiles of 6
+  // rows cut elsewhere): bitwise equal.
   std::vector<E> out2(77 * H * D);
   for (int part = 0; part < 2; ++part) {
-    const int64_t qs = part == 0 ? 0 : 40, ql[1] = {part == 0 ? 40 : 37}, cl[1] = {203 - 77 + qs + ql[0]};
+    const int64_t qs = part == 0 ? 0 : 41, ql[1] = {part == 0 ? 41 : 36}, cl[1] = {203 - 77 + qs + ql[0]};
     const Segments one{table.data() + width, width, &qs, ql, cl, 1};
     attend_packed<simd::Path<E, C>>(q.data() + q_start[1] * H * D, H * D, kc.data(), vc.data(), head_stride,
-                                    page_stride, ps, one, H, KV, D, scale, out2.data(), H * D);
+                                    page_stride, ps, one, H, KV, D, scale, out2.data(), H * D, window);
   }
   check(std::memcmp(out2.data(), out.data() + q_start[1] * H * D, out2.size() * sizeof(E)) == 0,
         what + " chunked = whole bitwise", 0.0);
@@ -204,6 +208,11 @@ int main() {
     check_prefill<float>(D, "float32");
     check_prefill<uint16_t>(D, "bf16");
     check_prefill<float, at::Half>(D, "float16 pool");
+  }
+  // Sliding windows smaller than a 16-key step, than a 64-key block, and wider than the contexts.
+  for (int64_t window : {3, 40, 100, 500}) {
+    check_prefill<float>(64, "float32", window);
+    check_prefill<uint16_t>(16, "bf16", window);
   }
   if (failures) {
     std::printf("%d FAILED\n", failures);

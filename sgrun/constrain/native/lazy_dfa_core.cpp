@@ -517,7 +517,19 @@ int32_t runs_live(Dfa& d, const Trie& t, int32_t q, int cat, int32_t need, std::
     return lo >= need ? 1 : 0;
 }
 
+
+// the shared tail of the two constructors below
+void* dfa_init(Dfa* d, int32_t n_masks, int32_t root_start, int32_t root_end, int32_t ncls, const uint8_t* class_of,
+               const uint8_t* class_rep, int32_t max_depth, int32_t max_states, int32_t max_closure, int32_t* initial);
 }  // namespace
+
+// nfa_build.cpp's NFA, read in place (the same struct there)
+struct SgrunNfaView {
+    const int32_t *edge_off, *edge_tgt, *edge_mid, *eps_off, *eps_tgt, *call_off, *call_data, *frag_start, *end_of;
+    const uint64_t* mask_words;
+    int32_t n_states, n_frags, n_edges, n_eps, n_calls, n_masks;
+};
+extern "C" void sgrun_nfa_view(void* p, SgrunNfaView* v);
 
 int64_t g_visits = 0, g_shortcuts = 0;
 
@@ -643,6 +655,45 @@ void* sgrun_dfa_new_py(PyObject* edges, PyObject* eps, PyObject* calls, PyObject
     d->mask_words.insert(d->mask_words.end(), extra.begin(), extra.end());
     n_masks += (int32_t)(extra.size() / 4);
     for (int32_t m : d->edge_mid) if (m < 0 || m >= n_masks) return fail("a mask id is out of range");
+    return dfa_init(d, n_masks, root_start, root_end, ncls, class_of, class_rep, max_depth, max_states, max_closure,
+                    initial);
+}
+
+// A new automaton over an NFA built by nfa_build.cpp (its arrays copied; the NFA may go).
+void* sgrun_dfa_new_nfa(void* nfa, int32_t root, int32_t ncls, const uint8_t* class_of, const uint8_t* class_rep,
+                        int32_t max_depth, int32_t max_states, int32_t max_closure, int32_t* initial) {
+    SgrunNfaView v;
+    sgrun_nfa_view(nfa, &v);
+    if (root < 0 || root >= v.n_frags) return nullptr;
+    Dfa* d = new Dfa();
+    d->edge_off.assign(v.edge_off, v.edge_off + v.n_states + 1);
+    d->edge_tgt.assign(v.edge_tgt, v.edge_tgt + v.n_edges);
+    d->edge_mid.assign(v.edge_mid, v.edge_mid + v.n_edges);
+    d->eps_off.assign(v.eps_off, v.eps_off + v.n_states + 1);
+    d->eps_tgt.assign(v.eps_tgt, v.eps_tgt + v.n_eps);
+    d->call_off.assign(v.call_off, v.call_off + v.n_states + 1);
+    d->call_data.assign(v.call_data, v.call_data + 5 * (size_t)v.n_calls);
+    d->frag_start.assign(v.frag_start, v.frag_start + v.n_frags);
+    d->end_of.assign(v.end_of, v.end_of + v.n_states);
+    d->mask_words.assign(v.mask_words, v.mask_words + 4 * (size_t)v.n_masks);
+    int32_t root_start = v.frag_start[root], root_end = -1;
+    for (int32_t s = 0; s < v.n_states; ++s) if (v.end_of[s] == root) root_end = s;
+    return dfa_init(d, v.n_masks, root_start, root_end, ncls, class_of, class_rep, max_depth, max_states,
+                    max_closure, initial);
+}
+
+// The NFA's size as the automaton holds it: [states, fragments].
+void sgrun_dfa_nfa_size(void* dp, int32_t* out) {
+    Dfa& d = *static_cast<Dfa*>(dp);
+    out[0] = (int32_t)d.edge_off.size() - 1;
+    out[1] = (int32_t)d.frag_start.size();
+}
+
+}  // extern "C"
+
+namespace {
+void* dfa_init(Dfa* d, int32_t n_masks, int32_t root_start, int32_t root_end, int32_t ncls, const uint8_t* class_of,
+               const uint8_t* class_rep, int32_t max_depth, int32_t max_states, int32_t max_closure, int32_t* initial) {
     d->mask_cls_off.push_back(0);
     for (int32_t m = 0; m < n_masks; ++m) {  // masks are unions of classes: a class is in iff its byte is
         const uint64_t* w = &d->mask_words[4 * (size_t)m];
@@ -667,7 +718,9 @@ void* sgrun_dfa_new_py(PyObject* edges, PyObject* eps, PyObject* calls, PyObject
     *initial = d->intern(closed);
     return d;
 }
+}  // namespace
 
+extern "C" {
 void sgrun_dfa_free(void* p) { delete static_cast<Dfa*>(p); }
 
 // shortest_completion.NfaDistances over the NFA this automaton holds: per NFA state the fewest

@@ -1,4 +1,4 @@
-// Causal prefill attention over the paged KV pool on the CPU, the torch-facing driver (last of
+// Causal or sliding-window prefill attention over the paged KV pool on the CPU, the torch-facing driver (last of
 // the sources prefill_attention.py builds as one unit, after prefill_attention_common.cpp and the
 // ISA files; see prefill_attention.py for the design). Each call takes the best vector path its
 // level compiled for the pool's dtype and head dim (`vector_path`):
@@ -12,6 +12,8 @@
 //   AMX tiles, taken where the caller asks for it (`amx`: the level is amx) and `amx_ready()`
 //   (prefill_attention_amx.cpp);
 // else the portable path below (any dtype, any head dim, no intrinsics), row by row.
+// A sliding window (`window` > 0) is one more bound on the same walks, on every path: each row's
+// keys start at its window's start instead of 0 (prefill_attention_common.cpp).
 // Under float32 queries the pool may be narrower (a float32 model's float16 or bf16 KV cache,
 // kv_cache_dtype): every path widens it exactly as it packs, so only the pack step sees its type.
 namespace {
@@ -28,13 +30,13 @@ inline float widen(uint16_t bf16_bits) {
   return f;
 }
 
-// One work item per (segment, query row, head): scores over the causal context in float,
+// One work item per (segment, query row, head): scores over the row's keys [window start, position] in float,
 // a max-subtracted softmax, and the weighted sum of V, all in float. T: q's and out's element,
 // C: the pool's (T, or bf16 bits / at::Half under float32 queries).
 template <class T, class C = T>
 void attend_portable(const T* q, int64_t q_stride, const C* kc, const C* vc, int64_t kv_head_stride,
                      int64_t page_stride, int64_t ps, const Segments& seg, int64_t H, int64_t KV, int64_t D,
-                     float scale, T* out, int64_t out_stride, int64_t window = 0) {
+                     float scale, T* out, int64_t out_stride, int64_t window) {
   const int64_t G = H / KV;
   std::vector<int64_t> first(seg.count + 1, 0);
   for (int64_t s = 0; s < seg.count; ++s) first[s + 1] = first[s] + seg.q_len[s] * H;
@@ -44,20 +46,19 @@ void attend_portable(const T* q, int64_t q_stride, const C* kc, const C* vc, int
     const int64_t pos = seg.ctx_len[s] - seg.q_len[s] + t;
     const int64_t* pages = seg.table + s * seg.table_stride;
     const T* qr = q + (seg.q_start[s] + t) * q_stride + h * D;
-    // A sliding window: keys j with pos - window < j <= pos (transformers' rule).
-    const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-    std::vector<float> score(pos + 1), acc(D, 0.0f);
+    const int64_t lo = window_start(pos, window);   // 0: causal, every key up to pos
+    std::vector<float> score(pos + 1 - lo), acc(D, 0.0f);
     float mx = -std::numeric_limits<float>::infinity();
     for (int64_t c = lo; c <= pos; ++c) {
       const C* kr = kc + kvh * kv_head_stride + pages[c / ps] * page_stride + (c % ps) * D;
       float dot = 0.0f;
       for (int64_t d = 0; d < D; ++d) dot += widen(qr[d]) * widen(kr[d]);
-      score[c] = dot * scale;
-      mx = std::max(mx, score[c]);
+      score[c - lo] = dot * scale;
+      mx = std::max(mx, score[c - lo]);
     }
     float sum = 0.0f;
     for (int64_t c = lo; c <= pos; ++c) {
-      const float p = std::exp(score[c] - mx);
+      const float p = std::exp(score[c - lo] - mx);
       sum += p;
       const C* vr = vc + kvh * kv_head_stride + pages[c / ps] * page_stride + (c % ps) * D;
       for (int64_t d = 0; d < D; ++d) acc[d] += p * widen(vr[d]);
@@ -151,10 +152,13 @@ void split_at_position(const Segments& seg, int64_t from, SplitSegments& low, Sp
 // path, float32 queries' rows from that position on take bf16 products (their Q, and the pool's K
 // and V unless bf16 already, rounded to bf16; 0: every row); other paths and bf16 queries ignore
 // it. float16 queries (a float16 model) take the portable path. amx: the AVX512-BF16 path's products
-// run on AMX tiles where amx_ready() (else it is ignored); the level amx asks for it.
+// run on AMX tiles where amx_ready() (else it is ignored); the level amx asks for it. window: 0
+// (causal: every key up to the row's position) or a sliding window of that many tokens (the row at
+// position p attends keys j with p - window < j <= p), on every path.
 void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor tables,
                        at::Tensor q_starts, at::Tensor q_lens, at::Tensor ctx_lens, double scale,
-                       at::Tensor out, bool portable, int64_t bf16_from, bool amx) {
+                       at::Tensor out, bool portable, int64_t bf16_from, bool amx, int64_t window) {
+  TORCH_CHECK(window >= 0, "window must be 0 (causal) or a positive token count");
   TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "bad shapes");
   const at::ScalarType qt = q.scalar_type(), ct = k_cache.scalar_type();
   const bool narrow_pool = qt == at::kFloat && (ct == at::kBFloat16 || ct == at::kHalf);
@@ -190,7 +194,7 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
       using C = std::remove_pointer_t<decltype(kv_elem)>;
       attend_packed<simd::Path<float, C>>(q.data_ptr<float>(), qs, reinterpret_cast<const C*>(k_cache.data_ptr()),
                                           reinterpret_cast<const C*>(v_cache.data_ptr()), head_stride, page_stride,
-                                          ps, part, H, KV, D, sc, out.data_ptr<float>(), os);
+                                          ps, part, H, KV, D, sc, out.data_ptr<float>(), os, window);
     });
   };
 #endif
@@ -212,19 +216,19 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
       auto* op = reinterpret_cast<E*>(out.data_ptr());
 #ifdef SG_PREFILL_AMX
       if (amx && amx::ready()) {
-        if (D == 32) attend_packed<amx::Path<2, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-        if (D == 64) attend_packed<amx::Path<4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-        if (D == 96) attend_packed<amx::Path<6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-        if (D == 128) attend_packed<amx::Path<8, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+        if (D == 32) attend_packed<amx::Path<2, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os, window);
+        if (D == 64) attend_packed<amx::Path<4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os, window);
+        if (D == 96) attend_packed<amx::Path<6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os, window);
+        if (D == 128) attend_packed<amx::Path<8, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os, window);
         return;
       }
 #endif
       (void)amx;
       using namespace bf16dot;
-      if (D == 32) attend_packed<Path<2, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 64) attend_packed<Path<4, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 96) attend_packed<Path<6, 4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
-      if (D == 128) attend_packed<Path<8, 3, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os);
+      if (D == 32) attend_packed<Path<2, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os, window);
+      if (D == 64) attend_packed<Path<4, 6, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os, window);
+      if (D == 96) attend_packed<Path<6, 4, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os, window);
+      if (D == 128) attend_packed<Path<8, 3, E, C>>(qp, qs, kp, vp, head_stride, page_stride, ps, part, H, KV, D, sc, op, os, window);
     };
     if (qt == at::kBFloat16) {
       run(static_cast<uint16_t*>(nullptr), static_cast<uint16_t*>(nullptr), seg);
@@ -245,7 +249,7 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
                                           reinterpret_cast<const uint16_t*>(k_cache.data_ptr()),
                                           reinterpret_cast<const uint16_t*>(v_cache.data_ptr()), head_stride,
                                           page_stride, ps, seg, H, KV, D, sc,
-                                          reinterpret_cast<uint16_t*>(out.data_ptr()), os);
+                                          reinterpret_cast<uint16_t*>(out.data_ptr()), os, window);
     } else {
       simd_float_q(seg);
     }
@@ -257,54 +261,11 @@ void prefill_attention(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at:
       using C = std::remove_pointer_t<decltype(kv_elem)>;
       attend_portable<float, C>(q.data_ptr<float>(), q.stride(0), reinterpret_cast<const C*>(k_cache.data_ptr()),
                                 reinterpret_cast<const C*>(v_cache.data_ptr()), head_stride, page_stride, ps, seg, H,
-                                KV, D, sc, out.data_ptr<float>(), out.stride(0));
+                                KV, D, sc, out.data_ptr<float>(), out.stride(0), window);
     });
     return;
   }
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "prefill_attention", [&] {
-    attend_portable<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), k_cache.data_ptr<scalar_t>(),
-                              v_cache.data_ptr<scalar_t>(), head_stride, page_stride, ps, seg, H, KV, D, sc,
-                              out.data_ptr<scalar_t>(), out.stride(0));
-  });
-}
-
-// prefill_attention under a sliding window of `window` tokens (> 0): the query at position p
-// attends keys j with p - window < j <= p. It runs the portable path (one work item per row and
-// head, so a row's result depends on its own position and context alone: the same alone, in any
-// batch and in any chunking); the vector and tile paths mask only causally.
-void prefill_attention_window(at::Tensor q, at::Tensor k_cache, at::Tensor v_cache, at::Tensor tables,
-                              at::Tensor q_starts, at::Tensor q_lens, at::Tensor ctx_lens, double scale, at::Tensor out,
-                              int64_t window) {
-  TORCH_CHECK(window > 0, "window must be positive");
-  TORCH_CHECK(q.dim() == 3 && k_cache.dim() == 4 && v_cache.sizes() == k_cache.sizes(), "bad shapes");
-  const at::ScalarType qt = q.scalar_type(), ct = k_cache.scalar_type();
-  const bool narrow_pool = qt == at::kFloat && (ct == at::kBFloat16 || ct == at::kHalf);
-  TORCH_CHECK((qt == ct || narrow_pool) && v_cache.scalar_type() == ct && out.scalar_type() == qt,
-              "q and out share a dtype; the caches hold it too, or bf16 / float16 under float32 q");
-  TORCH_CHECK(k_cache.is_contiguous() && v_cache.is_contiguous() && out.is_contiguous(), "contiguous caches/out");
-  TORCH_CHECK(q.stride(2) == 1 && q.stride(1) == q.size(2), "q's heads must be contiguous [H, D] rows");
-  TORCH_CHECK(out.sizes() == q.sizes(), "out must have q's shape");
-  for (const auto& t : {tables, q_starts, q_lens, ctx_lens})
-    TORCH_CHECK(t.scalar_type() == at::kLong && t.is_contiguous(), "tables and lengths must be contiguous int64");
-  const int64_t H = q.size(1), D = q.size(2), KV = k_cache.size(0), ps = k_cache.size(2);
-  TORCH_CHECK(k_cache.size(3) == D && H % KV == 0, "head dims disagree");
-  Segments seg{tables.data_ptr<int64_t>(), tables.size(1), q_starts.data_ptr<int64_t>(), q_lens.data_ptr<int64_t>(),
-               ctx_lens.data_ptr<int64_t>(), q_starts.size(0)};
-  const int64_t head_stride = k_cache.stride(0), page_stride = k_cache.stride(1);
-  const float sc = static_cast<float>(scale);
-  pybind11::gil_scoped_release no_gil;
-  if (narrow_pool) {
-    auto run = [&](auto kv_elem) {
-      using C = std::remove_pointer_t<decltype(kv_elem)>;
-      attend_portable<float, C>(q.data_ptr<float>(), q.stride(0), reinterpret_cast<const C*>(k_cache.data_ptr()),
-                                reinterpret_cast<const C*>(v_cache.data_ptr()), head_stride, page_stride, ps, seg, H,
-                                KV, D, sc, out.data_ptr<float>(), out.stride(0), window);
-    };
-    if (ct == at::kBFloat16) run(static_cast<uint16_t*>(nullptr));
-    else run(static_cast<at::Half*>(nullptr));
-    return;
-  }
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, q.scalar_type(), "prefill_attention_window", [&] {
     attend_portable<scalar_t>(q.data_ptr<scalar_t>(), q.stride(0), k_cache.data_ptr<scalar_t>(),
                               v_cache.data_ptr<scalar_t>(), head_stride, page_stride, ps, seg, H, KV, D, sc,
                               out.data_ptr<scalar_t>(), out.stride(0), window);

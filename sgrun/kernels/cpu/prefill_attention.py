@@ -1,4 +1,4 @@
-"""Causal prefill attention over the paged KV pool: a C++ kernel (prefill_attention.cpp) built on
+"""Causal and sliding-window prefill attention over the paged KV pool: a C++ kernel (prefill_attention.cpp) built on
 first use through build.py, for the prefill chunks (extend segments) of the CPU
 backend (engine/parts/attention/cpp_backend.py).
 
@@ -13,10 +13,15 @@ the context gathered out of the pages and a materialized [q, ctx] mask. The kern
   head's group, so every packed K/V vector loaded serves the group's query heads together;
 - walks each tile's keys in blocks of 64 with an online softmax (base 2, float32 scores and
   sums, probabilities rounded to bf16 for P V as flash attention does), stopping at the
-  tile's last causal key, so blocks above the diagonal are never computed;
+  tile's last causal key, so blocks above the diagonal are never computed, and under a sliding
+  window (Gemma 3's local layers: `window` > 0, the row at position p attends keys j with
+  p - window < j <= p) starting at the block of the tile's earliest window start, so blocks
+  before every row's window are never computed either and a windowed layer costs the window, not
+  the prompt (a chunk after a long cached prefix packs only from its first row's window on);
 - spreads the tiles, longest contexts first, over torch's threads from a shared counter.
 Its semantics are attention/torch_backend.py's: the q_len new rows are the last positions of a
-ctx_len-token context and attend every key up to their own position.
+ctx_len-token context and attend every key up to their own position (from the window's start
+under a window). Every path takes the window: `prefill_attention(..., amx, window)`, 0 causal.
 
 Under a float32 model the pool may hold float16 or bf16 (kv_cache_dtype, engine/parts/device.py): every
 path widens the keys and values exactly as it packs them (F16C / FCVTL / a shift), so products and
@@ -91,7 +96,7 @@ SOURCES = ("prefill_attention_common.cpp", "prefill_attention_avx512_bf16.cpp", 
            "prefill_attention.cpp")
 
 KERNEL = CppKernel("prefill_attention", tuple(_HERE / s for s in SOURCES),
-                   ["prefill_attention", "prefill_attention_window", "fast_path_available", "fast_path", "amx_ready"], what="C++ prefill attention",
+                   ["prefill_attention", "fast_path_available", "fast_path", "amx_ready"], what="C++ prefill attention",
                    fallback="prefill chunks use torch's SDPA instead", fail_env=FORCE_BUILD_FAILURE_ENV)
 
 

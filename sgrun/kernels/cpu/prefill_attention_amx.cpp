@@ -62,8 +62,8 @@ inline amx_tiles::TileConfig tile_config() {
 // kTileRows query rows of one (segment, kv head) against its packed context (the AVX512-BF16 path's
 // layouts). ND = D / 16; Elem: q's and the output's element (uint16_t: bf16 bits; float).
 template <int ND, class Elem>
-void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed pk, float scale_log2,
-                 Elem* const* orow) {
+void attend_rows(const Elem* const* q_in, const int64_t* pos, const int64_t* lo, int nrows, Packed pk,
+                 float scale_log2, Elem* const* orow) {
   constexpr int R = kTileRows, D = ND * 16, W = D / 2, KS = D / 32;
   static_assert(D % 32 == 0, "a tile's row is 32 bf16 head dims");
   alignas(64) uint16_t qt[R][D];   // the A operand of S: the rows' queries as bf16
@@ -71,11 +71,7 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
     if constexpr (std::is_same_v<Elem, float>) bf16dot::to_bf16(q_in[r], D, qt[r]);
     else std::memcpy(qt[r], q_in[r], D * sizeof(uint16_t));
   }
-  int64_t max_pos = pos[0], min_pos = pos[0];
-  for (int r = 1; r < nrows; ++r) {
-    max_pos = std::max(max_pos, pos[r]);
-    min_pos = std::min(min_pos, pos[r]);
-  }
+  const bf16dot::TileSpan span(pos, lo, nrows);
   alignas(64) float m[R], alpha[R], bm[R];
   alignas(64) float l[R][16];
   alignas(64) float o[R][D];
@@ -90,8 +86,7 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
   const amx_tiles::TileConfig cfg = tile_config();
   _tile_loadconfig(&cfg);
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const int64_t blocks = max_pos / kKeyBlock + 1;
-  for (int64_t kb = 0; kb < blocks; ++kb) {
+  for (int64_t kb = span.first_block(); kb < span.end_block(); ++kb) {
     // S = Q K^T: K's block of 16 keys, head dims [32 ks, 32 ks + 32), is 16 rows of 64 bytes.
     SG_AMX_EACH(4, SG_AMX_ZERO);
     const uint32_t* kp = pk.kp + kb * 4 * W * 16;
@@ -110,7 +105,7 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
 #undef SG_AMX_STORE_S
     // Online softmax, as the AVX512-BF16 path.
     const int64_t key0 = kb * kKeyBlock;
-    const bool masked = key0 + kKeyBlock - 1 > min_pos;
+    const bool masked = span.masks(key0);
     const __m512 sl = _mm512_set1_ps(scale_log2);
     for (int r = 0; r < R; ++r) {
       __m512 acc[4];
@@ -120,12 +115,13 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
         keep[v] = 0xFFFF;
         if (masked) {
           const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(key0 + 16 * v)));
-          keep[v] = _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(pos[r])));
+          keep[v] = bf16dot::in_window(key, lo[r], pos[r]);
           acc[v] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), keep[v], acc[v]);
         }
       }
       bm[r] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(acc[0], acc[1]), _mm512_max_ps(acc[2], acc[3])));
-      // block 0 holds key 0 <= every position, so each row's max is finite from the first block on
+      // a row whose window has not begun keeps m = -inf and alpha 1 (o and l stay 0; its
+      // probabilities, 2^NaN, are masked to 0 below)
       const float m_new = std::max(m[r], bm[r]);
       alpha[r] = m[r] == m_new ? 1.0f : std::exp2((m[r] - m_new) * scale_log2);
       m[r] = m_new;
@@ -178,9 +174,9 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
 template <int ND, class E, class KV = E>
 struct Path : bf16dot::Path<ND, kTileRows, E, KV> {
   using Base = bf16dot::Path<ND, kTileRows, E, KV>;
-  static void attend(const E* const* qrow, const int64_t* pos, int n, uint32_t* base, int64_t keys, int64_t D,
-                     float scale_log2, E* const* orow) {
-    attend_rows<ND, E>(qrow, pos, n, Base::split(base, keys, D), scale_log2, orow);
+  static void attend(const E* const* qrow, const int64_t* pos, const int64_t* lo, int n, uint32_t* base,
+                     int64_t keys, int64_t D, float scale_log2, E* const* orow) {
+    attend_rows<ND, E>(qrow, pos, lo, n, Base::split(base, keys, D), scale_log2, orow);
   }
 };
 

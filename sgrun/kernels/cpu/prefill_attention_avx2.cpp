@@ -87,13 +87,13 @@ struct Path {
   static int64_t words(int64_t keys, int64_t D) { return 2 * keys * D; }
 
   static void pack(const KV* kc, const KV* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
-                   const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, float* base,
-                   int64_t keys) {
+                   const int64_t* pages, int64_t ctx, int64_t first, int64_t kvh, int64_t D, int64_t block,
+                   float* base, int64_t keys) {
     float* kp = base + block * D * 16;
     float* vp = base + keys * D + block * 16 * D;
     alignas(32) float row[kMaxHeadDim];
     for (int64_t c = 0; c < 16; ++c) {
-      const int64_t key = block * 16 + c;
+      const int64_t key = first + block * 16 + c;
       if (key >= ctx) {   // padding: zero, so masked-out (0-probability) keys add exactly 0
         for (int64_t d = 0; d < D; ++d) kp[d * 16 + c] = 0.0f;
         std::memset(vp + c * D, 0, D * sizeof(float));
@@ -106,16 +106,18 @@ struct Path {
     }
   }
 
-  static void attend(const E* const* qrow, const int64_t* pos, int nrows, const float* base, int64_t keys, int64_t D,
-                     float scale_log2, E* const* orow) {
+  static void attend(const E* const* qrow, const int64_t* pos, const int64_t* lo, int nrows, const float* base,
+                     int64_t keys, int64_t D, float scale_log2, E* const* orow) {
     constexpr int R = kRows;
     static_assert(R <= 8, "one vector holds the tile's row maxima");
     const float* kpk = base;
     const float* vpk = base + keys * D;
-    int64_t max_pos = pos[0], min_pos = pos[0];
+    int64_t max_pos = pos[0], min_pos = pos[0], min_lo = lo[0], max_lo = lo[0];
     for (int r = 1; r < R; ++r) {
       max_pos = std::max(max_pos, pos[r]);
       min_pos = std::min(min_pos, pos[r]);
+      min_lo = std::min(min_lo, lo[r]);
+      max_lo = std::max(max_lo, lo[r]);
     }
     const float ninf = -std::numeric_limits<float>::infinity();
     alignas(32) float qf[R][kMaxHeadDim], o[R][kMaxHeadDim], s[R][kKeyBlock];
@@ -131,12 +133,14 @@ struct Path {
     }
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const int64_t blocks = max_pos / kKeyBlock + 1;
-    for (int64_t kb = 0; kb < blocks; ++kb) {
+    for (int64_t kb = min_lo / kKeyBlock; kb < blocks; ++kb) {   // blocks before every row's window: skipped
       const int64_t key0 = kb * kKeyBlock;
       const int nk = static_cast<int>(std::min<int64_t>(kKeyBlock, max_pos - key0 + 1));   // keys any row attends
       const int nsub = (nk + 15) / 16;
+      // 16-key steps before every row's window start: skipped too (their probabilities are 0 in every row).
+      const int sub0 = static_cast<int>(std::max<int64_t>(0, min_lo - key0) / 16);
       // S = Q K^T (scaled, base 2), 16 keys at a time.
-      for (int sb = 0; sb < nsub; ++sb) {
+      for (int sb = sub0; sb < nsub; ++sb) {
         const float* kp = kpk + (key0 / 16 + sb) * D * 16;
         __m256 acc[R][2];
         for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
@@ -153,24 +157,27 @@ struct Path {
           _mm256_store_ps(s[r] + 16 * sb + 8, acc[r][1]);
         }
       }
-      // Keys past a row's position masked to -inf; each row's block maximum.
-      const int nv = 2 * nsub;
-      const bool masked = key0 + 16 * nsub - 1 > min_pos;
+      // Keys outside a row's window [lo, pos] masked to -inf; each row's block maximum.
+      const int v0 = 2 * sub0, nv = 2 * nsub;
+      const bool masked = key0 + 16 * nsub - 1 > min_pos || key0 + 16 * sub0 < max_lo;
       for (int r = 0; r < R; ++r) {
         __m256 mx = _mm256_set1_ps(ninf);
         const __m256i limit = _mm256_set1_epi32(static_cast<int>(pos[r] - key0));
-        for (int v = 0; v < nv; ++v) {
+        const __m256i start = _mm256_set1_epi32(static_cast<int>(std::max<int64_t>(lo[r] - key0, -1)));
+        for (int v = v0; v < nv; ++v) {
           __m256 x = _mm256_load_ps(s[r] + 8 * v);
           if (masked) {
-            const __m256i past = _mm256_cmpgt_epi32(_mm256_add_epi32(lane, _mm256_set1_epi32(8 * v)), limit);
-            x = _mm256_blendv_ps(x, _mm256_set1_ps(ninf), _mm256_castsi256_ps(past));
+            const __m256i key = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * v));
+            const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(key, limit), _mm256_cmpgt_epi32(start, key));
+            x = _mm256_blendv_ps(x, _mm256_set1_ps(ninf), _mm256_castsi256_ps(out));
             _mm256_store_ps(s[r] + 8 * v, x);
           }
           mx = _mm256_max_ps(mx, x);
         }
         bm[r] = hmax8(mx);
       }
-      {   // every row's new max and rescale factor at once; block 0 holds key 0 <= pos, so finite
+      {   // every row's new max and rescale factor at once. A row whose window has not begun keeps
+          // m = -inf: its alpha (2^NaN) and probabilities (2^(-inf + inf)) come out 0, o and l stay 0.
         const __m256 m_old = _mm256_load_ps(m), m_new = _mm256_max_ps(m_old, _mm256_load_ps(bm));
         _mm256_store_ps(alpha, exp2_8(_mm256_sub_ps(m_old, m_new)));
         _mm256_store_ps(m, m_new);
@@ -178,14 +185,14 @@ struct Path {
       for (int r = 0; r < R; ++r) {
         const __m256 shift = _mm256_set1_ps(m[r]);
         __m256 sum = _mm256_setzero_ps();
-        for (int v = 0; v < nv; ++v) {
+        for (int v = v0; v < nv; ++v) {
           const __m256 p = exp2_8(_mm256_sub_ps(_mm256_load_ps(s[r] + 8 * v), shift));
           sum = _mm256_add_ps(sum, p);
           _mm256_store_ps(s[r] + 8 * v, p);
         }
         l[r] = l[r] * alpha[r] + hsum8(sum);
       }
-      // O = alpha O + P V over the block's first nk keys (the rest have probability 0 in every row).
+      // O = alpha O + P V over the block's keys [16 sub0, nk) (the rest have probability 0 in every row).
       const float* vb = vpk + key0 * D;
       for (int64_t dc = 0; dc < D; dc += 16) {
         __m256 ov[R][2];
@@ -194,7 +201,7 @@ struct Path {
           ov[r][0] = _mm256_mul_ps(_mm256_load_ps(o[r] + dc), a);
           ov[r][1] = _mm256_mul_ps(_mm256_load_ps(o[r] + dc + 8), a);
         }
-        for (int k = 0; k < nk; ++k) {
+        for (int k = 16 * sub0; k < nk; ++k) {
           const __m256 v0 = _mm256_loadu_ps(vb + k * D + dc), v1 = _mm256_loadu_ps(vb + k * D + dc + 8);
           for (int r = 0; r < R; ++r) {
             const __m256 p = _mm256_broadcast_ss(s[r] + k);

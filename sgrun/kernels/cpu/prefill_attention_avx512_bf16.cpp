@@ -58,12 +58,12 @@ struct Packed {
 
 template <class Elem>
 void pack_block(const Elem* kc, const Elem* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
-                const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, Packed dst) {
+                const int64_t* pages, int64_t ctx, int64_t first, int64_t kvh, int64_t D, int64_t block, Packed dst) {
   const int64_t W = D / 2;
   uint32_t* kp = dst.kp + block * W * 16;
   uint32_t* vp = dst.vp + block * 8 * D;
   for (int64_t c = 0; c < 16; ++c) {
-    const int64_t key = block * 16 + c;
+    const int64_t key = first + block * 16 + c;
     if (key >= ctx) {   // padding: zero, so masked-out (0-probability) keys add exactly 0
       for (int64_t j = 0; j < W; ++j) kp[j * 16 + c] = 0;
       uint16_t* vrow = reinterpret_cast<uint16_t*>(vp + (c / 2) * D) + (c % 2);
@@ -98,11 +98,36 @@ void write_rows(const float (*o)[ND * 16], const float (*l)[16], int nrows, Elem
   }
 }
 
-// R query rows of one (segment, kv head) against its packed context. ND = D / 16. Elem: the
-// pool's element (uint16_t: bf16 bits; float), which q and the output rows share.
+// The key range a tile's rows attend, in packed keys: row r takes [lo[r], pos[r]].
+struct TileSpan {
+  int64_t min_pos, max_pos, min_lo, max_lo;
+  TileSpan(const int64_t* pos, const int64_t* lo, int nrows)
+      : min_pos(pos[0]), max_pos(pos[0]), min_lo(lo[0]), max_lo(lo[0]) {
+    for (int r = 1; r < nrows; ++r) {
+      max_pos = std::max(max_pos, pos[r]);
+      min_pos = std::min(min_pos, pos[r]);
+      min_lo = std::min(min_lo, lo[r]);
+      max_lo = std::max(max_lo, lo[r]);
+    }
+  }
+  int64_t first_block() const { return min_lo / kKeyBlock; }   // blocks before every row's window: skipped
+  int64_t end_block() const { return max_pos / kKeyBlock + 1; }
+  // Whether some row has a key of the block starting at key0 outside its window.
+  bool masks(int64_t key0) const { return key0 + kKeyBlock - 1 > min_pos || key0 < max_lo; }
+};
+
+// Which of the 16 keys from key (a vector of their numbers) a row attends: lo <= key <= pos.
+inline __mmask16 in_window(__m512i key, int64_t lo, int64_t pos) {
+  return _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(pos))) &
+         _mm512_cmpge_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(lo)));
+}
+
+// R query rows of one (segment, kv head) against its packed context, row r attending packed keys
+// [lo[r], pos[r]]. ND = D / 16. Elem: the pool's element (uint16_t: bf16 bits; float), which q and
+// the output rows share.
 template <int ND, int R, class Elem>
-void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed pk, float scale_log2,
-                 Elem* const* orow) {
+void attend_rows(const Elem* const* q_in, const int64_t* pos, const int64_t* lo, int nrows, Packed pk,
+                 float scale_log2, Elem* const* orow) {
   constexpr int D = ND * 16, W = D / 2;
   alignas(64) uint16_t q_bits[std::is_same_v<Elem, float> ? R : 1][D];   // a float32 pool's queries as bf16
   const uint16_t* qrow[R];
@@ -114,11 +139,7 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
       qrow[r] = q_in[r];   // a bf16 pool's rows are read in place
     }
   }
-  int64_t max_pos = pos[0], min_pos = pos[0];
-  for (int r = 1; r < nrows; ++r) {
-    max_pos = std::max(max_pos, pos[r]);
-    min_pos = std::min(min_pos, pos[r]);
-  }
+  const TileSpan span(pos, lo, nrows);
   static_assert(R <= 16, "one vector holds the tile's row maxima");
   alignas(64) float m[16], alpha[16], bm[16];   // row max so far (raw scores), rescale factors
   alignas(64) float l[R][16];                   // row sums, lane-wise (one horizontal sum at the end)
@@ -130,8 +151,7 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
     for (int d = 0; d < D; ++d) o[r][d] = 0.0f;
   }
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const int64_t blocks = max_pos / kKeyBlock + 1;
-  for (int64_t kb = 0; kb < blocks; ++kb) {
+  for (int64_t kb = span.first_block(); kb < span.end_block(); ++kb) {
     // S = Q K^T for 64 keys: one broadcast pair of Q per row, 4 packed K vectors per pair.
     __m512 acc[R][4];
     for (int r = 0; r < R; ++r)
@@ -147,16 +167,16 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
         for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], qb, as_bh(kv[v]));
       }
     }
-    // Online softmax in base 2 (the scale folds log2 e in); keys past a row's position masked.
+    // Online softmax in base 2 (the scale folds log2 e in); keys outside a row's window masked.
     const int64_t key0 = kb * kKeyBlock;
-    const bool masked = key0 + kKeyBlock - 1 > min_pos;
+    const bool masked = span.masks(key0);
     __mmask16 keep[R][4];
     for (int r = 0; r < R; ++r) {
       for (int v = 0; v < 4; ++v) {
         keep[r][v] = 0xFFFF;
         if (masked) {
           const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(key0 + 16 * v)));
-          keep[r][v] = _mm512_cmple_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(pos[r])));
+          keep[r][v] = in_window(key, lo[r], pos[r]);
           acc[r][v] = _mm512_mask_mov_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), keep[r][v],
                                          acc[r][v]);
         }
@@ -164,9 +184,14 @@ void attend_rows(const Elem* const* q_in, const int64_t* pos, int nrows, Packed 
       bm[r] = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(acc[r][0], acc[r][1]),
                                                  _mm512_max_ps(acc[r][2], acc[r][3])));
     }
-    {   // every row's new max and rescale factor at once; block 0 holds key 0 <= pos, so finite
+    {   // every row's new max and rescale factor at once. A row whose window has not begun keeps
+        // m = -inf and alpha 1 (o and l stay 0; its probabilities, 2^NaN, are masked to 0 below).
       const __m512 m_old = _mm512_load_ps(m), m_new = _mm512_max_ps(m_old, _mm512_load_ps(bm));
-      _mm512_store_ps(alpha, exp2_ps(_mm512_mul_ps(_mm512_sub_ps(m_old, m_new), _mm512_set1_ps(scale_log2))));
+      const __mmask16 begun = _mm512_cmp_ps_mask(m_new, _mm512_set1_ps(-std::numeric_limits<float>::infinity()),
+                                                 _CMP_NEQ_OQ);
+      _mm512_store_ps(alpha, _mm512_mask_blend_ps(begun, _mm512_set1_ps(1.0f),
+                                                  exp2_ps(_mm512_mul_ps(_mm512_sub_ps(m_old, m_new),
+                                                                        _mm512_set1_ps(scale_log2)))));
       _mm512_store_ps(m, m_new);
     }
     const __m512 sl = _mm512_set1_ps(scale_log2);
@@ -216,13 +241,13 @@ struct Path {
   static int64_t words(int64_t keys, int64_t D) { return keys * D; }   // K: keys * D / 2, V: the same
   static Packed split(uint32_t* base, int64_t keys, int64_t D) { return Packed{base, base + keys * D / 2}; }
   static void pack(const KV* kc, const KV* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
-                   const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, uint32_t* base,
-                   int64_t keys) {
-    pack_block(kc, vc, kv_head_stride, page_stride, ps, pages, ctx, kvh, D, block, split(base, keys, D));
+                   const int64_t* pages, int64_t ctx, int64_t first, int64_t kvh, int64_t D, int64_t block,
+                   uint32_t* base, int64_t keys) {
+    pack_block(kc, vc, kv_head_stride, page_stride, ps, pages, ctx, first, kvh, D, block, split(base, keys, D));
   }
-  static void attend(const Elem* const* qrow, const int64_t* pos, int n, uint32_t* base, int64_t keys, int64_t D,
-                     float scale_log2, Elem* const* orow) {
-    attend_rows<ND, R, Elem>(qrow, pos, n, split(base, keys, D), scale_log2, orow);
+  static void attend(const Elem* const* qrow, const int64_t* pos, const int64_t* lo, int n, uint32_t* base,
+                     int64_t keys, int64_t D, float scale_log2, Elem* const* orow) {
+    attend_rows<ND, R, Elem>(qrow, pos, lo, n, split(base, keys, D), scale_log2, orow);
   }
 };
 

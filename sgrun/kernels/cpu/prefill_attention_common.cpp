@@ -3,13 +3,20 @@
 // the segments of a call, the thread pool's shared counter, and the packed walk every vector path
 // (prefill_attention_avx512_bf16.cpp, prefill_attention_avx2.cpp) runs:
 //   1. pack: each (segment, kv head)'s context K and V are copied once out of the pages into the
-//      path's layout, zero-padded to a kKeyBlock boundary;
+//      path's layout, zero-padded to a kKeyBlock boundary; under a sliding window only from the
+//      key block holding the segment's first row's window start (`first`), so a chunk after a long
+//      cached prefix packs the window, not the prefix;
 //   2. attend: tiles of P::kRows query rows (positions x the GQA group's heads, which share one kv
 //      head, so one packed K/V load serves all of them) walk the keys in blocks of kKeyBlock with
-//      an online softmax, up to their own causal limit (blocks above the diagonal are skipped).
-// A row's result depends only on its own query, position and context: keys past its position get
+//      an online softmax, from the block holding the tile's earliest window start to the block
+//      holding its last causal key: blocks before every row's window and above the diagonal are
+//      skipped, not masked, so a windowed layer costs the window, not the prompt.
+// A row at position p attends keys j with lo <= j <= p, lo = max(0, p - window + 1) under a window
+// of `window` tokens (transformers' sliding mask, p - window < j), 0 without one.
+// A row's result depends only on its own query, position and context: keys outside [lo, p] get
 // probability exactly 0 and a block with none of its keys leaves its state exactly as it was
-// (rescale factor 2^0 = 1), so which rows share its tile, and how many rows the chunk has, change nothing.
+// (before its first key: the empty state, zeros; after: rescale factor 2^0 = 1), so which rows
+// share its tile, and how many rows the chunk has, change nothing.
 #include <ATen/Parallel.h>
 #include <algorithm>
 #include <atomic>
@@ -33,6 +40,11 @@
 namespace {
 
 constexpr int64_t kKeyBlock = 64;   // keys per online-softmax step
+
+// The first key a row at position `pos` attends: 0 without a window (window 0), else the window's start.
+inline int64_t window_start(int64_t pos, int64_t window) {
+  return window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+}
 
 struct Segments {
   const int64_t* table;   // [S, table_stride] page ids
@@ -64,23 +76,25 @@ void run_dynamic(int64_t n, int64_t min_parallel, const F& work) {
 //   KVElem: the pool's (the same, or bf16 bits under float32 queries); Word: a scratch element;
 //   kRows: query rows per tile;
 //   words(keys, D): scratch Words for one (segment, kv head) context of `keys` keys (a multiple of kKeyBlock);
-//   pack(kc, vc, kv_head_stride, page_stride, ps, pages, ctx, kvh, D, block, base, keys): keys
-//     [16 block, 16 block + 16) of that context into its scratch `base` (padding: zeros);
-//   attend(qrow, pos, n, base, keys, D, scale_log2, orow): kRows rows (the first n real, the rest
-//     repeats of the last) against the packed context; scale_log2 = scale * log2(e).
+//   pack(kc, vc, kv_head_stride, page_stride, ps, pages, ctx, first, kvh, D, block, base, keys): keys
+//     first + [16 block, 16 block + 16) of that context into its scratch `base` (padding: zeros);
+//   attend(qrow, pos, lo, n, base, keys, D, scale_log2, orow): kRows rows (the first n real, the rest
+//     repeats of the last) against the packed context, row r attending packed keys [lo[r], pos[r]]
+//     (positions counted from the first packed key); scale_log2 = scale * log2(e).
 template <class P>
 void attend_packed(const typename P::Elem* q, int64_t q_stride, const typename P::KVElem* kc,
                    const typename P::KVElem* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
                    const Segments& seg, int64_t H, int64_t KV, int64_t D, float scale, typename P::Elem* out,
-                   int64_t out_stride) {
+                   int64_t out_stride, int64_t window = 0) {
   using Elem = typename P::Elem;
   using Word = typename P::Word;
   constexpr int R = P::kRows;
   const int64_t G = H / KV;
-  // Phase 1: pack every (segment, kv head)'s context.
-  std::vector<int64_t> keys(seg.count), base(seg.count + 1, 0);
+  // Phase 1: pack every (segment, kv head)'s context, from the key block of its first row's window start.
+  std::vector<int64_t> keys(seg.count), first_key(seg.count), base(seg.count + 1, 0);
   for (int64_t s = 0; s < seg.count; ++s) {
-    keys[s] = (seg.ctx_len[s] + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+    first_key[s] = window_start(seg.ctx_len[s] - seg.q_len[s], window) / kKeyBlock * kKeyBlock;
+    keys[s] = (seg.ctx_len[s] - first_key[s] + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
     base[s + 1] = base[s] + KV * P::words(keys[s], D);
   }
   // Uninitialized: pack writes every word, the padding included.
@@ -91,8 +105,8 @@ void attend_packed(const typename P::Elem* q, int64_t q_stride, const typename P
   run_dynamic(pack_first[seg.count], 16, [&](int64_t item) {
     const int64_t s = std::upper_bound(pack_first.begin(), pack_first.end(), item) - pack_first.begin() - 1;
     const int64_t nb = keys[s] / 16, kvh = (item - pack_first[s]) / nb, block = (item - pack_first[s]) % nb;
-    P::pack(kc, vc, kv_head_stride, page_stride, ps, seg.table + s * seg.table_stride, seg.ctx_len[s], kvh, D,
-            block, packed(s, kvh), keys[s]);
+    P::pack(kc, vc, kv_head_stride, page_stride, ps, seg.table + s * seg.table_stride, seg.ctx_len[s], first_key[s],
+            kvh, D, block, packed(s, kvh), keys[s]);
   });
   // Phase 2: tiles of R rows (row = position * G + head in group), the longest contexts first
   // within each (segment, kv head).
@@ -108,7 +122,7 @@ void attend_packed(const typename P::Elem* q, int64_t q_stride, const typename P
     const int64_t rows = seg.q_len[s] * G;
     const Elem* qrow[R];
     Elem* orow[R];
-    int64_t pos[R];
+    int64_t pos[R], lo[R];   // counted from the first packed key
     int n = 0;
     for (int r = 0; r < R; ++r) {
       const int64_t row = std::min(tile * R + r, rows - 1);   // a short last tile repeats its last row
@@ -116,9 +130,11 @@ void attend_packed(const typename P::Elem* q, int64_t q_stride, const typename P
       const int64_t t = row / G, h = kvh * G + row % G;
       qrow[r] = q + (seg.q_start[s] + t) * q_stride + h * D;
       orow[r] = out + (seg.q_start[s] + t) * out_stride + h * D;
-      pos[r] = seg.ctx_len[s] - seg.q_len[s] + t;
+      const int64_t p = seg.ctx_len[s] - seg.q_len[s] + t;
+      pos[r] = p - first_key[s];
+      lo[r] = window_start(p, window) - first_key[s];
     }
-    P::attend(qrow, pos, n, packed(s, kvh), keys[s], D, scale_log2, orow);
+    P::attend(qrow, pos, lo, n, packed(s, kvh), keys[s], D, scale_log2, orow);
   });
 }
 

@@ -58,13 +58,13 @@ struct Path {
   static int64_t words(int64_t keys, int64_t D) { return 2 * keys * D; }
 
   static void pack(const KV* kc, const KV* vc, int64_t kv_head_stride, int64_t page_stride, int64_t ps,
-                   const int64_t* pages, int64_t ctx, int64_t kvh, int64_t D, int64_t block, float* base,
-                   int64_t keys) {
+                   const int64_t* pages, int64_t ctx, int64_t first, int64_t kvh, int64_t D, int64_t block,
+                   float* base, int64_t keys) {
     float* kp = base + block * D * 16;
     float* vp = base + keys * D + block * 16 * D;
     alignas(16) float row[kMaxHeadDim];
     for (int64_t c = 0; c < 16; ++c) {
-      const int64_t key = block * 16 + c;
+      const int64_t key = first + block * 16 + c;
       if (key >= ctx) {   // padding: zero, so masked-out (0-probability) keys add exactly 0
         for (int64_t d = 0; d < D; ++d) kp[d * 16 + c] = 0.0f;
         std::memset(vp + c * D, 0, D * sizeof(float));
@@ -77,15 +77,17 @@ struct Path {
     }
   }
 
-  static void attend(const E* const* qrow, const int64_t* pos, int nrows, const float* base, int64_t keys, int64_t D,
-                     float scale_log2, E* const* orow) {
+  static void attend(const E* const* qrow, const int64_t* pos, const int64_t* lo, int nrows, const float* base,
+                     int64_t keys, int64_t D, float scale_log2, E* const* orow) {
     constexpr int R = kRows;
     const float* kpk = base;
     const float* vpk = base + keys * D;
-    int64_t max_pos = pos[0], min_pos = pos[0];
+    int64_t max_pos = pos[0], min_pos = pos[0], min_lo = lo[0], max_lo = lo[0];
     for (int r = 1; r < R; ++r) {
       max_pos = std::max(max_pos, pos[r]);
       min_pos = std::min(min_pos, pos[r]);
+      min_lo = std::min(min_lo, lo[r]);
+      max_lo = std::max(max_lo, lo[r]);
     }
     const float ninf = -std::numeric_limits<float>::infinity();
     alignas(16) float qf[R][kMaxHeadDim], o[R][kMaxHeadDim], s[R][kKeyBlock];
@@ -101,11 +103,13 @@ struct Path {
     }
     const int32x4_t lane = {0, 1, 2, 3};
     const int64_t blocks = max_pos / kKeyBlock + 1;
-    for (int64_t kb = 0; kb < blocks; ++kb) {
+    for (int64_t kb = min_lo / kKeyBlock; kb < blocks; ++kb) {   // blocks before every row's window: skipped
       const int64_t key0 = kb * kKeyBlock;
       const int nk = static_cast<int>(std::min<int64_t>(kKeyBlock, max_pos - key0 + 1));   // keys any row attends
       const int nsub = (nk + 15) / 16;
-      for (int sb = 0; sb < nsub; ++sb) {   // S = Q K^T (scaled, base 2), 16 keys at a time
+      // 16-key steps before every row's window start: skipped too (their probabilities are 0 in every row).
+      const int sub0 = static_cast<int>(std::max<int64_t>(0, min_lo - key0) / 16);
+      for (int sb = sub0; sb < nsub; ++sb) {   // S = Q K^T (scaled, base 2), 16 keys at a time
         const float* kp = kpk + (key0 / 16 + sb) * D * 16;
         float32x4_t acc[R][4];
         for (int r = 0; r < R; ++r)
@@ -121,16 +125,18 @@ struct Path {
         for (int r = 0; r < R; ++r)
           for (int j = 0; j < 4; ++j) vst1q_f32(s[r] + 16 * sb + 4 * j, acc[r][j]);
       }
-      const int nv = 4 * nsub;
-      const bool masked = key0 + 16 * nsub - 1 > min_pos;
-      for (int r = 0; r < R; ++r) {   // keys past a row's position masked; new max and rescale factor
+      const int v0 = 4 * sub0, nv = 4 * nsub;
+      const bool masked = key0 + 16 * nsub - 1 > min_pos || key0 + 16 * sub0 < max_lo;
+      for (int r = 0; r < R; ++r) {   // keys outside a row's window [lo, pos] masked; new max and rescale factor
         float32x4_t mx = vdupq_n_f32(ninf);
         const int32x4_t limit = vdupq_n_s32(static_cast<int>(pos[r] - key0));
-        for (int v = 0; v < nv; ++v) {
+        const int32x4_t start = vdupq_n_s32(static_cast<int>(std::max<int64_t>(lo[r] - key0, -1)));
+        for (int v = v0; v < nv; ++v) {
           float32x4_t x = vld1q_f32(s[r] + 4 * v);
           if (masked) {
-            const uint32x4_t past = vcgtq_s32(vaddq_s32(lane, vdupq_n_s32(4 * v)), limit);
-            x = vbslq_f32(past, vdupq_n_f32(ninf), x);
+            const int32x4_t key = vaddq_s32(lane, vdupq_n_s32(4 * v));
+            const uint32x4_t out = vorrq_u32(vcgtq_s32(key, limit), vcgtq_s32(start, key));
+            x = vbslq_f32(out, vdupq_n_f32(ninf), x);
             vst1q_f32(s[r] + 4 * v, x);
           }
           mx = vmaxq_f32(mx, x);
@@ -140,19 +146,19 @@ struct Path {
         m[r] = mn;
         const float32x4_t shift = vdupq_n_f32(mn);
         float32x4_t sum = vdupq_n_f32(0.0f);
-        for (int v = 0; v < nv; ++v) {
+        for (int v = v0; v < nv; ++v) {
           const float32x4_t p = exp2_4(vsubq_f32(vld1q_f32(s[r] + 4 * v), shift));
           sum = vaddq_f32(sum, p);
           vst1q_f32(s[r] + 4 * v, p);
         }
         l[r] = l[r] * alpha[r] + vaddvq_f32(sum);
       }
-      const float* vb = vpk + key0 * D;   // O = alpha O + P V over the block's first nk keys
+      const float* vb = vpk + key0 * D;   // O = alpha O + P V over the block's keys [16 sub0, nk)
       for (int64_t dc = 0; dc < D; dc += 16) {
         float32x4_t ov[R][4];
         for (int r = 0; r < R; ++r)
           for (int j = 0; j < 4; ++j) ov[r][j] = vmulq_n_f32(vld1q_f32(o[r] + dc + 4 * j), alpha[r]);
-        for (int k = 0; k < nk; ++k) {
+        for (int k = 16 * sub0; k < nk; ++k) {
           float32x4_t vv[4];
           for (int j = 0; j < 4; ++j) vv[j] = vld1q_f32(vb + k * D + dc + 4 * j);
           for (int r = 0; r < R; ++r) {

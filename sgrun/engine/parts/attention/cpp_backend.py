@@ -12,8 +12,9 @@ without it (no vector path at the level, another dtype or head dim) they go thro
 
 Sliding windows (`configure(scale, windows)`: Gemma 3's local layers): a windowed layer's decode
 rows attend the last `window` tokens of their context in the same kernel (its chunks start at the
-window's edge), and its prefill chunks the keys p - window < j <= p in the C++ prefill kernel's
-per-row path (prefill_attention_window); a model with any window attends no cascade prefix (its
+window's edge), and its prefill chunks the keys p - window < j <= p in the C++ prefill kernel,
+on the same vector and tile paths as a global layer (`window` bounds their walk from below, so a
+local layer's cost follows its window, not the prompt); a model with any window attends no cascade prefix (its
 shared prefix is not what a windowed row reads). Each row's result still depends only on its own
 query and context, so batch invariance holds for windowed layers too.
 """
@@ -69,8 +70,6 @@ class CppPagedAttention(TorchPagedAttention):
         if any(w is not None for w in windows):
             if not hasattr(self.op, "paged_decode_window"):
                 raise ValueError("this build of the C++ decode kernel has no sliding windows")
-            if self.prefill_op is not None and not hasattr(self.prefill_op, "prefill_attention_window"):
-                raise ValueError("this build of the C++ prefill kernel has no sliding windows")
         parent = getattr(super(), "configure", None)
         if parent is not None:   # the torch path (prefills without the C++ kernel) applies them too
             parent(scale, windows)
@@ -208,11 +207,6 @@ class CppPagedAttention(TorchPagedAttention):
             return
         if q.stride(2) != 1 or q.stride(1) != self.D:   # the kernel reads rows of contiguous [H, D]
             q = q.contiguous()
-        window = self.windows[layer]
-        if window is not None:
-            self.prefill_op.prefill_attention_window(q, self.pool.k[layer], self.pool.v[layer], self.prefill_table,
-                                                     *self.prefill_meta, self.scale, out, window)
-            return
         self.prefill_op.prefill_attention(q, self.pool.k[layer], self.pool.v[layer], self.prefill_table,
                                           *self.prefill_meta, self.scale, out, False, self.prefill_bf16_from,
-                                          self.prefill_amx)
+                                          self.prefill_amx, self.windows[layer] or 0)
